@@ -1,0 +1,302 @@
+"""Typed settings from a TOML file plus the environment, validated before anything runs.
+
+Every problem is a one-line ConfigError naming the key and what to write instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pipeline.errors import ConfigError
+
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+COLUMN_TYPE = re.compile(
+    r"^(string|long|int|double|boolean|timestamp|date|decimal\((\d{1,2}),(\d{1,2})\))"
+    r"( not null)?$"
+)
+SECRET_KEY = re.compile(r"(password|secret|token|sasl\.jaas|credentials)", re.I)
+RESERVED_COLUMNS = {"topic", "partition", "offset", "kafka_timestamp", "run_id", "ingested_at"}
+ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
+ENV_DATABASE_URL = "PIPELINE_DATABASE_URL"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # as declared, without " not null"
+    required: bool
+
+    @property
+    def spark_type(self) -> str:
+        return {"string": "string", "long": "bigint", "int": "int", "double": "double",
+                "boolean": "boolean", "timestamp": "timestamp",
+                "date": "date"}.get(self.type, self.type)
+
+    @property
+    def pg_type(self) -> str:
+        return {"string": "text", "long": "bigint", "int": "integer",
+                "double": "double precision", "boolean": "boolean",
+                "timestamp": "timestamptz", "date": "date"}.get(
+            self.type, self.type.replace("decimal", "numeric"))
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    starting_offsets: str = "earliest"
+    isolation_level: str = "read_committed"
+    max_records_per_partition: int = 0
+    on_data_loss: str = "fail"
+    timeout_seconds: float = 15.0
+    mirror_group: str | None = None
+    consumer: dict[str, str] = field(default_factory=dict)
+
+    def client_config(self) -> dict[str, str]:
+        """confluent-kafka settings: the pass-through consumer settings + bootstrap."""
+        return {**self.consumer, "bootstrap.servers": self.bootstrap_servers}
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    format: str
+    table: str
+    max_bad_records: int = -1
+    transform: str | None = None
+    columns: tuple[Column, ...] = ()
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str = "local[2]"
+    min_partitions: int = 0
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    name: str
+    kafka: KafkaSettings
+    database_url: str
+    schema: str
+    sink: SinkSettings
+    spark: SparkSettings
+    source: str = "<defaults>"
+
+    def redacted(self) -> dict[str, Any]:
+        """What may be printed or stored: no password, no SASL secret."""
+        return {
+            "name": self.name,
+            "kafka": {
+                "bootstrap_servers": self.kafka.bootstrap_servers,
+                "topics": list(self.kafka.topics),
+                "isolation_level": self.kafka.isolation_level,
+                "consumer": redact_settings(self.kafka.consumer),
+            },
+            "database_url": redact_url(self.database_url),
+            "sink": {"format": self.sink.format, "table": self.sink.table},
+        }
+
+
+def redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def redact_settings(settings: dict[str, str]) -> dict[str, str]:
+    return {k: ("***" if SECRET_KEY.search(k) else v) for k, v in settings.items()}
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """Every secret value, so that error messages can be scrubbed of them."""
+    out = [v for k, v in settings.kafka.consumer.items() if SECRET_KEY.search(k) and v]
+    pw = urlsplit(settings.database_url).password
+    if pw:
+        out.append(pw)
+    return out
+
+
+# ---- parsing ------------------------------------------------------------------------------
+
+_SECTIONS: dict[str, set[str]] = {
+    "pipeline": {"name"},
+    "kafka": {"bootstrap_servers", "topics", "starting_offsets", "isolation_level",
+              "max_records_per_partition", "on_data_loss", "timeout_seconds", "mirror_group",
+              "consumer"},
+    "database": {"url", "schema"},
+    "sink": {"format", "table", "max_bad_records", "transform", "columns"},
+    "spark": {"master", "min_partitions", "conf"},
+}
+
+
+def _check_keys(section: str, table: dict[str, Any], allowed: set[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(
+                f"unknown key '{section}.{key}' in config; allowed: {', '.join(sorted(allowed))}")
+
+
+def _get(table: dict[str, Any], section: str, key: str, typ: type | tuple, default: Any = ...):
+    if key not in table:
+        if default is ...:
+            raise ConfigError(f"missing required key '{section}.{key}'")
+        return default
+    value = table[key]
+    # TOML ints are fine where floats are expected; bools are not ints here.
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, bool) and typ is not bool:
+        raise ConfigError(f"'{section}.{key}' must be {_tname(typ)}, got a boolean")
+    if not isinstance(value, typ):
+        raise ConfigError(
+            f"'{section}.{key}' must be {_tname(typ)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _tname(typ: type | tuple) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", list: "a list",
+             dict: "a table", bool: "true or false"}
+    if isinstance(typ, tuple):
+        return " or ".join(names.get(t, t.__name__) for t in typ)
+    return names.get(typ, typ.__name__)
+
+
+def _identifier(value: str, key: str) -> str:
+    if not IDENTIFIER.match(value):
+        raise ConfigError(
+            f"'{key}' = {value!r} is not a safe SQL identifier: use lowercase letters, digits "
+            "and _ (at most 48 characters, not starting with a digit)")
+    return value
+
+
+def _choice(value: str, key: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"'{key}' = {value!r}: must be one of {', '.join(choices)}")
+    return value
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand_env(value: str, key: str) -> str:
+    def sub(m: re.Match) -> str:
+        if m.group(1) not in os.environ:
+            raise ConfigError(f"'{key}' refers to ${{{m.group(1)}}}, which is not set")
+        return os.environ[m.group(1)]
+    return _ENV_REF.sub(sub, value)
+
+
+def parse_settings(doc: dict[str, Any], source: str = "<dict>",
+                   environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    _check_keys("config", doc, set(_SECTIONS))
+    for section, allowed in _SECTIONS.items():
+        value = doc.get(section, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"'{section}' must be a table ([{section}])")
+        _check_keys(section, value, allowed)
+
+    p = doc.get("pipeline", {})
+    name = _identifier(_get(p, "pipeline", "name", str), "pipeline.name")
+
+    k = doc.get("kafka", {})
+    topics = _get(k, "kafka", "topics", list)
+    if not topics or not all(isinstance(t, str) and re.match(r"^[A-Za-z0-9._-]{1,249}$", t)
+                             for t in topics):
+        raise ConfigError("'kafka.topics' must be a non-empty list of Kafka topic names")
+    consumer = _get(k, "kafka", "consumer", dict, {})
+    for ck, cv in consumer.items():
+        if not isinstance(cv, (str, int, bool)):
+            raise ConfigError(f"'kafka.consumer.{ck}' must be a string, number or boolean")
+    consumer = {ck: _expand_env(str(cv).lower() if isinstance(cv, bool) else str(cv),
+                                f"kafka.consumer.{ck}")
+                for ck, cv in consumer.items()}
+    for owned in ("bootstrap.servers", "isolation.level", "group.id", "enable.auto.commit"):
+        if owned in consumer:
+            raise ConfigError(
+                f"'kafka.consumer.{owned}' is managed by the pipeline; set it elsewhere or drop it")
+    max_records = _get(k, "kafka", "max_records_per_partition", int, 0)
+    if max_records < 0:
+        raise ConfigError("'kafka.max_records_per_partition' must be >= 0 (0 = no cap)")
+    timeout = _get(k, "kafka", "timeout_seconds", float, 15.0)
+    if timeout <= 0:
+        raise ConfigError("'kafka.timeout_seconds' must be > 0")
+    kafka = KafkaSettings(
+        bootstrap_servers=env.get(ENV_BOOTSTRAP) or _get(k, "kafka", "bootstrap_servers", str),
+        topics=tuple(topics),
+        starting_offsets=_choice(_get(k, "kafka", "starting_offsets", str, "earliest"),
+                                 "kafka.starting_offsets", ("earliest", "latest")),
+        isolation_level=_choice(_get(k, "kafka", "isolation_level", str, "read_committed"),
+                                "kafka.isolation_level", ("read_committed", "read_uncommitted")),
+        max_records_per_partition=max_records,
+        on_data_loss=_choice(_get(k, "kafka", "on_data_loss", str, "fail"),
+                             "kafka.on_data_loss", ("fail", "skip")),
+        timeout_seconds=timeout,
+        mirror_group=_get(k, "kafka", "mirror_group", str, None),
+        consumer=consumer,
+    )
+
+    d = doc.get("database", {})
+    url = env.get(ENV_DATABASE_URL) or _get(d, "database", "url", str)
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            "'database.url' must be a postgresql:// URL (or set PIPELINE_DATABASE_URL)")
+    schema = _identifier(_get(d, "database", "schema", str, "public"), "database.schema")
+
+    s = doc.get("sink", {})
+    fmt = _choice(_get(s, "sink", "format", str, "raw"), "sink.format", ("raw", "json"))
+    table = _identifier(_get(s, "sink", "table", str), "sink.table")
+    max_bad = _get(s, "sink", "max_bad_records", int, -1)
+    if max_bad < -1:
+        raise ConfigError("'sink.max_bad_records' must be >= 0, or -1 for no limit")
+    transform = _get(s, "sink", "transform", str, None)
+    if transform is not None and not re.match(r"^[\w.]+:\w+$", transform):
+        raise ConfigError(f"'sink.transform' = {transform!r}: write it as 'module:function'")
+    columns = []
+    for cname, ctype in _get(s, "sink", "columns", dict, {}).items():
+        _identifier(cname, f"sink.columns.{cname}")
+        if cname in RESERVED_COLUMNS:
+            raise ConfigError(f"'sink.columns.{cname}' is reserved; rename the column")
+        if not isinstance(ctype, str) or not (m := COLUMN_TYPE.match(ctype.strip().lower())):
+            raise ConfigError(
+                f"'sink.columns.{cname}' = {ctype!r}: use string, long, int, double, boolean, "
+                "timestamp, date or decimal(p,s), optionally followed by ' not null'")
+        columns.append(Column(cname, m.group(1), m.group(4) is not None))
+    if fmt == "json" and not columns:
+        raise ConfigError("sink.format = 'json' needs at least one column in [sink.columns]")
+    if fmt == "raw" and columns:
+        raise ConfigError("[sink.columns] is only for sink.format = 'json'")
+    sink = SinkSettings(fmt, table, max_bad, transform, tuple(columns))
+
+    sp = doc.get("spark", {})
+    spark_conf = _get(sp, "spark", "conf", dict, {})
+    spark = SparkSettings(
+        master=_get(sp, "spark", "master", str, "local[2]"),
+        min_partitions=_get(sp, "spark", "min_partitions", int, 0),
+        conf={ck: str(cv) for ck, cv in spark_conf.items()},
+    )
+    return Settings(name, kafka, url, schema, sink, spark, source)
+
+
+def load_settings(path: str | Path, environ: dict[str, str] | None = None) -> Settings:
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found; pass --config conf/local.toml") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    return parse_settings(doc, str(path), environ)
+
+
+def with_overrides(settings: Settings, **kafka_changes: Any) -> Settings:
+    return replace(settings, kafka=replace(settings.kafka, **kafka_changes))

@@ -1,0 +1,300 @@
+"""One run, start to end: lock, plan, read, stage, publish, report.
+
+Every entry point (CLI, spark-submit, Airflow) ends up here.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline import faults
+from pipeline.config import Settings
+from pipeline.errors import DataError, Terminated, TransientError
+from pipeline.kafka_meta import KafkaMeta
+from pipeline.offsets import OffsetRange, Plan, PlannedPartition, plan_ranges
+from pipeline.store import Store, result_columns, stage_partition_writer
+
+log = logging.getLogger("pipeline")
+
+
+@dataclass
+class RunResult:
+    kind: str
+    status: str  # succeeded | noop | planned (dry run)
+    run_id: int | None
+    plan: list[dict]
+    lost: list[dict] = field(default_factory=list)
+    records_read: int = 0
+    rows_written: int = 0
+    dead_letters: int = 0
+    per_partition: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.last = self.t0
+        self.stages: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        self.stages[stage] = round(now - self.last, 3)
+        self.last = now
+
+    def as_dict(self) -> dict[str, float]:
+        return {**self.stages, "total": round(time.monotonic() - self.t0, 3)}
+
+
+class StopSignals:
+    """SIGTERM/SIGINT: cancel Spark jobs and unwind (everything uncommitted rolls back),
+    except inside the publishing transaction, where the COMMIT or ROLLBACK finishes first."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.critical = False
+        self.spark = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (e.g. inside a test runner thread)
+                pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received = signum
+        name = signal.Signals(signum).name
+        if self.critical:
+            log.warning("%s received during the publishing transaction: letting it finish", name)
+            return
+        log.warning("%s received: cancelling Spark jobs and rolling back", name)
+        if self.spark is not None:
+            try:
+                self.spark.sparkContext.cancelAllJobs()
+            except Exception:  # noqa: BLE001 - we are stopping anyway
+                pass
+        raise Terminated(f"stopped by {name}; nothing committed by this run, safe to rerun")
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        self.critical = True
+        try:
+            yield
+        finally:
+            self.critical = False
+        if self.received is not None:
+            name = signal.Signals(self.received).name
+            raise Terminated(f"stopped by {name} after the publishing transaction finished")
+
+
+def describe(ranges: Sequence[OffsetRange]) -> str:
+    return ", ".join(str(r) for r in ranges) or "nothing"
+
+
+def run_ingest(settings: Settings, *, dry_run: bool = False,
+               signals: StopSignals | None = None) -> RunResult:
+    """The scheduled run: read every partition from its stored next offset."""
+    timer = Timer()
+    meta = KafkaMeta(settings.kafka)
+    store = Store(settings)
+    try:
+        store.check_schema()
+        if not dry_run:
+            store.lock_or_fail()
+            store.abandon_stale_runs()
+        stored = store.load_offsets(settings.kafka.topics)
+        kafka = meta.topic_offsets(settings.kafka.topics)
+        plan = plan_ranges(
+            stored, kafka,
+            starting_offsets=settings.kafka.starting_offsets,
+            max_records_per_partition=settings.kafka.max_records_per_partition,
+            on_data_loss=settings.kafka.on_data_loss)
+        timer.lap("plan")
+        planned = [plan_item(p) for p in plan.partitions]
+        log.info("plan: %s", describe(plan.ranges))
+        for lost in plan.lost_ranges:
+            log.warning("data loss skipped (on_data_loss=skip): %s was deleted before it was read",
+                        lost)
+        faults.inject("after_plan")
+        if dry_run:
+            return RunResult("ingest", "planned", None, planned, lost_items(plan))
+        if plan.is_empty:
+            # Nothing to read, no offset to move: no Spark, no write transaction.
+            run_id = store.record_noop("ingest", plan.partitions, timer.as_dict())
+            log.info("run %s: nothing new to read", run_id)
+            return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
+        run_id = store.start_run("ingest", plan.partitions)
+        result = execute_ranges(settings, store, meta, run_id, "ingest", plan.ranges,
+                                plan.offset_updates, timer, signals)
+        result.plan, result.lost = planned, lost_items(plan)
+        return result
+    finally:
+        store.close()
+
+
+def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess: bool = False,
+                 signals: StopSignals | None = None) -> RunResult:
+    """Re-read explicit ranges; results are written idempotently (or overwritten with
+    reprocess); the stored offsets do not move."""
+    timer = Timer()
+    meta = KafkaMeta(settings.kafka)
+    store = Store(settings)
+    kind = "reprocess" if reprocess else "backfill"
+    try:
+        store.check_schema()
+        store.lock_or_fail(kind)
+        store.abandon_stale_runs()
+        timer.lap("plan")
+        run_id = store.start_run(kind, ranges)
+        return execute_ranges(settings, store, meta, run_id, kind, ranges, [], timer, signals,
+                              overwrite=reprocess)
+    finally:
+        store.close()
+
+
+def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: int, kind: str,
+                   ranges: Sequence[OffsetRange], offset_updates: Sequence[PlannedPartition],
+                   timer: Timer, signals: StopSignals | None, overwrite: bool = False
+                   ) -> RunResult:
+    signals = signals or StopSignals()
+    try:
+        store.create_staging(run_id)
+        if ranges:
+            spark = start_spark(settings)
+            signals.spark = spark
+            timer.lap("spark_start")
+            stage(spark, settings, store, run_id, ranges)
+            timer.lap("read_and_stage")
+            check_not_deleted_during_read(meta, ranges)
+        staged_rows, staged_dead = store.count_staged(run_id)
+        limit = settings.sink.max_bad_records
+        if limit >= 0 and staged_dead > limit:
+            raise DataError(
+                f"run {run_id}: {staged_dead} bad records in {describe(ranges)} exceed "
+                f"sink.max_bad_records = {limit}; nothing committed - inspect the topic or "
+                "raise the limit")
+        faults.inject("after_stage")
+        with signals.shielded():
+            published = store.publish_run(run_id, kind, offset_updates, timer.as_dict(),
+                                          overwrite=overwrite)
+        timer.lap("publish")
+        log.info("run %s %s: published %d rows, %d dead letters from %d records; offsets %s",
+                 run_id, kind, published["rows_written"], published["dead_letters"],
+                 published["records_read"],
+                 ", ".join(f"{u.range.topic}[{u.range.partition}] -> {u.range.until_offset}"
+                           for u in offset_updates) or "unchanged")
+    except BaseException as e:
+        try:
+            message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+            store.fail_run(run_id, message, getattr(e, "exit_code", 1), timer.as_dict())
+            store.drop_staging(run_id)
+        except Exception:  # noqa: BLE001 - the database may be the thing that failed
+            log.debug("could not record the failure of run %s", run_id, exc_info=True)
+        raise
+    faults.inject("after_commit")
+    if settings.kafka.mirror_group and offset_updates:
+        meta.mirror_offsets(settings.kafka.mirror_group,
+                            {u.range.tp: u.range.until_offset for u in offset_updates})
+    return RunResult(kind, "succeeded", run_id, [range_item(r) for r in ranges],
+                     records_read=published["records_read"],
+                     rows_written=published["rows_written"],
+                     dead_letters=published["dead_letters"],
+                     per_partition=published["per_partition"], timings=timer.as_dict())
+
+
+def start_spark(settings: Settings):
+    from pipeline.spark import get_spark
+
+    return get_spark(settings.spark.master, settings.spark.conf)
+
+
+def stage(spark, settings: Settings, store: Store, run_id: int,
+          ranges: Sequence[OffsetRange]) -> None:
+    """Executors COPY rows straight into this run's staging tables; nothing is collected
+    on the driver."""
+    from pyspark import StorageLevel
+
+    from pipeline.read import read_ranges
+    from pipeline.transform import DEAD_LETTER_COLUMNS, to_rows
+
+    records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
+    records = records.persist(StorageLevel.MEMORY_AND_DISK)  # read Kafka once for both outputs
+    try:
+        results, dead = to_rows(records, settings.sink)
+        columns = [n for n, _ in result_columns(settings.sink)]
+        missing = [c for c in columns if c not in results.columns]
+        if missing:
+            from pipeline.errors import ConfigError
+            raise ConfigError(f"results lack the columns {missing} of table "
+                              f"{settings.sink.table}; a transform must keep them")
+        rows_t, dead_t = store.staging_names(run_id)
+        sc = spark.sparkContext
+        sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
+                       interruptOnCancel=True)
+        results.select(*columns).foreachPartition(
+            stage_partition_writer(store.url, settings.schema, rows_t, columns))
+        if settings.sink.format != "raw":
+            dead.select(*DEAD_LETTER_COLUMNS).foreachPartition(
+                stage_partition_writer(store.url, settings.schema, dead_t, DEAD_LETTER_COLUMNS))
+    except Exception as e:
+        raise classify_spark_error(e, settings) from None
+    finally:
+        records.unpersist()
+
+
+def classify_spark_error(e: Exception, settings: Settings) -> Exception:
+    from pipeline.errors import PipelineError
+
+    if isinstance(e, PipelineError):
+        return e
+    text = str(e)
+    first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
+    if any(s in text for s in ("TimeoutException", "Timed out waiting", "Connection refused",
+                               "connection to server", "OperationalError",
+                               "DisconnectException", "UNKNOWN_TOPIC")):
+        return TransientError(
+            f"the Spark read/stage failed on an unreachable service ({first[:300]}); nothing "
+            f"committed - check Kafka at {settings.kafka.bootstrap_servers} and Postgres, "
+            "then retry")
+    if "InjectedFault" in text:
+        return RuntimeError(f"injected fault in a Spark task: {first[:300]}")
+    return e
+
+
+def check_not_deleted_during_read(meta: KafkaMeta, ranges: Sequence[OffsetRange]) -> None:
+    """Spark skips records that vanish between planning and reading; catch that here."""
+    now = {(k.topic, k.partition): k.earliest for k in meta.offsets([r.tp for r in ranges])}
+    for r in ranges:
+        if now[r.tp] > r.from_offset:
+            raise TransientError(
+                f"{r}: retention deleted offsets up to {now[r.tp]} while the run was reading; "
+                "nothing committed - the next run applies kafka.on_data_loss")
+
+
+def plan_item(p: PlannedPartition) -> dict:
+    return {**range_item(p.range), "stored": p.stored}
+
+
+def range_item(r: OffsetRange) -> dict:
+    return {"topic": r.topic, "partition": r.partition, "from": r.from_offset,
+            "until": r.until_offset, "offsets": r.count}
+
+
+def lost_items(plan: Plan) -> list[dict]:
+    return [range_item(r) for r in plan.lost_ranges]

@@ -1,0 +1,120 @@
+"""What Kafka holds: partitions, earliest/latest (or last stable) offsets, offsets for
+times, and the optional mirror of our offsets to a consumer group. confluent-kafka only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from pipeline.config import KafkaSettings
+from pipeline.errors import DataError, TransientError
+from pipeline.offsets import PartitionOffsets
+
+log = logging.getLogger(__name__)
+
+
+class KafkaMeta:
+    def __init__(self, settings: KafkaSettings):
+        self.settings = settings
+        timeout_ms = int(settings.timeout_seconds * 1000)
+        self.admin = AdminClient({
+            **settings.client_config(),
+            "socket.connection.setup.timeout.ms": str(min(timeout_ms, 10000)),
+            # librdkafka logs every failed connect; our one-line error says it once.
+            "log_level": "0",
+        })
+
+    @property
+    def timeout(self) -> float:
+        return self.settings.timeout_seconds
+
+    def _unreachable(self, what: str, err: object) -> TransientError:
+        return TransientError(
+            f"Kafka unreachable at {self.settings.bootstrap_servers} while {what} ({err}); "
+            "check the broker and kafka.bootstrap_servers / KAFKA_BOOTSTRAP_SERVERS, then retry")
+
+    def partitions(self, topics: Iterable[str]) -> list[tuple[str, int]]:
+        """Every partition of the topics, from fresh metadata (new partitions included)."""
+        try:
+            md = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as e:
+            raise self._unreachable("reading metadata", e.args[0]) from None
+        if not md.brokers:
+            raise self._unreachable("reading metadata", "no brokers")
+        out = []
+        for topic in topics:
+            t = md.topics.get(topic)
+            if t is None or (t.error is not None
+                             and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise DataError(f"topic '{topic}' does not exist on "
+                                f"{self.settings.bootstrap_servers}; create it or fix kafka.topics")
+            if t.error is not None:
+                raise TransientError(f"topic '{topic}': metadata error {t.error}; retry later")
+            out.extend((topic, p) for p in sorted(t.partitions))
+        return out
+
+    def _list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec],
+                      isolation_level: str) -> dict[tuple[str, int], int]:
+        if not specs:
+            return {}
+        level = (IsolationLevel.READ_COMMITTED if isolation_level == "read_committed"
+                 else IsolationLevel.READ_UNCOMMITTED)
+        try:
+            futures = self.admin.list_offsets(dict(specs), isolation_level=level,
+                                              request_timeout=self.timeout)
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        except KafkaException as e:
+            err = e.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise DataError(f"unknown topic or partition while listing offsets: {err}") from None
+            raise self._unreachable("listing offsets", err) from None
+
+    def offsets(self, partitions: Iterable[tuple[str, int]],
+                isolation_level: str | None = None) -> list[PartitionOffsets]:
+        """Earliest and latest offsets; latest is the last stable offset (LSO) under
+        read_committed: records past it may still be aborted."""
+        level = isolation_level or self.settings.isolation_level
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        earliest = self._list_offsets({tp: OffsetSpec.earliest() for tp in tps}, level)
+        latest = self._list_offsets({tp: OffsetSpec.latest() for tp in tps}, level)
+        return [PartitionOffsets(t, p, earliest[(t, p)], latest[(t, p)])
+                for t, p in sorted(earliest)]
+
+    def topic_offsets(self, topics: Iterable[str]) -> list[PartitionOffsets]:
+        return self.offsets(self.partitions(topics))
+
+    def offsets_for_time(self, partitions: Iterable[tuple[str, int]],
+                         timestamp_ms: int) -> dict[tuple[str, int], int]:
+        """First offset whose timestamp is >= timestamp_ms; the latest offset if none."""
+        tps = list(partitions)
+        found = self._list_offsets(
+            {TopicPartition(t, p): OffsetSpec.for_timestamp(timestamp_ms) for t, p in tps},
+            self.settings.isolation_level)
+        latest = {(k.topic, k.partition): k.latest for k in self.offsets(tps)}
+        return {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}
+
+    def mirror_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Best effort: commit our stored offsets to a consumer group for lag tooling.
+        Never read back as truth; a failure is logged, not raised."""
+        if not offsets:
+            return
+        request = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
+        try:
+            for f in self.admin.alter_consumer_group_offsets(
+                    [request], request_timeout=self.timeout).values():
+                f.result()
+            log.info("mirrored %d offsets to consumer group %s", len(offsets), group)
+        except Exception as e:  # noqa: BLE001 - best effort by design
+            log.warning("could not mirror offsets to consumer group %s: %s "
+                        "(Postgres stays the source of truth; lag tools may be stale)", group, e)

@@ -1,0 +1,168 @@
+"""Pure offset planning: stored offsets + what Kafka holds -> explicit ranges.
+
+No Spark, no I/O. Offsets follow Kafka's convention: a stored offset is the *next*
+offset to read, and a range ``[from_offset, until_offset)`` excludes its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pipeline.errors import DataError
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int  # exclusive
+
+    def __post_init__(self) -> None:
+        if self.from_offset < 0 or self.until_offset < self.from_offset:
+            raise ValueError(f"bad range {self}")
+
+    @property
+    def count(self) -> int:
+        """Offsets spanned; records may be fewer (transaction markers, compaction)."""
+        return self.until_offset - self.from_offset
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}] [{self.from_offset}, {self.until_offset})"
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """What Kafka holds for one partition, resolved for one isolation level."""
+
+    topic: str
+    partition: int
+    earliest: int
+    latest: int  # high watermark, or last stable offset under read_committed
+
+
+@dataclass(frozen=True)
+class PlannedPartition:
+    range: OffsetRange
+    stored: int | None  # the compare-and-set's expected value; None = no row yet
+    lost: OffsetRange | None = None  # deleted by retention and skipped (policy "skip")
+
+    @property
+    def moves_offset(self) -> bool:
+        return self.stored != self.range.until_offset
+
+
+@dataclass(frozen=True)
+class Plan:
+    partitions: tuple[PlannedPartition, ...]
+
+    @property
+    def ranges(self) -> list[OffsetRange]:
+        """The non-empty ranges: what Spark must read."""
+        return [p.range for p in self.partitions if p.range.count > 0]
+
+    @property
+    def offset_updates(self) -> list[PlannedPartition]:
+        return [p for p in self.partitions if p.moves_offset]
+
+    @property
+    def lost_ranges(self) -> list[OffsetRange]:
+        return [p.lost for p in self.partitions if p.lost]
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to read and no offset to move: no Spark, no write transaction."""
+        return not self.offset_updates
+
+    @property
+    def offset_span(self) -> int:
+        return sum(r.count for r in self.ranges)
+
+
+def plan_ranges(
+    stored: Mapping[TopicPartition, int],
+    kafka: Iterable[PartitionOffsets],
+    *,
+    starting_offsets: str = "earliest",
+    max_records_per_partition: int = 0,
+    on_data_loss: str = "fail",
+) -> Plan:
+    """Plan one run: per partition ``[stored next offset, latest)``, capped.
+
+    Partitions come from Kafka's metadata every run, so partitions added since the last
+    run are picked up; they start at ``starting_offsets``.
+    """
+    kafka = sorted(kafka, key=lambda k: (k.topic, k.partition))
+    seen = {(k.topic, k.partition) for k in kafka}
+    topics = {k.topic for k in kafka}
+    for (topic, partition), next_offset in sorted(stored.items()):
+        if topic in topics and (topic, partition) not in seen:
+            raise DataError(
+                f"{topic}[{partition}]: stored next offset {next_offset} but the topic has no "
+                f"partition {partition} now (deleted and recreated?); inspect with "
+                f"'pipeline offsets show' and reset with 'pipeline offsets reset --topic {topic}'")
+
+    planned = []
+    for k in kafka:
+        if k.earliest > k.latest:
+            raise ValueError(f"{k.topic}[{k.partition}]: earliest {k.earliest} > latest {k.latest}")
+        current = stored.get((k.topic, k.partition))
+        lost = None
+        if current is None:
+            start = k.earliest if starting_offsets == "earliest" else k.latest
+        elif current > k.latest:
+            raise DataError(
+                f"{k.topic}[{k.partition}]: stored next offset {current} is beyond the latest "
+                f"offset {k.latest} (topic deleted and recreated, or a different cluster?); "
+                f"reset it with 'pipeline offsets reset --topic {k.topic} "
+                f"--partition {k.partition} --to earliest'")
+        elif current < k.earliest:
+            lost = OffsetRange(k.topic, k.partition, current, k.earliest)
+            if on_data_loss != "skip":
+                raise DataError(
+                    f"data loss: {k.topic}[{k.partition}] offsets [{current}, {k.earliest}) were "
+                    f"deleted (retention) before they were read; set kafka.on_data_loss = 'skip' "
+                    f"to continue from {k.earliest} and record the gap, or restore the data")
+            start = k.earliest
+        else:
+            start = current
+        until = k.latest
+        if max_records_per_partition:
+            until = min(until, start + max_records_per_partition)
+        planned.append(PlannedPartition(OffsetRange(k.topic, k.partition, start, until),
+                                        current, lost))
+    return Plan(tuple(planned))
+
+
+def plan_backfill(
+    kafka: Iterable[PartitionOffsets],
+    *,
+    from_offsets: Mapping[TopicPartition, int],
+    until_offsets: Mapping[TopicPartition, int],
+) -> list[OffsetRange]:
+    """Explicit ranges for a backfill, checked against what Kafka holds, before any work."""
+    held = {(k.topic, k.partition): k for k in kafka}
+    ranges = []
+    for tp in sorted(from_offsets):
+        topic, partition = tp
+        if tp not in held:
+            raise DataError(f"{topic}[{partition}]: no such partition in Kafka")
+        k = held[tp]
+        start, until = from_offsets[tp], until_offsets[tp]
+        if until < start:
+            raise DataError(f"{topic}[{partition}]: --to-offset {until} is before "
+                            f"--from-offset {start}")
+        if start < k.earliest or until > k.latest:
+            raise DataError(
+                f"{topic}[{partition}] [{start}, {until}) is outside what Kafka holds "
+                f"[{k.earliest}, {k.latest}); choose a range inside it")
+        if until > start:
+            ranges.append(OffsetRange(topic, partition, start, until))
+    return ranges

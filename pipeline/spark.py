@@ -1,0 +1,69 @@
+"""The one place that builds a SparkSession: connector jars, loopback binding, the job's
+Python for workers. Imported lazily so that a run with nothing to read never loads it."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+from pipeline.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def connector_jars() -> list[str]:
+    """The Kafka connector jars fetched by scripts/stack (PIPELINE_JARS_DIR overrides)."""
+    jar_dir = os.environ.get("PIPELINE_JARS_DIR") or str(ROOT / ".jars" / "spark")
+    jars = sorted(glob.glob(os.path.join(jar_dir, "*.jar")))
+    if not any("spark-sql-kafka" in j for j in jars):
+        raise ConfigError(
+            f"Spark's Kafka connector not found in {jar_dir}; run 'scripts/stack install' "
+            "or set PIPELINE_JARS_DIR")
+    return jars
+
+
+def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
+              app_name: str = "kafka-offset-pipeline"):
+    """Get or create the process's SparkSession (spark-submit's session is reused)."""
+    from pyspark.sql import SparkSession
+
+    # Workers must run the job's interpreter (psycopg lives there), and Spark must not
+    # bind to an external interface.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if not submitted():
+        # Under spark-submit, --master and --jars decide; otherwise we do.
+        builder = builder.master(os.environ.get("PIPELINE_SPARK_MASTER", master)).config(
+            "spark.jars", ",".join(connector_jars()))
+    builder = (
+        builder.config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def submitted() -> bool:
+    """True when spark-submit started this driver (it hands Python a gateway)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_active() -> bool:
+    """True if this process has started a JVM/SparkSession (tests use it to prove a no-op
+    run never does)."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None

@@ -1,0 +1,365 @@
+"""Postgres: schema, the run lock, offsets, run rows, staging, and publish_run - the one
+transaction that makes a run's results, dead letters, run row and offsets visible."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pipeline import faults
+from pipeline.config import Settings, SinkSettings
+from pipeline.errors import ConflictError, PipelineError, TransientError
+from pipeline.offsets import OffsetRange, PlannedPartition, TopicPartition
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+LOCK_CLASS = 7_400_001  # first key of our advisory locks; the second is the pipeline's hash
+
+DEAD_COLUMNS = ["topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
+                "error_type", "error_message"]
+
+
+def result_columns(sink: SinkSettings) -> list[tuple[str, str]]:
+    """(name, Postgres type) of the results table, in order."""
+    head = [("topic", "text NOT NULL"), ("partition", "integer NOT NULL"),
+            ("offset", "bigint NOT NULL")]
+    if sink.format == "raw":
+        body = [("key", "bytea"), ("value", "bytea"), ("headers", "jsonb"),
+                ("kafka_timestamp", "timestamptz")]
+    else:
+        body = [("kafka_timestamp", "timestamptz")] + [
+            (c.name, c.pg_type + (" NOT NULL" if c.required else "")) for c in sink.columns]
+    return head + body
+
+
+def _connect_error(url: str, e: Exception) -> TransientError:
+    from pipeline.config import redact_url
+
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return TransientError(f"Postgres unreachable at {redact_url(url)} ({first}); "
+                          "check the server and database.url / PIPELINE_DATABASE_URL, then retry")
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection:
+    try:
+        return psycopg.connect(url, connect_timeout=10, options="-c TimeZone=UTC",
+                               application_name="kafka-offset-pipeline", **kwargs)
+    except psycopg.OperationalError as e:
+        raise _connect_error(url, e) from None
+
+
+@contextmanager
+def db_errors(url: str) -> Iterator[None]:
+    """Sorts database failures: a lost connection is transient, anything else a bug."""
+    try:
+        yield
+    except PipelineError:
+        raise
+    except (psycopg.OperationalError, psycopg.errors.AdminShutdown,
+            psycopg.errors.QueryCanceled) as e:
+        raise _connect_error(url, e) from None
+
+
+class Store:
+    """The driver's one connection; it holds the pipeline's run lock while it is open."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.url = settings.database_url
+        self.pipeline = settings.name
+        self.schema = sql.Identifier(settings.schema)
+        self.conn = connect(self.url, autocommit=True)
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def t(self, name: str) -> sql.Composed:
+        return sql.SQL("{}.{}").format(self.schema, sql.Identifier(name))
+
+    def execute(self, query, params: Sequence[Any] | dict | None = None):
+        with db_errors(self.url):
+            return self.conn.execute(query, params)
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """Commits on exit, rolls back on any error (including KeyboardInterrupt)."""
+        with db_errors(self.url), self.conn.transaction():
+            yield self.conn
+
+    # ---- schema ------------------------------------------------------------------------
+    def init_db(self) -> list[str]:
+        applied = []
+        with self.transaction() as conn:
+            # Serialize concurrent init-db calls; IF NOT EXISTS alone races.
+            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(self.schema))
+            for path in sorted(SQL_DIR.glob("*.sql")):
+                conn.execute(path.read_text().replace("{schema}", f'"{self.settings.schema}"'))
+                applied.append(path.name)
+            conn.execute(self.results_ddl())
+            applied.append(f"results table {self.settings.schema}.{self.settings.sink.table}")
+        return applied
+
+    def results_ddl(self) -> sql.Composed:
+        cols = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+                for n, t in result_columns(self.settings.sink)]
+        cols += [sql.SQL("run_id bigint NOT NULL"),
+                 sql.SQL("ingested_at timestamptz NOT NULL DEFAULT now()"),
+                 sql.SQL('PRIMARY KEY (topic, "partition", "offset")')]
+        return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+            self.t(self.settings.sink.table), sql.SQL(", ").join(cols))
+
+    def check_schema(self) -> None:
+        row = self.execute("SELECT to_regclass(%s), to_regclass(%s)", (
+            f'"{self.settings.schema}".pipeline_offsets',
+            f'"{self.settings.schema}"."{self.settings.sink.table}"')).fetchone()
+        if row[0] is None or row[1] is None:
+            from pipeline.errors import ConfigError
+            raise ConfigError(f"tables missing in schema {self.settings.schema}: run "
+                              f"'pipeline init-db --config {self.settings.source}' first")
+
+    # ---- the run lock ------------------------------------------------------------------
+    def try_lock(self) -> bool:
+        """Session advisory lock: one run (or offsets change) per pipeline at a time."""
+        return self.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                            (LOCK_CLASS, self.pipeline)).fetchone()[0]
+
+    def lock_or_fail(self, what: str = "run") -> None:
+        if not self.try_lock():
+            holder = self.execute(
+                sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
+                        "AND status = 'running' ORDER BY run_id DESC LIMIT 1")
+                .format(self.t("pipeline_runs")), (self.pipeline,)).fetchone()
+            who = (f"run {holder[0]} ({holder[1]}, {holder[2]} pid {holder[3]}, started "
+                   f"{holder[4]:%Y-%m-%d %H:%M:%S})" if holder else "another process")
+            raise ConflictError(f"pipeline '{self.pipeline}' is busy: {who} holds its lock; "
+                                f"this {what} did nothing - retry when it has finished")
+
+    # ---- reads -------------------------------------------------------------------------
+    def load_offsets(self, topics: Sequence[str] | None = None) -> dict[TopicPartition, int]:
+        rows = self.execute(
+            sql.SQL('SELECT topic, "partition", next_offset FROM {} WHERE pipeline = %s')
+            .format(self.t("pipeline_offsets")), (self.pipeline,)).fetchall()
+        return {(t, p): o for t, p, o in rows if topics is None or t in topics}
+
+    # ---- run rows ----------------------------------------------------------------------
+    def start_run(self, kind: str, planned: Sequence[PlannedPartition] | Sequence[OffsetRange],
+                  details: dict | None = None) -> int:
+        return self.execute(
+            sql.SQL("INSERT INTO {} (pipeline, kind, status, planned, lost, host, pid, details) "
+                    "VALUES (%s, %s, 'running', %s, %s, %s, %s, %s) RETURNING run_id")
+            .format(self.t("pipeline_runs")),
+            (self.pipeline, kind, json.dumps(ranges_json(planned)),
+             json.dumps(lost_json(planned)), socket.gethostname(), os.getpid(),
+             json.dumps(details or {}))).fetchone()[0]
+
+    def record_noop(self, kind: str, planned: Sequence[PlannedPartition],
+                    timings: dict) -> int:
+        return self.execute(
+            sql.SQL("INSERT INTO {} (pipeline, kind, status, planned, finished_at, records_read, "
+                    "rows_written, dead_letters, timings, exit_code, host, pid) VALUES "
+                    "(%s, %s, 'noop', %s, now(), 0, 0, 0, %s, 0, %s, %s) RETURNING run_id")
+            .format(self.t("pipeline_runs")),
+            (self.pipeline, kind, json.dumps(ranges_json(planned)), json.dumps(timings),
+             socket.gethostname(), os.getpid())).fetchone()[0]
+
+    def fail_run(self, run_id: int, error: str, exit_code: int, timings: dict) -> None:
+        self.execute(
+            sql.SQL("UPDATE {} SET status = 'failed', finished_at = now(), error = %s, "
+                    "exit_code = %s, timings = %s WHERE run_id = %s AND status = 'running'")
+            .format(self.t("pipeline_runs")), (error, exit_code, json.dumps(timings), run_id))
+
+    def abandon_stale_runs(self) -> list[int]:
+        """Runs left 'running' by a crash (we hold the lock, so none is alive): mark them
+        abandoned and drop their staging tables."""
+        stale = [r[0] for r in self.execute(
+            sql.SQL("UPDATE {} SET status = 'abandoned', finished_at = now(), "
+                    "error = coalesce(error, 'process died before finishing (crash, kill or "
+                    "lost connection); nothing was published') "
+                    "WHERE pipeline = %s AND status = 'running' RETURNING run_id")
+            .format(self.t("pipeline_runs")), (self.pipeline,)).fetchall()]
+        leftovers = self.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename ~ %s",
+            (self.settings.schema, rf"^_stage_{self.pipeline}_r\d+_(rows|dead)$")).fetchall()
+        for (name,) in leftovers:
+            self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(name)))
+        if stale or leftovers:
+            log.info("cleaned up after crashed runs %s (%d staging tables)", stale, len(leftovers))
+        return stale
+
+    # ---- staging -----------------------------------------------------------------------
+    def staging_names(self, run_id: int) -> tuple[str, str]:
+        return (f"_stage_{self.pipeline}_r{run_id}_rows", f"_stage_{self.pipeline}_r{run_id}_dead")
+
+    def create_staging(self, run_id: int) -> tuple[str, str]:
+        rows, dead = self.staging_names(run_id)
+        # UNLOGGED and keyless: fast parallel COPY, invisible to readers of the results.
+        cols = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t.replace(" NOT NULL", "")))
+                for n, t in result_columns(self.settings.sink)]
+        self.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(
+            self.t(rows), sql.SQL(", ").join(cols)))
+        self.execute(sql.SQL(
+            "CREATE UNLOGGED TABLE {} (topic text, \"partition\" integer, \"offset\" bigint, "
+            "key bytea, value bytea, headers jsonb, kafka_timestamp timestamptz, "
+            "error_type text, error_message text)").format(self.t(dead)))
+        return rows, dead
+
+    def drop_staging(self, run_id: int) -> None:
+        for name in self.staging_names(run_id):
+            self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(name)))
+
+    def count_staged(self, run_id: int) -> tuple[int, int]:
+        rows, dead = self.staging_names(run_id)
+        return (self.execute(sql.SQL("SELECT count(*) FROM {}").format(self.t(rows))).fetchone()[0],
+                self.execute(sql.SQL("SELECT count(*) FROM {}").format(self.t(dead))).fetchone()[0])
+
+    # ---- the publishing transaction ----------------------------------------------------
+    def publish_run(self, run_id: int, kind: str, offset_updates: Sequence[PlannedPartition],
+                    timings: dict, overwrite: bool = False) -> dict[str, Any]:
+        """ONE transaction: results, dead letters, offsets (compare-and-set), run row.
+        Either all of it becomes visible, or none of it."""
+        rows_t, dead_t = self.staging_names(run_id)
+        results = self.t(self.settings.sink.table)
+        names = [n for n, _ in result_columns(self.settings.sink)]
+        cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        key = sql.SQL('topic, "partition", "offset"')
+        with self.transaction() as conn:
+            if overwrite:
+                # DISTINCT ON: a retried Spark task may have staged a row twice.
+                updates = sql.SQL(", ").join(
+                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
+                    for n in names[3:] + ["run_id"])
+                insert = sql.SQL(
+                    "INSERT INTO {res} ({cols}, run_id) SELECT DISTINCT ON ({key}) {cols}, %s "
+                    "FROM {stg} ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()"
+                ).format(res=results, cols=cols, key=key, stg=self.t(rows_t), upd=updates)
+            else:
+                insert = sql.SQL(
+                    "INSERT INTO {res} ({cols}, run_id) SELECT {cols}, %s FROM {stg} "
+                    "ON CONFLICT ({key}) DO NOTHING").format(
+                    res=results, cols=cols, key=key, stg=self.t(rows_t))
+            rows_written = conn.execute(insert, (run_id,)).rowcount
+            dcols = sql.SQL(", ").join(map(sql.Identifier, DEAD_COLUMNS))
+            dead_written = conn.execute(sql.SQL(
+                "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) %s, "
+                "{cols}, %s FROM {stg} ON CONFLICT (pipeline, {key}) DO {action}").format(
+                dl=self.t("pipeline_dead_letters"), cols=dcols, key=key, stg=self.t(dead_t),
+                action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message = "
+                               "EXCLUDED.error_message, run_id = EXCLUDED.run_id, failed_at = "
+                               "now()") if overwrite else sql.SQL("NOTHING")),
+                (self.pipeline, run_id)).rowcount
+            per_partition = {f"{t}[{p}]": {"rows": r, "dead": d} for t, p, r, d in conn.execute(
+                sql.SQL('SELECT topic, "partition", sum(r), sum(d) FROM (SELECT topic, '
+                        '"partition", 1 AS r, 0 AS d FROM {rows} UNION ALL SELECT topic, '
+                        '"partition", 0, 1 FROM {dead}) s GROUP BY 1, 2 ORDER BY 1, 2')
+                .format(rows=self.t(rows_t), dead=self.t(dead_t))).fetchall()}
+            records_read = sum(v["rows"] + v["dead"] for v in per_partition.values())
+            self._compare_and_set_offsets(conn, run_id, offset_updates)
+            faults.inject("before_commit")
+            conn.execute(sql.SQL(
+                "UPDATE {} SET status = 'succeeded', finished_at = now(), records_read = %s, "
+                "rows_written = %s, dead_letters = %s, per_partition = %s, timings = %s, "
+                "exit_code = 0 WHERE run_id = %s").format(self.t("pipeline_runs")),
+                (records_read, rows_written, dead_written, json.dumps(per_partition),
+                 json.dumps(timings), run_id))
+            conn.execute(sql.SQL("DROP TABLE {}, {}").format(self.t(rows_t), self.t(dead_t)))
+        return {"records_read": records_read, "rows_written": rows_written,
+                "dead_letters": dead_written, "per_partition": per_partition}
+
+    def _compare_and_set_offsets(self, conn, run_id: int,
+                                 updates: Sequence[PlannedPartition]) -> None:
+        """Invariant 2: move each offset only from the value the plan started from. A stale
+        plan, a zombie or a concurrent run matches no row, and the whole transaction rolls
+        back."""
+        table = self.t("pipeline_offsets")
+        for u in updates:
+            r = u.range
+            if u.stored is None:
+                n = conn.execute(sql.SQL(
+                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id) '
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING").format(table),
+                    (self.pipeline, r.topic, r.partition, r.until_offset, run_id)).rowcount
+            else:
+                n = conn.execute(sql.SQL(
+                    "UPDATE {} SET next_offset = %s, updated_at = now(), run_id = %s "
+                    'WHERE pipeline = %s AND topic = %s AND "partition" = %s '
+                    "AND next_offset = %s").format(table),
+                    (r.until_offset, run_id, self.pipeline, r.topic, r.partition,
+                     u.stored)).rowcount
+            if n != 1:
+                current = conn.execute(sql.SQL(
+                    'SELECT next_offset FROM {} WHERE pipeline = %s AND topic = %s '
+                    'AND "partition" = %s').format(table),
+                    (self.pipeline, r.topic, r.partition)).fetchone()
+                raise ConflictError(
+                    f"{r.topic}[{r.partition}]: stored next offset is "
+                    f"{current[0] if current else 'absent'}, expected "
+                    f"{'absent' if u.stored is None else u.stored}: another run already "
+                    f"published [{r.from_offset}, {r.until_offset}); rolled back, nothing "
+                    "written twice - rerun to plan from the stored offsets")
+
+    # ---- offsets admin (used by ops commands) -------------------------------------------
+    def set_offsets(self, changes: dict[TopicPartition, int], run_id: int) -> None:
+        with self.transaction() as conn:
+            for (topic, partition), offset in sorted(changes.items()):
+                conn.execute(sql.SQL(
+                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id) '
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pipeline, topic, \"partition\") "
+                    "DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now(), "
+                    "run_id = EXCLUDED.run_id").format(self.t("pipeline_offsets")),
+                    (self.pipeline, topic, partition, offset, run_id))
+            conn.execute(sql.SQL(
+                "UPDATE {} SET status = 'succeeded', finished_at = now(), exit_code = 0 "
+                "WHERE run_id = %s").format(self.t("pipeline_runs")), (run_id,))
+
+
+def ranges_json(planned) -> list[dict]:
+    out = []
+    for p in planned:
+        r = p.range if isinstance(p, PlannedPartition) else p
+        out.append({"topic": r.topic, "partition": r.partition, "from": r.from_offset,
+                    "until": r.until_offset})
+    return out
+
+
+def lost_json(planned) -> list[dict]:
+    return [{"topic": p.lost.topic, "partition": p.lost.partition, "from": p.lost.from_offset,
+             "until": p.lost.until_offset}
+            for p in planned if isinstance(p, PlannedPartition) and p.lost]
+
+
+# ---- executors -----------------------------------------------------------------------------
+def stage_partition_writer(url: str, schema: str, table: str, columns: list[str]):
+    """A picklable function for DataFrame.foreachPartition: COPY the partition's rows into a
+    staging table in its own short transaction. A failed task attempt rolls back."""
+
+    def write(rows) -> None:
+        import psycopg as pg
+        from psycopg import sql as s
+
+        from pipeline import faults as f
+
+        with pg.connect(url, options="-c TimeZone=UTC", connect_timeout=10) as conn:
+            with conn.cursor() as cur, cur.copy(s.SQL("COPY {}.{} ({}) FROM STDIN").format(
+                    s.Identifier(schema), s.Identifier(table),
+                    s.SQL(", ").join(map(s.Identifier, columns)))) as copy:
+                for i, row in enumerate(rows):
+                    copy.write_row(tuple(row))
+                    if i == 100:
+                        f.inject("during_read")
+            conn.commit()
+
+    return write

@@ -1,0 +1,148 @@
+"""Test helpers shared by the integration tests: topics, producers, settings, queries."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipeline.config import Settings, parse_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+TEST_DB_URL = os.environ.get("PIPELINE_TEST_DATABASE_URL",
+                             "postgresql://postgres@127.0.0.1:5433/pipeline_test")
+JSON_COLUMNS = {"order_id": "long not null", "customer": "string not null",
+                "amount": "decimal(12,2)", "placed_at": "timestamp"}
+
+
+def unique(prefix: str = "t") -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def admin(bootstrap: str = BOOTSTRAP) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(name: str, partitions: int = 3, bootstrap: str = BOOTSTRAP,
+                 **config: str) -> str:
+    admin(bootstrap).create_topics([NewTopic(name, partitions, 1, config=config)])[name].result()
+    # Metadata propagates asynchronously even on one node.
+    for _ in range(50):
+        md = admin(bootstrap).list_topics(name, timeout=5)
+        if name in md.topics and len(md.topics[name].partitions) == partitions:
+            return name
+        time.sleep(0.1)
+    raise AssertionError(f"topic {name} did not appear")
+
+
+def produce(topic: str, records: list[tuple[bytes | None, bytes | None]] | None = None, *,
+            partition: int | None = None, bootstrap: str = BOOTSTRAP,
+            headers: list | None = None) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in records or []:
+        kwargs: dict[str, Any] = {}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers is not None:
+            kwargs["headers"] = headers
+        p.produce(topic, key=key, value=value, **kwargs)
+    assert p.flush(30) == 0
+
+
+def produce_orders(topic: str, ids, partition: int | None = None,
+                   bootstrap: str = BOOTSTRAP) -> None:
+    from pipeline.sample import order
+
+    produce(topic, [(f"order-{i}".encode(), order(i)) for i in ids], partition=partition,
+            bootstrap=bootstrap)
+
+
+def watermarks(topic: str, bootstrap: str = BOOTSTRAP) -> dict[int, tuple[int, int]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("wm")})
+    try:
+        md = c.list_topics(topic, timeout=10)
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                for p in md.topics[topic].partitions}
+    finally:
+        c.close()
+
+
+def make_settings(name: str, topics: list[str], *, fmt: str = "json", table: str | None = None,
+                  bootstrap: str = BOOTSTRAP, db_url: str = TEST_DB_URL,
+                  kafka: dict | None = None, sink: dict | None = None,
+                  spark: dict | None = None) -> Settings:
+    doc = {
+        "pipeline": {"name": name},
+        "kafka": {"bootstrap_servers": bootstrap, "topics": topics, "timeout_seconds": 10,
+                  **(kafka or {})},
+        "database": {"url": db_url},
+        "sink": {"format": fmt, "table": table or name, "max_bad_records": -1,
+                 **({"columns": JSON_COLUMNS} if fmt == "json" else {}), **(sink or {})},
+        "spark": {"master": "local[2]", **(spark or {})},
+    }
+    return parse_settings(doc, source=f"<test {name}>", environ={})
+
+
+def write_config(path: Path, settings_doc: str) -> Path:
+    path.write_text(settings_doc)
+    return path
+
+
+def query(sql: str, params=None, db_url: str = TEST_DB_URL) -> list[tuple]:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def stored_offsets(pipeline: str, db_url: str = TEST_DB_URL) -> dict[tuple[str, int], int]:
+    return {(t, p): o for t, p, o in query(
+        'SELECT topic, "partition", next_offset FROM pipeline_offsets WHERE pipeline = %s',
+        (pipeline,), db_url)}
+
+
+def result_keys(table: str, db_url: str = TEST_DB_URL) -> list[tuple[str, int, int]]:
+    return query(f'SELECT topic, "partition", "offset" FROM {table} ORDER BY 1, 2, 3',
+                 db_url=db_url)
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300,
+            new_session: bool = True) -> subprocess.CompletedProcess:
+    """The real CLI in its own process (and process group, so a fault can kill it all)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout,
+                          start_new_session=new_session)
+
+
+def toml_config(settings_name: str, topics: list[str], *, fmt: str = "json",
+                bootstrap: str = BOOTSTRAP, db_url: str = TEST_DB_URL, extra_kafka: str = "",
+                extra_sink: str = "") -> str:
+    cols = "".join(f'{k} = "{v}"\n' for k, v in JSON_COLUMNS.items()) if fmt == "json" else ""
+    return f"""
+[pipeline]
+name = "{settings_name}"
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topics = {topics!r}
+timeout_seconds = 10
+{extra_kafka}
+[database]
+url = "{db_url}"
+[sink]
+format = "{fmt}"
+table = "{settings_name}"
+max_bad_records = -1
+{extra_sink}
+{"[sink.columns]" if fmt == "json" else ""}
+{cols}
+[spark]
+master = "local[2]"
+""".replace("'", '"')
