@@ -23,7 +23,8 @@ examples:
   pipeline init-db --config conf/local.toml
   pipeline run --config conf/local.toml --dry-run     # print the plan, change nothing
   pipeline run --config conf/local.toml --json        # one JSON summary on stdout
-  spark-submit --jars "$(ls .jars/spark/*.jar | paste -sd,)" pipeline/submit.py run --config conf/local.toml
+  spark-submit --jars "$(ls .jars/spark/*.jar | paste -sd,)" \\
+      pipeline/submit.py run --config conf/local.toml
 """
 
 

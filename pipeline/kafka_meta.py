@@ -76,7 +76,8 @@ class KafkaMeta:
         except KafkaException as e:
             err = e.args[0]
             if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise DataError(f"unknown topic or partition while listing offsets: {err}") from None
+                raise DataError(
+                    f"unknown topic or partition while listing offsets: {err}") from None
             raise self._unreachable("listing offsets", err) from None
 
     def offsets(self, partitions: Iterable[tuple[str, int]],
