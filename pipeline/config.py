@@ -187,11 +187,11 @@ def _choice(value: str, key: str, choices: tuple[str, ...]) -> str:
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _expand_env(value: str, key: str) -> str:
+def _expand_env(value: str, key: str, env: dict[str, str]) -> str:
     def sub(m: re.Match) -> str:
-        if m.group(1) not in os.environ:
+        if m.group(1) not in env:
             raise ConfigError(f"'{key}' refers to ${{{m.group(1)}}}, which is not set")
-        return os.environ[m.group(1)]
+        return env[m.group(1)]
     return _ENV_REF.sub(sub, value)
 
 
@@ -218,7 +218,7 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         if not isinstance(cv, (str, int, bool)):
             raise ConfigError(f"'kafka.consumer.{ck}' must be a string, number or boolean")
     consumer = {ck: _expand_env(str(cv).lower() if isinstance(cv, bool) else str(cv),
-                                f"kafka.consumer.{ck}")
+                                f"kafka.consumer.{ck}", env)
                 for ck, cv in consumer.items()}
     for owned in ("bootstrap.servers", "isolation.level", "group.id", "enable.auto.commit"):
         if owned in consumer:

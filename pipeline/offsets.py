@@ -53,9 +53,14 @@ class PlannedPartition:
     range: OffsetRange
     stored: int | None  # the compare-and-set's expected value; None = no row yet
     lost: OffsetRange | None = None  # deleted by retention and skipped (policy "skip")
+    # A new, empty partition read from "earliest" needs no row yet: the next run resolves
+    # the same start. Under "latest" the position is pinned so later records are not skipped.
+    pin_new: bool = False
 
     @property
     def moves_offset(self) -> bool:
+        if self.stored is None:
+            return self.range.count > 0 or self.pin_new
         return self.stored != self.range.until_offset
 
 
@@ -137,7 +142,8 @@ def plan_ranges(
         if max_records_per_partition:
             until = min(until, start + max_records_per_partition)
         planned.append(PlannedPartition(OffsetRange(k.topic, k.partition, start, until),
-                                        current, lost))
+                                        current, lost,
+                                        pin_new=current is None and starting_offsets == "latest"))
     return Plan(tuple(planned))
 
 

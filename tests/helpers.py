@@ -34,7 +34,8 @@ def admin(bootstrap: str = BOOTSTRAP) -> AdminClient:
 
 def create_topic(name: str, partitions: int = 3, bootstrap: str = BOOTSTRAP,
                  **config: str) -> str:
-    admin(bootstrap).create_topics([NewTopic(name, partitions, 1, config=config)])[name].result()
+    client = admin(bootstrap)  # keep the handle alive until the future resolves
+    client.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result()
     # Metadata propagates asynchronously even on one node.
     for _ in range(50):
         md = admin(bootstrap).list_topics(name, timeout=5)

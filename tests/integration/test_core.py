@@ -1,0 +1,302 @@
+"""The core run against the real stack: exact ranges in, exact rows and offsets out, one
+transaction, never twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Producer
+
+from pipeline.errors import ConflictError, DataError
+from pipeline.job import Timer, execute_ranges, run_ingest
+from pipeline.kafka_meta import KafkaMeta
+from pipeline.offsets import plan_ranges
+from pipeline.store import Store
+from tests.helpers import (
+    BOOTSTRAP,
+    ROOT,
+    TEST_DB_URL,
+    create_topic,
+    make_settings,
+    produce,
+    produce_orders,
+    query,
+    result_keys,
+    run_cli,
+    stored_offsets,
+    toml_config,
+    unique,
+    watermarks,
+)
+
+
+def init(settings):
+    store = Store(settings)
+    try:
+        store.init_db()
+    finally:
+        store.close()
+    return settings
+
+
+def expected_keys(topics):
+    keys = []
+    for topic in topics:
+        for p, (low, high) in watermarks(topic).items():
+            keys += [(topic, p, o) for o in range(low, high)]
+    return sorted(keys)
+
+
+def test_two_topics_several_partitions_then_only_new_records(spark):
+    a, b = create_topic(unique("ta"), 3), create_topic(unique("tb"), 2)
+    produce_orders(a, range(0, 90))
+    produce_orders(b, range(1000, 1040))
+    s = init(make_settings(unique("core"), [a, b]))
+
+    first = run_ingest(s)
+
+    assert first.status == "succeeded" and first.rows_written == 130
+    assert result_keys(s.sink.table) == expected_keys([a, b])
+    assert stored_offsets(s.name) == {(t, p): high for t in (a, b)
+                                      for p, (_, high) in watermarks(t).items()}
+
+    produce_orders(a, range(90, 120))
+    second = run_ingest(s)
+
+    assert second.records_read == 30 and second.rows_written == 30
+    assert all(item["from"] == first_item["until"]
+               for item, first_item in zip(second.plan, first.plan, strict=True))
+    assert result_keys(s.sink.table) == expected_keys([a, b])
+    assert stored_offsets(s.name) == {(t, p): high for t in (a, b)
+                                      for p, (_, high) in watermarks(t).items()}
+    order_ids = [r[0] for r in query(f"SELECT order_id FROM {s.sink.table} ORDER BY 1")]
+    assert order_ids == list(range(0, 120)) + list(range(1000, 1040))
+    amount, placed = query(f"SELECT amount, placed_at FROM {s.sink.table} WHERE order_id = 7")[0]
+    assert amount == Decimal("8.75") and placed.isoformat() == "2026-01-01T00:07:00+00:00"
+
+
+def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_set(spark):
+    topic = create_topic(unique("cas"), 2)
+    produce_orders(topic, range(50))
+    s = init(make_settings(unique("cas"), [topic]))
+    store = Store(s)
+    meta = KafkaMeta(s.kafka)
+    stale = plan_ranges(store.load_offsets(), meta.topic_offsets([topic]))
+    run_ingest(s)  # publishes the same ranges first
+    rows_before = result_keys(s.sink.table)
+
+    store.lock_or_fail()
+    run_id = store.start_run("ingest", stale.partitions)
+    with pytest.raises(ConflictError, match=r"another run already published \[0, \d+\)"):
+        execute_ranges(s, store, meta, run_id, "ingest", stale.ranges, stale.offset_updates,
+                       Timer(), None)
+    store.close()
+
+    assert result_keys(s.sink.table) == rows_before
+    status, error = query("SELECT status, error FROM pipeline_runs WHERE run_id = %s",
+                          (run_id,))[0]
+    assert status == "failed" and "stored next offset is" in error
+    assert query("SELECT count(*) FROM pg_tables WHERE tablename LIKE %s",
+                 (f"_stage_{s.name}_r{run_id}%",))[0][0] == 0
+
+
+def test_two_runs_started_together_publish_each_range_once(stack, tmp_path):
+    topic = create_topic(unique("conc"), 2)
+    produce_orders(topic, range(200))
+    name = unique("conc")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic]))
+    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    # The first run holds the pipeline for a while after planning.
+    slow = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", "--config", str(config)], cwd=ROOT,
+        env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=6"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not query("SELECT 1 FROM pipeline_runs WHERE pipeline = %s", (name,)):
+        assert time.time() < deadline and slow.poll() is None, slow.communicate()
+        time.sleep(0.2)
+    second = run_cli("run", "--config", str(config))
+    out, err = slow.communicate(timeout=300)
+
+    assert slow.returncode == 0, err
+    assert second.returncode == 75, second.stderr
+    assert f"pipeline '{name}' is busy" in second.stderr
+    assert result_keys(name) == expected_keys([topic])
+    assert query("SELECT count(*) FROM pipeline_runs WHERE pipeline = %s AND status = "
+                 "'succeeded'", (name,))[0][0] == 1
+
+
+def test_malformed_records_become_dead_letters_and_the_rest_lands(spark):
+    topic = create_topic(unique("bad"), 1)
+    produce_orders(topic, range(3))
+    produce(topic, [(b"k3", b"{oops"), (b"k4", b'{"order_id": "x", "customer": "c"}'),
+                    (b"k5", b'{"customer": "c"}'), (b"k6", b"\xff\xfe"), (b"k7", None),
+                    (b"k8", b"[1, 2]"), (b"k9", b'{"order_id": 9, "customer": 12}')],
+            headers=[("trace", b"\x00\x01")])
+    produce_orders(topic, range(10, 12))
+    s = init(make_settings(unique("bad"), [topic]))
+
+    result = run_ingest(s)
+
+    assert result.rows_written == 5 and result.dead_letters == 7
+    dead = query("SELECT \"offset\", error_type, error_message, key, value, headers, run_id "
+                 "FROM pipeline_dead_letters WHERE pipeline = %s ORDER BY 1", (s.name,))
+    assert [(o, t) for o, t, *_ in dead] == [
+        (3, "malformed_json"), (4, "wrong_type"), (5, "missing_field"), (6, "invalid_utf8"),
+        (7, "null_value"), (8, "not_an_object"), (9, "wrong_type")]
+    assert dead[1][2] == "field 'order_id': expected long, got string"
+    assert dead[6][2] == "field 'customer': expected string, got bigint"
+    assert bytes(dead[0][3]) == b"k3" and bytes(dead[0][4]) == b"{oops"
+    assert dead[0][5] == [{"key": "trace", "value_b64": "AAE="}]
+    assert {d[6] for d in dead} == {result.run_id}
+    assert [k[2] for k in result_keys(s.sink.table)] == [0, 1, 2, 10, 11]
+    assert stored_offsets(s.name) == {(topic, 0): 12}
+
+
+def test_too_many_bad_records_abort_the_run_and_commit_nothing(spark):
+    topic = create_topic(unique("tol"), 1)
+    produce(topic, [(b"k", b"nope")] * 5)
+    produce_orders(topic, range(5))
+    s = init(make_settings(unique("tol"), [topic], sink={"max_bad_records": 4}))
+
+    with pytest.raises(DataError, match=r"5 bad records .* exceed sink.max_bad_records = 4"):
+        run_ingest(s)
+
+    assert result_keys(s.sink.table) == []
+    assert stored_offsets(s.name) == {}
+    assert query("SELECT count(*) FROM pipeline_dead_letters WHERE pipeline = %s",
+                 (s.name,))[0][0] == 0
+    assert query("SELECT status FROM pipeline_runs WHERE pipeline = %s", (s.name,)) == [
+        ("failed",)]
+
+
+def test_aborted_transactions_never_land_and_offsets_pass_the_markers(spark):
+    topic = create_topic(unique("txn"), 1)
+    p = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": unique("tx")})
+    p.init_transactions(30)
+    from pipeline.sample import order
+
+    for ids, commit in ((range(0, 4), True), (range(100, 103), False), (range(4, 6), True)):
+        p.begin_transaction()
+        for i in ids:
+            p.produce(topic, key=b"k", value=order(i))
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+    s = init(make_settings(unique("txn"), [topic], fmt="json",
+                           kafka={"isolation_level": "read_committed"}))
+
+    result = run_ingest(s)
+
+    ids = [r[0] for r in query(f"SELECT order_id FROM {s.sink.table} ORDER BY 1")]
+    assert ids == [0, 1, 2, 3, 4, 5]
+    # 6 committed + 3 aborted records + 3 markers: the stored offset is the LSO, 12,
+    # not the last record's offset + 1 (10).
+    assert stored_offsets(s.name) == {(topic, 0): 12}
+    assert result.records_read == 6
+    assert run_ingest(s).status == "noop"
+
+
+def test_user_transform_hook_changes_rows(spark):
+    topic = create_topic(unique("tr"), 1)
+    produce_orders(topic, range(1, 21))
+    s = init(make_settings(unique("tr"), [topic],
+                           sink={"transform": "tests.integration.transforms.orders:double_amount"}))
+
+    run_ingest(s)
+
+    rows = query(f"SELECT order_id, amount FROM {s.sink.table} ORDER BY 1")
+    assert [r[0] for r in rows] == [i for i in range(1, 21) if i % 10]
+    assert rows[0][1] == Decimal("2.50")
+    # Filtered records are consumed: the offsets still cover them.
+    assert stored_offsets(s.name) == {(topic, 0): 20}
+
+
+def test_empty_run_starts_no_spark_and_records_a_noop(stack, tmp_path):
+    topic = create_topic(unique("empty"), 2)
+    name = unique("empty")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic]))
+    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    probe = (
+        "import sys, json\n"
+        "from pipeline.cli import main\n"
+        f"rc = main(['run', '--config', {str(config)!r}, '--json'])\n"
+        "print(json.dumps({'rc': rc, 'pyspark_loaded': 'pyspark' in sys.modules}))\n")
+
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+
+    lines = r.stdout.strip().splitlines()
+    summary, probe_out = json.loads(lines[0]), json.loads(lines[-1])
+    assert probe_out == {"rc": 0, "pyspark_loaded": False}, r.stderr
+    assert summary["status"] == "noop"
+    assert query("SELECT status, records_read FROM pipeline_runs WHERE pipeline = %s",
+                 (name,)) == [("noop", 0)]
+    assert stored_offsets(name) == {}
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(stack, tmp_path):
+    topic = create_topic(unique("dry"), 2)
+    produce_orders(topic, range(10), partition=1)
+    name = unique("dry")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic]))
+    assert run_cli("init-db", "--config", str(config)).returncode == 0
+
+    r = run_cli("run", "--config", str(config), "--dry-run")
+
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["topic", "partition", "stored", "from", "until", "offsets"]
+    assert lines[2].split() == [topic, "1", "-", "0", "10", "10"]
+    assert "2 partitions, 10 offsets to read" in r.stdout
+    assert query("SELECT count(*) FROM pipeline_runs WHERE pipeline = %s", (name,)) == [(0,)]
+
+
+def test_bad_config_fails_before_anything_runs_with_exit_2(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config("x", ["t"]).replace("[spark]", "[spark]\nmastr = 'x'"))
+    r = run_cli("run", "--config", str(config))
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("error: unknown key 'spark.mastr' in config; allowed: conf, "
+                                "master, min_partitions")
+
+
+def test_spark_submit_runs_the_same_job(stack, tmp_path):
+    topic = create_topic(unique("submit"), 2)
+    produce_orders(topic, range(40))
+    name = unique("submit")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic]))
+    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    venv_bin = os.path.dirname(sys.executable)
+    jars = ",".join(str(p) for p in sorted((ROOT / ".jars" / "spark").glob("*.jar")))
+
+    r = subprocess.run(
+        [os.path.join(venv_bin, "spark-submit"), "--master", "local[2]", "--jars", jars,
+         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
+         str(ROOT / "pipeline" / "submit.py"), "run", "--config", str(config), "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
+             "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "succeeded" and summary["rows_written"] == 40
+    assert result_keys(name) == expected_keys([topic])
+
+
+def test_init_db_is_idempotent(stack):
+    s = make_settings(unique("idem"), ["t"])
+    init(s)
+    init(s)
+    assert query("SELECT count(*) FROM information_schema.tables WHERE table_name = %s",
+                 (s.sink.table,)) == [(1,)]
+    assert TEST_DB_URL.endswith("/pipeline_test")

@@ -1,0 +1,85 @@
+import pytest
+
+from pipeline.config import load_settings, parse_settings, redact_url, secrets_of
+from pipeline.errors import ConfigError
+from pipeline.read import spark_offsets_options
+from pipeline.offsets import OffsetRange
+
+
+def doc(**changes):
+    d = {
+        "pipeline": {"name": "p1"},
+        "kafka": {"bootstrap_servers": "h:9092", "topics": ["t"]},
+        "database": {"url": "postgresql://u:pw@h/db"},
+        "sink": {"format": "raw", "table": "events"},
+    }
+    for section, values in changes.items():
+        d.setdefault(section, {}).update(values)
+    return d
+
+
+def test_shipped_config_is_valid():
+    s = load_settings("conf/local.toml", environ={})
+    assert s.name == "demo" and s.sink.format == "json" and s.kafka.topics == ("demo_orders",)
+    assert [c.name for c in s.sink.columns][:2] == ["order_id", "customer"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"kafka": {"topicz": ["t"]}}, "unknown key 'kafka.topicz'"),
+    ({"kafka": {"max_records_per_partition": "10"}}, "'kafka.max_records_per_partition' must be "
+                                                     "an integer"),
+    ({"kafka": {"on_data_loss": "ignore"}}, "must be one of fail, skip"),
+    ({"sink": {"table": "events; drop table x"}}, "not a safe SQL identifier"),
+    ({"database": {"schema": "Public"}}, "not a safe SQL identifier"),
+    ({"pipeline": {"name": "1abc"}}, "not a safe SQL identifier"),
+    ({"database": {"url": "mysql://x"}}, "postgresql:// URL"),
+    ({"sink": {"format": "json"}}, "needs at least one column"),
+    ({"sink": {"format": "json", "columns": {"a": "varchar"}}}, "'sink.columns.a'"),
+    ({"sink": {"format": "json", "columns": {"offset": "long"}}}, "reserved"),
+    ({"kafka": {"consumer": {"group.id": "x"}}}, "managed by the pipeline"),
+    ({"sink": {"transform": "no_colon"}}, "module:function"),
+    ({"kafka": {"timeout_seconds": True}}, "got a boolean"),
+])
+def test_bad_config_is_one_line_error_naming_the_key(changes, message):
+    with pytest.raises(ConfigError) as e:
+        parse_settings(doc(**changes), environ={})
+    assert message in e.value.message
+    assert "\n" not in e.value.message
+
+
+def test_environment_overrides_bootstrap_and_database_url():
+    s = parse_settings(doc(), environ={"KAFKA_BOOTSTRAP_SERVERS": "k1:1,k2:2",
+                                       "PIPELINE_DATABASE_URL": "postgresql://o@x/y"})
+    assert s.kafka.bootstrap_servers == "k1:1,k2:2"
+    assert s.database_url == "postgresql://o@x/y"
+
+
+def test_consumer_settings_pass_through_with_env_secrets():
+    s = parse_settings(doc(kafka={"consumer": {"security.protocol": "SASL_SSL",
+                                               "sasl.password": "${SASL_PW}"}}),
+                       environ={"SASL_PW": "s3cret"})
+    assert s.kafka.client_config()["sasl.password"] == "s3cret"
+    assert s.kafka.client_config()["security.protocol"] == "SASL_SSL"
+    assert "s3cret" not in str(s.redacted()) and "pw@" not in str(s.redacted())
+    assert set(secrets_of(s)) == {"s3cret", "pw"}
+
+
+def test_missing_env_reference_is_an_error():
+    with pytest.raises(ConfigError, match=r"\$\{NOPE\}"):
+        parse_settings(doc(kafka={"consumer": {"sasl.password": "${NOPE}"}}), environ={})
+
+
+def test_redact_url_hides_only_the_password():
+    assert redact_url("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
+    assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_spark_options_are_exactly_the_planned_ranges():
+    opts = spark_offsets_options([OffsetRange("b", 1, 100, 300), OffsetRange("a", 0, 5, 6)])
+    assert opts == {
+        "assign": '{"a": [0], "b": [1]}',
+        "startingOffsets": '{"a": {"0": 5}, "b": {"1": 100}}',
+        "endingOffsets": '{"a": {"0": 6}, "b": {"1": 300}}',
+    }
+    with pytest.raises(ValueError):
+        spark_offsets_options([OffsetRange("a", 0, 5, 5)])

@@ -1,0 +1,104 @@
+"""Planning is pure: these run without Spark, Kafka or Postgres."""
+
+import pytest
+
+from pipeline.errors import DataError
+from pipeline.offsets import OffsetRange, PartitionOffsets, plan_backfill, plan_ranges
+
+
+def k(topic, partition, earliest, latest):
+    return PartitionOffsets(topic, partition, earliest, latest)
+
+
+def test_range_starts_at_stored_next_offset_and_ends_at_latest():
+    plan = plan_ranges({("t", 0): 10}, [k("t", 0, 0, 25)])
+    assert plan.ranges == [OffsetRange("t", 0, 10, 25)]
+    assert plan.offset_updates[0].stored == 10
+
+
+def test_new_partition_starts_at_earliest_by_default():
+    plan = plan_ranges({("t", 0): 5}, [k("t", 0, 0, 5), k("t", 1, 3, 9)])
+    assert plan.ranges == [OffsetRange("t", 1, 3, 9)]
+    assert plan.offset_updates[0].stored is None
+
+
+def test_new_empty_partition_is_not_written_under_earliest():
+    plan = plan_ranges({}, [k("t", 0, 4, 4)])
+    assert plan.is_empty
+
+
+def test_new_partition_can_start_at_latest():
+    plan = plan_ranges({}, [k("t", 0, 3, 9)], starting_offsets="latest")
+    assert plan.ranges == []
+    # The first run still records where the partition starts.
+    assert [u.range.until_offset for u in plan.offset_updates] == [9]
+
+
+def test_every_topic_and_partition_is_planned_independently():
+    plan = plan_ranges({("a", 0): 2, ("b", 1): 7},
+                       [k("a", 0, 0, 4), k("a", 1, 0, 3), k("b", 0, 0, 0), k("b", 1, 0, 9)])
+    assert plan.ranges == [OffsetRange("a", 0, 2, 4), OffsetRange("a", 1, 0, 3),
+                           OffsetRange("b", 1, 7, 9)]
+
+
+def test_cap_limits_records_per_partition_per_run():
+    plan = plan_ranges({("t", 0): 100}, [k("t", 0, 0, 1000)], max_records_per_partition=50)
+    assert plan.ranges == [OffsetRange("t", 0, 100, 150)]
+
+
+def test_nothing_new_is_an_empty_plan():
+    plan = plan_ranges({("t", 0): 9, ("t", 1): 0}, [k("t", 0, 0, 9), k("t", 1, 0, 0)])
+    assert plan.is_empty and plan.ranges == []
+
+
+def test_retention_deleted_next_offset_fails_naming_the_lost_range():
+    with pytest.raises(DataError, match=r"t\[2\] offsets \[5, 40\) were deleted"):
+        plan_ranges({("t", 2): 5}, [k("t", 2, 40, 90)])
+
+
+def test_skip_policy_starts_at_earliest_and_records_the_gap():
+    plan = plan_ranges({("t", 2): 5}, [k("t", 2, 40, 90)], on_data_loss="skip")
+    assert plan.ranges == [OffsetRange("t", 2, 40, 90)]
+    assert plan.lost_ranges == [OffsetRange("t", 2, 5, 40)]
+    # The compare-and-set still expects the stored value, not the new start.
+    assert plan.offset_updates[0].stored == 5
+
+
+def test_skip_policy_moves_offset_even_when_everything_was_deleted():
+    plan = plan_ranges({("t", 0): 5}, [k("t", 0, 40, 40)], on_data_loss="skip")
+    assert not plan.is_empty and plan.ranges == []
+    assert plan.offset_updates[0].range.until_offset == 40
+
+
+def test_stored_offset_beyond_latest_is_a_clear_error():
+    with pytest.raises(DataError, match=r"beyond the latest offset 3.*offsets reset"):
+        plan_ranges({("t", 0): 50}, [k("t", 0, 0, 3)])
+
+
+def test_stored_partition_missing_from_metadata_is_an_error():
+    with pytest.raises(DataError, match=r"no partition 4"):
+        plan_ranges({("t", 4): 50}, [k("t", 0, 0, 3)])
+
+
+def test_plan_uses_the_planned_end_not_max_offset_plus_one():
+    # Transaction markers make the last record's offset + 1 smaller than the LSO; the
+    # planner never looks at records, only at the resolved end.
+    plan = plan_ranges({}, [k("t", 0, 0, 12)])
+    assert plan.offset_updates[0].range.until_offset == 12
+
+
+def test_backfill_range_must_lie_inside_what_kafka_holds():
+    held = [k("t", 0, 10, 100)]
+    assert plan_backfill(held, from_offsets={("t", 0): 10}, until_offsets={("t", 0): 20}) == [
+        OffsetRange("t", 0, 10, 20)]
+    with pytest.raises(DataError, match=r"outside what Kafka holds \[10, 100\)"):
+        plan_backfill(held, from_offsets={("t", 0): 5}, until_offsets={("t", 0): 20})
+    with pytest.raises(DataError, match="no such partition"):
+        plan_backfill(held, from_offsets={("t", 3): 5}, until_offsets={("t", 3): 20})
+
+
+def test_offset_range_rejects_negative_or_reversed_bounds():
+    with pytest.raises(ValueError):
+        OffsetRange("t", 0, 5, 4)
+    with pytest.raises(ValueError):
+        OffsetRange("t", 0, -1, 4)
