@@ -11,7 +11,10 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from pipeline.errors import ConfigError
 
@@ -105,11 +108,11 @@ class Settings:
 
 
 def redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL with its password masked (SQLAlchemy's URL parser does the quoting right)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable database url>"
 
 
 def redact_settings(settings: dict[str, str]) -> dict[str, str]:
@@ -119,9 +122,9 @@ def redact_settings(settings: dict[str, str]) -> dict[str, str]:
 def secrets_of(settings: Settings) -> list[str]:
     """Every secret value, so that error messages can be scrubbed of them."""
     out = [v for k, v in settings.kafka.consumer.items() if SECRET_KEY.search(k) and v]
-    pw = urlsplit(settings.database_url).password
+    pw = urlsplit(settings.database_url).password  # as written (percent-encoded)
     if pw:
-        out.append(pw)
+        out += [pw, make_url(settings.database_url).password]
     return out
 
 
@@ -250,6 +253,11 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(
             "'database.url' must be a postgresql:// URL (or set PIPELINE_DATABASE_URL)")
+    try:
+        make_url(url)
+    except ArgumentError:
+        raise ConfigError("'database.url' is not a valid URL: write "
+                          "postgresql://user:password@host:port/database") from None
     schema = _identifier(_get(d, "database", "schema", str, "public"), "database.schema")
 
     s = doc.get("sink", {})

@@ -2,8 +2,8 @@ import pytest
 
 from pipeline.config import load_settings, parse_settings, redact_url, secrets_of
 from pipeline.errors import ConfigError
-from pipeline.read import spark_offsets_options
 from pipeline.offsets import OffsetRange
+from pipeline.read import spark_offsets_options
 
 
 def doc(**changes):
@@ -62,6 +62,12 @@ def test_consumer_settings_pass_through_with_env_secrets():
     assert s.kafka.client_config()["security.protocol"] == "SASL_SSL"
     assert "s3cret" not in str(s.redacted()) and "pw@" not in str(s.redacted())
     assert set(secrets_of(s)) == {"s3cret", "pw"}
+
+
+def test_percent_encoded_password_is_masked_in_both_forms():
+    s = parse_settings(doc(database={"url": "postgresql://u:p%40ss@h/db"}), environ={})
+    assert set(secrets_of(s)) == {"p%40ss", "p@ss"}
+    assert redact_url(s.database_url) == "postgresql://u:***@h/db"
 
 
 def test_missing_env_reference_is_an_error():
