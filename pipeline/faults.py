@@ -21,6 +21,12 @@ POINTS = (
 )
 
 _SPEC = os.environ.get("PIPELINE_FAULT", "")
+# Spark's Python daemon moves its workers into a process group of their own (setpgid), so
+# a worker's own group is not the run's. The driver records its group here; the JVM and
+# the workers inherit it through the environment.
+_DRIVER_PGID = "PIPELINE_FAULT_DRIVER_PGID"
+if _SPEC and "PYTHON_WORKER_FACTORY_SECRET" not in os.environ:  # not inside a Spark worker
+    os.environ[_DRIVER_PGID] = str(os.getpgrp())
 
 
 class InjectedFault(RuntimeError):
@@ -34,8 +40,12 @@ def inject(point: str) -> None:
     if name != point:
         return
     if action == "kill":
-        # The whole process group: the driver, its JVM and Python workers die at once.
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        # The whole run: the driver's group (driver and JVM) and, inside a Spark task, the
+        # workers' group too; our own group last, as it ends this process.
+        own = os.getpgrp()
+        for pgid in {int(os.environ.get(_DRIVER_PGID, own))} - {own}:
+            os.killpg(pgid, signal.SIGKILL)
+        os.killpg(own, signal.SIGKILL)
     elif action.startswith("sleep="):
         time.sleep(float(action.split("=", 1)[1]))
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,10 +16,15 @@ from typing import Any
 
 from pipeline import faults
 from pipeline.config import Settings
-from pipeline.errors import DataError, Terminated, TransientError
+from pipeline.errors import DataError, PipelineError, Terminated, TransientError
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import OffsetRange, Plan, PlannedPartition, plan_ranges
-from pipeline.store import Store, result_columns, stage_partition_writer
+from pipeline.store import (
+    Store,
+    result_columns,
+    stage_partition_writer,
+    stage_split_writer,
+)
 
 log = logging.getLogger("pipeline")
 
@@ -85,11 +91,26 @@ class StopSignals:
             return
         log.warning("%s received: cancelling Spark jobs and rolling back", name)
         if self.spark is not None:
-            try:
-                self.spark.sparkContext.cancelAllJobs()
-            except Exception:  # noqa: BLE001 - we are stopping anyway
-                pass
+            # From another thread: this handler usually interrupts the main thread inside a
+            # py4j call, and re-entering that thread's py4j connection fails.
+            threading.Thread(target=self._cancel_spark, args=(self.spark,),
+                             name="cancel-spark-jobs", daemon=True).start()
         raise Terminated(f"stopped by {name}; nothing committed by this run, safe to rerun")
+
+    @staticmethod
+    def _cancel_spark(spark) -> None:
+        try:
+            spark.sparkContext.cancelAllJobs()
+        except Exception:  # noqa: BLE001 - we are stopping anyway
+            log.debug("could not cancel the Spark jobs", exc_info=True)
+
+    def stop_error(self, e: BaseException) -> BaseException:
+        """The handler's Terminated, raised inside a py4j call, surfaces as a Py4JError (or
+        as the error of the job it cancelled): after a stop signal that is still a stop."""
+        if self.received is None or isinstance(e, PipelineError):
+            return e
+        return Terminated(f"stopped by {signal.Signals(self.received).name}; nothing "
+                          "committed by this run, safe to rerun")
 
     @contextmanager
     def shielded(self) -> Iterator[None]:
@@ -199,14 +220,17 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
                  published["records_read"],
                  ", ".join(f"{u.range.topic}[{u.range.partition}] -> {u.range.until_offset}"
                            for u in offset_updates) or "unchanged")
-    except BaseException as e:
+    except BaseException as caught:
+        e = signals.stop_error(caught)
         try:
             message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
             store.fail_run(run_id, message, getattr(e, "exit_code", 1), timer.as_dict())
             store.drop_staging(run_id)
         except Exception:  # noqa: BLE001 - the database may be the thing that failed
             log.debug("could not record the failure of run %s", run_id, exc_info=True)
-        raise
+        if e is caught:
+            raise
+        raise e from caught
     faults.inject("after_commit")
     if settings.kafka.mirror_group and offset_updates:
         meta.mirror_offsets(settings.kafka.mirror_group,
@@ -230,32 +254,42 @@ def stage(spark, settings: Settings, store: Store, run_id: int,
     on the driver."""
     from pyspark import StorageLevel
 
+    from pipeline.errors import ConfigError
     from pipeline.read import read_ranges
-    from pipeline.transform import DEAD_LETTER_COLUMNS, to_rows
+    from pipeline.transform import DEAD_LETTER_COLUMNS, mark, to_rows
 
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
-    records = records.persist(StorageLevel.MEMORY_AND_DISK)  # read Kafka once for both outputs
+    rows_t, dead_t = store.staging_names(run_id)
+    columns = [n for n, _ in result_columns(settings.sink)]
+    sc = spark.sparkContext
+    sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
+                   interruptOnCancel=True)
     try:
-        results, dead = to_rows(records, settings.sink)
-        columns = [n for n, _ in result_columns(settings.sink)]
-        missing = [c for c in columns if c not in results.columns]
-        if missing:
-            from pipeline.errors import ConfigError
-            raise ConfigError(f"results lack the columns {missing} of table "
-                              f"{settings.sink.table}; a transform must keep them")
-        rows_t, dead_t = store.staging_names(run_id)
-        sc = spark.sparkContext
-        sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
-                       interruptOnCancel=True)
-        results.select(*columns).foreachPartition(
-            stage_partition_writer(store.url, settings.schema, rows_t, columns))
-        if settings.sink.format != "raw":
-            dead.select(*DEAD_LETTER_COLUMNS).foreachPartition(
-                stage_partition_writer(store.url, settings.schema, dead_t, DEAD_LETTER_COLUMNS))
+        if not settings.sink.transform:
+            # One pass: each record goes to the results or the dead letters.
+            marked = mark(records, settings.sink)
+            both = list(dict.fromkeys(columns + DEAD_LETTER_COLUMNS))
+            marked.select(*both).foreachPartition(stage_split_writer(
+                store.url, settings.schema, rows_t, columns, dead_t, DEAD_LETTER_COLUMNS,
+                both))
+            return
+        # A user transform works on the good rows only: two outputs, so read Kafka once
+        # into the executors' cache (never the driver) and stage each output from it.
+        records = records.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            results, dead = to_rows(records, settings.sink)
+            missing = [c for c in columns if c not in results.columns]
+            if missing:
+                raise ConfigError(f"results lack the columns {missing} of table "
+                                  f"{settings.sink.table}; a transform must keep them")
+            results.select(*columns).foreachPartition(
+                stage_partition_writer(store.url, settings.schema, rows_t, columns))
+            dead.foreachPartition(stage_partition_writer(
+                store.url, settings.schema, dead_t, DEAD_LETTER_COLUMNS))
+        finally:
+            records.unpersist()
     except Exception as e:
         raise classify_spark_error(e, settings) from None
-    finally:
-        records.unpersist()
 
 
 def classify_spark_error(e: Exception, settings: Settings) -> Exception:

@@ -363,3 +363,42 @@ def stage_partition_writer(url: str, schema: str, table: str, columns: list[str]
             conn.commit()
 
     return write
+
+
+def stage_split_writer(url: str, schema: str, rows_table: str, rows_columns: list[str],
+                       dead_table: str, dead_columns: list[str], columns: list[str]):
+    """Like stage_partition_writer, for marked records (see transform.mark): one pass over
+    the partition routes each record to the results or the dead-letter staging table, so
+    Kafka is read once without caching. Two connections, because a connection carries one
+    COPY at a time; both commit only after the whole partition is written."""
+    rows_idx = [columns.index(c) for c in rows_columns]
+    dead_idx = [columns.index(c) for c in dead_columns]
+    error_idx = columns.index("error_type")
+
+    def write(records) -> None:
+        import psycopg as pg
+        from psycopg import sql as s
+
+        from pipeline import faults as f
+
+        def copy_sql(table, cols):
+            return s.SQL("COPY {}.{} ({}) FROM STDIN").format(
+                s.Identifier(schema), s.Identifier(table),
+                s.SQL(", ").join(map(s.Identifier, cols)))
+
+        with pg.connect(url, options="-c TimeZone=UTC", connect_timeout=10) as rows_conn, \
+                pg.connect(url, options="-c TimeZone=UTC", connect_timeout=10) as dead_conn:
+            with rows_conn.cursor() as rc, dead_conn.cursor() as dc, \
+                    rc.copy(copy_sql(rows_table, rows_columns)) as rows_copy, \
+                    dc.copy(copy_sql(dead_table, dead_columns)) as dead_copy:
+                for i, record in enumerate(records):
+                    if record[error_idx] is None:
+                        rows_copy.write_row([record[j] for j in rows_idx])
+                    else:
+                        dead_copy.write_row([record[j] for j in dead_idx])
+                    if i == 100:
+                        f.inject("during_read")
+            rows_conn.commit()
+            dead_conn.commit()
+
+    return write

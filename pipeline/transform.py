@@ -23,8 +23,9 @@ def _headers_json(F):
         lambda h: F.struct(h["key"].alias("key"), F.base64(h["value"]).alias("value_b64"))))
 
 
-def to_rows(df, sink: SinkSettings):
-    """Returns (results, dead_letters) DataFrames for the configured sink."""
+def mark(df, sink: SinkSettings):
+    """One DataFrame with every record: the result columns, the dead-letter columns, and
+    ``error_type`` (null for a good record). Lets a single pass stage both outputs."""
     from pyspark.sql import functions as F
 
     base = df.select(
@@ -33,12 +34,19 @@ def to_rows(df, sink: SinkSettings):
         F.col("timestamp").alias("kafka_timestamp"),
     )
     if sink.format == "raw":
-        results, dead = base, base.limit(0).select(
-            *[F.col(c) for c in DEAD_LETTER_COLUMNS[:7]],
-            F.lit(None).cast("string").alias("error_type"),
-            F.lit(None).cast("string").alias("error_message"))
-    else:
-        results, dead = _parse_json(base, sink, F)
+        return base.select("*", F.lit(None).cast("string").alias("error_type"),
+                           F.lit(None).cast("string").alias("error_message"))
+    return _parse_json(base, sink, F)
+
+
+def to_rows(df, sink: SinkSettings):
+    """Returns (results, dead_letters) DataFrames, the user transform applied to results."""
+    from pyspark.sql import functions as F
+
+    marked = mark(df, sink)
+    good = marked.where(F.col("error_type").isNull())
+    results = good.select(*result_names(sink))
+    dead = marked.where(F.col("error_type").isNotNull()).select(*DEAD_LETTER_COLUMNS)
     if sink.transform:
         results = load_transform(sink.transform)(results)
         missing = [c for c in COORDINATES if c not in results.columns]
@@ -46,6 +54,12 @@ def to_rows(df, sink: SinkSettings):
             raise ConfigError(f"transform {sink.transform} dropped the columns {missing}; "
                               "results must keep topic, partition and offset")
     return results, dead
+
+
+def result_names(sink: SinkSettings) -> list[str]:
+    if sink.format == "raw":
+        return ["topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp"]
+    return ["topic", "partition", "offset", "kafka_timestamp", *[c.name for c in sink.columns]]
 
 
 def _parse_json(base, sink: SinkSettings, F):
@@ -83,13 +97,10 @@ def _parse_json(base, sink: SinkSettings, F):
     for cond, etype, message in reversed(checks):
         error_type = F.when(cond, F.lit(etype)).otherwise(error_type)
         error_message = F.when(cond, message).otherwise(error_message)
-    marked = parsed.select("*", error_type.alias("error_type"),
-                           error_message.alias("error_message"))
-    results = marked.where(F.col("error_type").isNull()).select(
-        "topic", "partition", "offset", "kafka_timestamp",
-        *[F.col(f"_p.{c.name}").alias(c.name) for c in sink.columns])
-    dead = marked.where(F.col("error_type").isNotNull()).select(*DEAD_LETTER_COLUMNS)
-    return results, dead
+    return parsed.select(
+        "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
+        *[F.col(f"_p.{c.name}").alias(c.name) for c in sink.columns],
+        error_type.alias("error_type"), error_message.alias("error_message"))
 
 
 def load_transform(spec: str):
