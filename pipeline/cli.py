@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_plan(result, out=sys.stdout) -> None:
+def print_plan(result, out=None) -> None:
+    out = out or sys.stdout
     rows = [("topic", "partition", "stored", "from", "until", "offsets")]
     for p in result.plan:
         rows.append((p["topic"], str(p["partition"]),
@@ -78,7 +79,8 @@ def print_plan(result, out=sys.stdout) -> None:
               f"[{lost['from']}, {lost['until']})", file=out)
 
 
-def print_summary(result, out=sys.stdout) -> None:
+def print_summary(result, out=None) -> None:
+    out = out or sys.stdout
     if result.status == "noop":
         print(f"run {result.run_id}: nothing new to read", file=out)
         return

@@ -59,11 +59,17 @@ class KafkaSettings:
     on_data_loss: str = "fail"
     timeout_seconds: float = 15.0
     mirror_group: str | None = None
-    consumer: dict[str, str] = field(default_factory=dict)
+    consumer: dict[str, str] = field(default_factory=dict)  # both clients
+    spark_consumer: dict[str, str] = field(default_factory=dict)  # Spark's Java client only
+    admin_client: dict[str, str] = field(default_factory=dict)  # confluent-kafka only
 
     def client_config(self) -> dict[str, str]:
-        """confluent-kafka settings: the pass-through consumer settings + bootstrap."""
-        return {**self.consumer, "bootstrap.servers": self.bootstrap_servers}
+        """confluent-kafka (librdkafka) settings for metadata, offsets and the mirror."""
+        return {**self.consumer, **self.admin_client, "bootstrap.servers": self.bootstrap_servers}
+
+    def spark_options(self) -> dict[str, str]:
+        """Settings for Spark's Kafka source (the Java client), without the kafka. prefix."""
+        return {**self.consumer, **self.spark_consumer}
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class Settings:
                 "topics": list(self.kafka.topics),
                 "isolation_level": self.kafka.isolation_level,
                 "consumer": redact_settings(self.kafka.consumer),
+                "spark_consumer": redact_settings(self.kafka.spark_consumer),
+                "admin_client": redact_settings(self.kafka.admin_client),
             },
             "database_url": redact_url(self.database_url),
             "sink": {"format": self.sink.format, "table": self.sink.table},
@@ -121,7 +129,9 @@ def redact_settings(settings: dict[str, str]) -> dict[str, str]:
 
 def secrets_of(settings: Settings) -> list[str]:
     """Every secret value, so that error messages can be scrubbed of them."""
-    out = [v for k, v in settings.kafka.consumer.items() if SECRET_KEY.search(k) and v]
+    k = settings.kafka
+    out = [v for table in (k.consumer, k.spark_consumer, k.admin_client)
+           for key, v in table.items() if SECRET_KEY.search(key) and v]
     pw = urlsplit(settings.database_url).password  # as written (percent-encoded)
     if pw:
         out += [pw, make_url(settings.database_url).password]
@@ -134,7 +144,7 @@ _SECTIONS: dict[str, set[str]] = {
     "pipeline": {"name"},
     "kafka": {"bootstrap_servers", "topics", "starting_offsets", "isolation_level",
               "max_records_per_partition", "on_data_loss", "timeout_seconds", "mirror_group",
-              "consumer"},
+              "consumer", "spark_consumer", "admin_client"},
     "database": {"url", "schema"},
     "sink": {"format", "table", "max_bad_records", "transform", "columns"},
     "spark": {"master", "min_partitions", "conf"},
@@ -198,6 +208,21 @@ def _expand_env(value: str, key: str, env: dict[str, str]) -> str:
     return _ENV_REF.sub(sub, value)
 
 
+def _client_settings(kafka: dict[str, Any], name: str, env: dict[str, str]) -> dict[str, str]:
+    """A pass-through table of Kafka client settings; ${VAR} is read from the environment."""
+    table = _get(kafka, "kafka", name, dict, {})
+    out = {}
+    for key, value in table.items():
+        if not isinstance(value, (str, int, bool)):
+            raise ConfigError(f"'kafka.{name}.{key}' must be a string, number or boolean")
+        if key in ("bootstrap.servers", "isolation.level", "group.id", "enable.auto.commit"):
+            raise ConfigError(
+                f"'kafka.{name}.{key}' is managed by the pipeline; set it elsewhere or drop it")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        out[key] = _expand_env(text, f"kafka.{name}.{key}", env)
+    return out
+
+
 def parse_settings(doc: dict[str, Any], source: str = "<dict>",
                    environ: dict[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
@@ -216,17 +241,8 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     if not topics or not all(isinstance(t, str) and re.match(r"^[A-Za-z0-9._-]{1,249}$", t)
                              for t in topics):
         raise ConfigError("'kafka.topics' must be a non-empty list of Kafka topic names")
-    consumer = _get(k, "kafka", "consumer", dict, {})
-    for ck, cv in consumer.items():
-        if not isinstance(cv, (str, int, bool)):
-            raise ConfigError(f"'kafka.consumer.{ck}' must be a string, number or boolean")
-    consumer = {ck: _expand_env(str(cv).lower() if isinstance(cv, bool) else str(cv),
-                                f"kafka.consumer.{ck}", env)
-                for ck, cv in consumer.items()}
-    for owned in ("bootstrap.servers", "isolation.level", "group.id", "enable.auto.commit"):
-        if owned in consumer:
-            raise ConfigError(
-                f"'kafka.consumer.{owned}' is managed by the pipeline; set it elsewhere or drop it")
+    consumer, spark_consumer, admin_client = (
+        _client_settings(k, name, env) for name in ("consumer", "spark_consumer", "admin_client"))
     max_records = _get(k, "kafka", "max_records_per_partition", int, 0)
     if max_records < 0:
         raise ConfigError("'kafka.max_records_per_partition' must be >= 0 (0 = no cap)")
@@ -246,6 +262,8 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         timeout_seconds=timeout,
         mirror_group=_get(k, "kafka", "mirror_group", str, None),
         consumer=consumer,
+        spark_consumer=spark_consumer,
+        admin_client=admin_client,
     )
 
     d = doc.get("database", {})

@@ -6,6 +6,8 @@ Every entry point (CLI, spark-submit, Airflow) ends up here.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import signal
 import threading
 import time
@@ -69,9 +71,11 @@ class StopSignals:
         self.received: int | None = None
         self.critical = False
         self.spark = None
+        self.parent_pid: int | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
+        self.parent_pid = os.getppid()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -107,10 +111,28 @@ class StopSignals:
     def stop_error(self, e: BaseException) -> BaseException:
         """The handler's Terminated, raised inside a py4j call, surfaces as a Py4JError (or
         as the error of the job it cancelled): after a stop signal that is still a stop."""
-        if self.received is None or isinstance(e, PipelineError):
+        if isinstance(e, PipelineError):
+            return e
+        if self.received is None and self._orphaned(e):
+            return Terminated("spark-submit (this driver's parent) died; nothing committed "
+                              "by this run, safe to rerun")
+        if self.received is None:
             return e
         return Terminated(f"stopped by {signal.Signals(self.received).name}; nothing "
                           "committed by this run, safe to rerun")
+
+    def _orphaned(self, e: BaseException) -> bool:
+        """Under spark-submit the JVM is our parent: when it is killed, the gateway's
+        socket closes a moment before the kernel re-parents us. A connection error plus a
+        new parent within a second means the run was stopped, not that it broke."""
+        if self.parent_pid is None or not isinstance(e, (ConnectionError, OSError)) and \
+                "Py4J" not in type(e).__name__:
+            return False
+        for _ in range(20):
+            if os.getppid() != self.parent_pid:
+                return True
+            time.sleep(0.05)
+        return False
 
     @contextmanager
     def shielded(self) -> Iterator[None]:
@@ -292,13 +314,31 @@ def stage(spark, settings: Settings, store: Store, run_id: int,
         raise classify_spark_error(e, settings) from None
 
 
+# The root cause inside a failed Spark job's long error text, when a service was unreachable.
+_KAFKA_UNREACHABLE = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.(?:Timeout|Disconnect|Network|LeaderNotAvailable"
+    r"|NotLeaderOrFollower)Exception: [^\n]*")
+_POSTGRES_UNREACHABLE = re.compile(r"psycopg\.(?:errors\.)?(?:OperationalError|AdminShutdown)"
+                                   r": [^\n]*")
+
+
 def classify_spark_error(e: Exception, settings: Settings) -> Exception:
+    from pipeline.config import redact_url
     from pipeline.errors import PipelineError
 
     if isinstance(e, PipelineError):
         return e
     text = str(e)
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
+    if m := _KAFKA_UNREACHABLE.search(text):
+        return TransientError(
+            f"Kafka unreachable at {settings.kafka.bootstrap_servers} while Spark read the "
+            f"planned ranges ({m.group(0)[:300]}); nothing committed - check the broker, "
+            "then retry")
+    if m := _POSTGRES_UNREACHABLE.search(text):
+        return TransientError(
+            f"Postgres unreachable at {redact_url(settings.database_url)} while Spark staged "
+            f"rows ({m.group(0)[:300]}); nothing committed - check the server, then retry")
     if any(s in text for s in ("TimeoutException", "Timed out waiting", "Connection refused",
                                "connection to server", "OperationalError",
                                "DisconnectException", "UNKNOWN_TOPIC")):

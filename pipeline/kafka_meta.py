@@ -17,7 +17,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.config import KafkaSettings
-from pipeline.errors import DataError, TransientError
+from pipeline.errors import ConfigError, DataError, TransientError
 from pipeline.offsets import PartitionOffsets
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,18 @@ class KafkaMeta:
     def __init__(self, settings: KafkaSettings):
         self.settings = settings
         timeout_ms = int(settings.timeout_seconds * 1000)
-        self.admin = AdminClient({
-            **settings.client_config(),
-            "socket.connection.setup.timeout.ms": str(min(timeout_ms, 10000)),
-            # librdkafka logs every failed connect; our one-line error says it once.
-            "log_level": "0",
-        })
+        try:
+            self.admin = AdminClient({
+                **settings.client_config(),
+                "socket.connection.setup.timeout.ms": str(min(timeout_ms, 10000)),
+                # librdkafka logs every failed connect; our one-line error says it once.
+                "log_level": "0",
+            })
+        except KafkaException as e:
+            raise ConfigError(
+                f"Kafka client settings rejected by confluent-kafka: {e.args[0].str()}; fix "
+                "[kafka.consumer], or put Java-only settings under [kafka.spark_consumer]"
+            ) from None
 
     @property
     def timeout(self) -> float:
@@ -114,7 +120,12 @@ class KafkaMeta:
         try:
             for f in self.admin.alter_consumer_group_offsets(
                     [request], request_timeout=self.timeout).values():
-                f.result()
+                # The broker refuses per partition (e.g. UNKNOWN_MEMBER_ID while the group
+                # has active members); the future itself still succeeds.
+                failed = [f"{tp.topic}[{tp.partition}]: {tp.error}"
+                          for tp in f.result().topic_partitions if tp.error is not None]
+                if failed:
+                    raise RuntimeError("; ".join(failed))
             log.info("mirrored %d offsets to consumer group %s", len(offsets), group)
         except Exception as e:  # noqa: BLE001 - best effort by design
             log.warning("could not mirror offsets to consumer group %s: %s "

@@ -39,7 +39,7 @@ def read_ranges(spark, kafka: KafkaSettings, ranges: Sequence[OffsetRange],
         # planned range, gaps are transaction markers, aborted records or compaction.
         .option("failOnDataLoss", "false")
     )
-    for key, value in kafka.consumer.items():
+    for key, value in kafka.spark_options().items():
         reader = reader.option(f"kafka.{key}", value)
     for key, value in spark_offsets_options(ranges).items():
         reader = reader.option(key, value)

@@ -45,7 +45,7 @@ def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+        .config("spark.log.level", "WARN")  # also under spark-submit, whose JVM is up already
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

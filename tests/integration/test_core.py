@@ -300,3 +300,40 @@ def test_init_db_is_idempotent(stack):
     assert query("SELECT count(*) FROM information_schema.tables WHERE table_name = %s",
                  (s.sink.table,)) == [(1,)]
     assert TEST_DB_URL.endswith("/pipeline_test")
+
+
+def test_driver_rolls_back_when_spark_submit_is_killed(stack, tmp_path):
+    """spark-submit does not forward signals to its Python driver; the driver notices it
+    was orphaned and stops like on SIGTERM instead of running on holding the lock."""
+    topic = create_topic(unique("orphan"), 1)
+    produce_orders(topic, range(30))
+    name = unique("orphan")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic]))
+    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    venv_bin = os.path.dirname(sys.executable)
+    jars = ",".join(str(p) for p in sorted((ROOT / ".jars" / "spark").glob("*.jar")))
+    submit = subprocess.Popen(
+        [os.path.join(venv_bin, "spark-submit"), "--master", "local[1]", "--jars", jars,
+         "--conf", "spark.driver.host=127.0.0.1", str(ROOT / "pipeline" / "submit.py"),
+         "run", "--config", str(config)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
+             "PYSPARK_PYTHON": sys.executable, "PIPELINE_FAULT": "after_stage:sleep=60"})
+    deadline = time.time() + 180
+    while not (rows := query("SELECT pid FROM pipeline_runs WHERE pipeline = %s", (name,))):
+        assert time.time() < deadline and submit.poll() is None
+        time.sleep(0.5)
+    driver_pid = rows[0][0]
+    time.sleep(3)  # let it reach the injected pause after staging
+
+    submit.kill()
+    submit.wait(30)
+    deadline = time.time() + 60
+    while os.path.exists(f"/proc/{driver_pid}"):
+        assert time.time() < deadline, "the orphaned driver kept running"
+        time.sleep(0.5)
+
+    assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s",
+                 (name,)) == [("failed", 143)]
+    assert result_keys(name) == [] and stored_offsets(name) == {}

@@ -89,3 +89,24 @@ def test_spark_options_are_exactly_the_planned_ranges():
     }
     with pytest.raises(ValueError):
         spark_offsets_options([OffsetRange("a", 0, 5, 5)])
+
+
+def test_client_specific_settings_go_only_to_their_client():
+    s = parse_settings(doc(kafka={
+        "consumer": {"security.protocol": "SASL_SSL"},
+        "spark_consumer": {"sasl.jaas.config": "x required password=\"${PW}\";"},
+        "admin_client": {"sasl.password": "${PW}"}}), environ={"PW": "hunter2"})
+    assert s.kafka.spark_options() == {"security.protocol": "SASL_SSL",
+                                       "sasl.jaas.config": 'x required password="hunter2";'}
+    assert s.kafka.client_config() == {"security.protocol": "SASL_SSL",
+                                       "sasl.password": "hunter2", "bootstrap.servers": "h:9092"}
+    assert "hunter2" not in str(s.redacted())
+    assert "x required password=\"hunter2\";" in secrets_of(s)
+
+
+def test_settings_confluent_kafka_rejects_are_a_config_error():
+    from pipeline.kafka_meta import KafkaMeta
+
+    s = parse_settings(doc(kafka={"consumer": {"no.such.setting": "1"}}), environ={})
+    with pytest.raises(ConfigError, match="no.such.setting"):
+        KafkaMeta(s.kafka)

@@ -1,0 +1,184 @@
+"""Shared wiring of the pipeline's DAGs: where the job lives, how it is submitted, how its
+exit code becomes a task state. No pipeline logic lives here; the DAGs only hand
+configuration to ``pipeline/submit.py``, the same CLI people run by hand.
+
+Environment (read when the DAG files are parsed; see docs/airflow.md):
+  PIPELINE_HOME          the repository with pipeline/ and sql/ (default: this file's repo)
+  PIPELINE_VENV          the job's virtualenv with pyspark (default: $PIPELINE_HOME/.venv)
+  PIPELINE_JARS_DIR      Spark's Kafka connector jars (default: $PIPELINE_HOME/.jars/spark)
+  PIPELINE_CONFIG        default config file of a run (default: conf/local.toml, relative
+                         paths are taken from PIPELINE_HOME)
+  PIPELINE_SPARK_CONN_ID Airflow connection of conn_type spark (default: spark_local)
+  PIPELINE_RETRIES, PIPELINE_RETRY_DELAY_SECONDS, PIPELINE_MAX_RETRY_DELAY_SECONDS
+                         retries of transient failures (default 3, 60 s doubling, 900 s cap)
+  PIPELINE_TASK_TIMEOUT_SECONDS
+                         a run is stopped (and retried) after this long (default 7200)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+from contextlib import suppress
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+PIPELINE_HOME = Path(os.environ.get("PIPELINE_HOME") or Path(__file__).resolve().parent.parent)
+PIPELINE_VENV = Path(os.environ.get("PIPELINE_VENV") or PIPELINE_HOME / ".venv")
+JARS_DIR = Path(os.environ.get("PIPELINE_JARS_DIR") or PIPELINE_HOME / ".jars" / "spark")
+DEFAULT_CONFIG = str(PIPELINE_HOME / os.environ.get("PIPELINE_CONFIG", "conf/local.toml"))
+SPARK_CONN_ID = os.environ.get("PIPELINE_SPARK_CONN_ID", "spark_local")
+APPLICATION = PIPELINE_HOME / "pipeline" / "submit.py"
+
+
+def _load_exit_codes():
+    """The job's own table of exit codes (pipeline/errors.py has no dependencies), loaded
+    by path so that the Airflow venv needs neither the job's packages nor sys.path edits."""
+    path = PIPELINE_HOME / "pipeline" / "errors.py"
+    if not path.is_file():
+        raise ImportError(f"{path} not found: set PIPELINE_HOME to the pipeline's repository")
+    spec = importlib.util.spec_from_file_location("_pipeline_exit_codes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_codes = _load_exit_codes()
+EXIT_CODES: dict[int, str] = _codes.EXIT_CODES
+RETRYABLE_EXIT_CODES: frozenset[int] = _codes.RETRYABLE_EXIT_CODES
+
+
+def connector_jars() -> str:
+    jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
+    if not any("spark-sql-kafka" in j for j in jars):
+        raise ImportError(f"Spark's Kafka connector not found in {JARS_DIR}: run "
+                          "'scripts/stack install' or set PIPELINE_JARS_DIR")
+    return ",".join(jars)
+
+
+def job_env() -> dict[str, str]:
+    """spark-submit's environment on top of the worker's: the driver and the Python workers
+    run the job venv's interpreter (psycopg, confluent-kafka live there, not in Airflow's)."""
+    python = str(PIPELINE_VENV / "bin" / "python")
+    return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
+            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            "PIPELINE_JARS_DIR": str(JARS_DIR)}
+
+
+def default_args() -> dict[str, Any]:
+    """Retries with exponential backoff. They only ever happen for the job's retryable exit
+    codes (PipelineSubmitOperator fails every other one at once)."""
+    return {
+        "owner": "data-engineering",
+        "retries": int(os.environ.get("PIPELINE_RETRIES", "3")),
+        "retry_delay": timedelta(seconds=float(os.environ.get("PIPELINE_RETRY_DELAY_SECONDS",
+                                                              "60"))),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(
+            seconds=float(os.environ.get("PIPELINE_MAX_RETRY_DELAY_SECONDS", "900"))),
+        "execution_timeout": timedelta(
+            seconds=float(os.environ.get("PIPELINE_TASK_TIMEOUT_SECONDS", "7200"))),
+    }
+
+
+class PipelineTransientError(AirflowException):
+    """The job exited with a retryable code (75 transient, 143 terminated): Airflow retries."""
+
+
+# Airflow escalates to SIGKILL 5 s after SIGTERM; the driver unwinds on its own anyway.
+KILL_GRACE_SECONDS = 4.0
+_EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
+
+
+def exit_code_of(error: BaseException) -> int | None:
+    """spark-submit's exit code from SparkSubmitHook's message, as a shell reports it
+    (killed by signal N = 128 + N), or None if the failure did not come from its exit."""
+    m = _EXIT_CODE.search(str(error))
+    if m is None:
+        return None
+    code = int(m.group(1))
+    return 128 - code if code < 0 else code
+
+
+def last_error_line(lines: list[str]) -> str:
+    """The job's one-line error (cli.py prints 'error: ...' to stderr before exiting)."""
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line
+    return next((line for line in reversed(lines) if line.strip()), "(no output)")
+
+
+class PipelineSubmitOperator(SparkSubmitOperator):
+    """spark-submit of ``pipeline/submit.py <args>`` whose exit code decides the task state:
+    0 succeeds (the job's JSON summary is the task's XCom), 75 and 143 raise a retryable
+    error, any other code fails the task at once (AirflowFailException, no retry) with the
+    job's one-line error."""
+
+    def __init__(self, *, application_args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        kwargs.setdefault("name", "{{ dag.dag_id }}")
+        kwargs.setdefault("conf", {"spark.log.level": "WARN"})  # keep the task log readable
+        super().__init__(
+            application=str(APPLICATION), application_args=application_args,
+            jars=connector_jars(), spark_binary=str(PIPELINE_VENV / "bin" / "spark-submit"),
+            env_vars=job_env(), **kwargs)
+
+    def _output(self, error: BaseException | None = None) -> list[str]:
+        lines = list(getattr(self._hook, "_last_submit_log_lines", None) or [])
+        return lines or (str(error).splitlines() if error else [])
+
+    def execute(self, context: Any) -> dict | None:
+        try:
+            super().execute(context)
+        except Exception as e:
+            code = exit_code_of(e)
+            if code is None:
+                raise  # not the job's exit (e.g. spark-submit missing): Airflow's defaults
+            error = last_error_line(self._output(e))
+            meaning = EXIT_CODES.get(code, "unknown exit code")
+            if code in RETRYABLE_EXIT_CODES:
+                self.log.warning("pipeline exited %d (%s): %s", code, meaning, error)
+                raise PipelineTransientError(
+                    f"pipeline exited {code} ({meaning}): {error}") from None
+            self.log.error("pipeline exited %d (%s): %s", code, meaning, error)
+            raise AirflowFailException(
+                f"pipeline exited {code} ({meaning}): {error} - not retried") from None
+        return self._summary()
+
+    def on_kill(self) -> None:
+        """Airflow stops the task (timeout, marked failed, worker shutdown). The provider
+        only kills spark-submit's JVM, which leaves the job's Python driver (its child)
+        running as an orphan. So first SIGTERM the driver: it cancels its Spark jobs, rolls
+        back, records the run as failed and exits 143; then let the provider kill the rest."""
+        submit = getattr(self._hook, "_submit_sp", None)
+        if submit is not None and submit.poll() is None:
+            import psutil
+
+            children = []
+            with suppress(psutil.Error):
+                children = psutil.Process(submit.pid).children()
+            for child in children:
+                with suppress(psutil.Error):  # e.g. the launcher's zombie shell
+                    if str(APPLICATION) in child.cmdline():
+                        self.log.info("sending SIGTERM to the pipeline driver (pid %d)", child.pid)
+                        child.terminate()
+            with suppress(subprocess.TimeoutExpired):
+                submit.wait(timeout=KILL_GRACE_SECONDS)
+        super().on_kill()
+
+    def _summary(self) -> dict | None:
+        """The job's --json summary line, if it printed one."""
+        for line in reversed(self._output()):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    return None
+        return None
