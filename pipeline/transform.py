@@ -63,44 +63,81 @@ def result_names(sink: SinkSettings) -> list[str]:
 
 
 def _parse_json(base, sink: SinkSettings, F):
-    schema = ", ".join(f"`{c.name}` {c.spark_type}" for c in sink.columns) + ", _corrupt string"
+    """One JSON parse per record (from_json) decides good or bad; the diagnosis of a bad
+    record (a second, untyped parse) runs only for the bad ones."""
+    # String columns are parsed as VARIANT: Spark would quietly turn a JSON number into a
+    # string, and a declared string must be a JSON string.
+    fields = [f"`{c.name}` {'variant' if c.type == 'string' else c.spark_type}"
+              for c in sink.columns]
     parsed = base.withColumn("_s", F.col("value").cast("string")).select(
         "*",
-        F.from_json("_s", schema, {"columnNameOfCorruptRecord": "_corrupt",
-                                   "mode": "PERMISSIVE"}).alias("_p"),
-        F.expr("try_parse_json(_s)").alias("_v"),
+        F.from_json("_s", ", ".join(fields) + ", _corrupt string",
+                    {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}).alias("_p"),
     )
-    # The first rule that matches names the error; order matters.
+
+    def field(c):
+        return F.col(f"_p.{c.name}")
+
+    def absent(c):
+        if c.type == "string":
+            return field(c).isNull() | F.expr(f"is_variant_null(_p.{c.name})")
+        return field(c).isNull()
+
+    def kind_of(expr: str):
+        return F.lower(F.expr(f"schema_of_variant({expr})"))
+
+    # Bad records only: why from_json rejected the record.
+    v = "try_parse_json(_s)"
+    diagnosis = [
+        (F.expr(f"{v} IS NULL"), "malformed_json", F.lit("value is not valid JSON")),
+        (~F.expr(f"schema_of_variant({v}) LIKE 'OBJECT%'"), "not_an_object",
+         F.concat(F.lit("value is JSON "), kind_of(v), F.lit(", expected an object"))),
+    ]
+    for c in sink.columns:
+        raw = f"variant_get({v}, '$.{c.name}')"
+        present = F.expr(f"{raw} IS NOT NULL AND NOT is_variant_null({raw})")
+        if c.type != "string":
+            diagnosis.append((field(c).isNull() & present, "wrong_type",
+                              F.concat(F.lit(f"field '{c.name}': expected {c.type}, got "),
+                                       kind_of(raw))))
+    diagnosis.append((F.lit(True), "malformed_json",
+                      F.lit("value does not match the declared columns")))
+
     checks = [
         (F.col("value").isNull(), "null_value", F.lit("value is null (tombstone)")),
         (~F.expr("is_valid_utf8(_s)"), "invalid_utf8", F.lit("value is not valid UTF-8")),
-        (F.col("_v").isNull(), "malformed_json", F.lit("value is not valid JSON")),
-        (~F.expr("schema_of_variant(_v) LIKE 'OBJECT%'"), "not_an_object",
-         F.concat(F.lit("value is JSON "), F.lower(F.expr("schema_of_variant(_v)")),
-                  F.lit(", expected an object"))),
+        (F.col("_p").isNull() | F.col("_p._corrupt").isNotNull(), diagnosis, None),
     ]
     for c in sink.columns:
-        raw = F.expr(f"variant_get(_v, '$.{c.name}')")
-        absent = raw.isNull() | F.expr(f"is_variant_null(variant_get(_v, '$.{c.name}'))")
-        got = F.lower(F.expr(f"schema_of_variant(variant_get(_v, '$.{c.name}'))"))
         if c.required:
-            checks.append((absent, "missing_field",
+            checks.append((absent(c), "missing_field",
                            F.lit(f"required field '{c.name}' is missing or null")))
-        wrong = F.col(f"_p.{c.name}").isNull() & ~absent
         if c.type == "string":
-            # Spark would quietly turn numbers into strings; a declared string is a string.
-            wrong = wrong | (~absent & (got != F.lit("string")))
-        checks.append((wrong, "wrong_type",
-                       F.concat(F.lit(f"field '{c.name}': expected {c.type}, got "), got)))
+            checks.append((~absent(c) & (kind_of(f"_p.{c.name}") != F.lit("string")),
+                           "wrong_type", F.concat(F.lit(f"field '{c.name}': expected string, "
+                                                        "got "), kind_of(f"_p.{c.name}"))))
+    error_type, error_message = _first_match(checks, F)
+    values = [F.expr(f"variant_get(_p.{c.name}, '$', 'string')") if c.type == "string"
+              else field(c) for c in sink.columns]
+    return parsed.select(
+        "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
+        *[value.alias(c.name) for value, c in zip(values, sink.columns, strict=True)],
+        error_type.alias("error_type"), error_message.alias("error_message"))
+
+
+def _first_match(checks, F):
+    """CASE WHEN chains for (type, message): the first rule that matches names the error.
+    A rule whose type is a list is a nested chain, evaluated only when its condition holds."""
     error_type = F.lit(None).cast("string")
     error_message = F.lit(None).cast("string")
     for cond, etype, message in reversed(checks):
-        error_type = F.when(cond, F.lit(etype)).otherwise(error_type)
+        if isinstance(etype, list):
+            etype, message = _first_match(etype, F)
+        else:
+            etype = F.lit(etype)
+        error_type = F.when(cond, etype).otherwise(error_type)
         error_message = F.when(cond, message).otherwise(error_message)
-    return parsed.select(
-        "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
-        *[F.col(f"_p.{c.name}").alias(c.name) for c in sink.columns],
-        error_type.alias("error_type"), error_message.alias("error_message"))
+    return error_type, error_message
 
 
 def load_transform(spec: str):
