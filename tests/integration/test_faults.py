@@ -1,0 +1,300 @@
+"""Crashes, signals and unavailable services against the real CLI: whatever happens and
+whenever, a rerun ends with every record exactly once and the offsets at the planned ends.
+
+Each CLI run costs a JVM start (~15-25 s), so a failed run is always the real CLI (exit
+codes, the one error line, SIGKILL of the whole process tree), and the rerun that must
+repair everything is in-process on the shared SparkSession.
+
+Services are only ever taken down in a private second stack (scripts/stack with its own
+STACK_DIR and ports), never the shared one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from pipeline import faults
+from pipeline.job import run_ingest
+from tests.helpers import (
+    BOOTSTRAP,
+    TEST_DB_URL,
+    create_topic,
+    make_settings,
+    produce,
+    produce_orders,
+    query,
+    run_cli,
+    toml_config,
+    unique,
+)
+from tests.integration._reliability import (
+    PrivateStack,
+    assert_exactly_once,
+    assert_nothing_committed,
+    end_offsets,
+    finish,
+    held_publish_backend,
+    init_db,
+    one_error_line,
+    processes_of_run,
+    runs,
+    staging_copy_active,
+    staging_tables,
+    start_cli,
+    stored,
+    wait_for,
+)
+
+BAD = [b"{not json", b'{"order_id": "seven", "customer": "c1"}', b'{"amount": 3.5}', None]
+
+
+def is_good(record: tuple) -> bool:
+    key = record[0]
+    return not (key or b"").startswith(b"bad")
+
+
+def new_pipeline(tmp_path, prefix: str, *, bootstrap: str = BOOTSTRAP,
+                 db_url: str = TEST_DB_URL, orders: int = 900, partitions: int = 3,
+                 extra_kafka: str = "", extra_toml: str = "", kafka_timeout: int = 10):
+    """A topic with orders (> 100 per partition, so the during_read point fires in every
+    task) and a few bad records, an initialised pipeline, and its config file."""
+    name = unique(prefix)
+    topic = create_topic(name, partitions, bootstrap=bootstrap)
+    produce_orders(topic, range(orders), bootstrap=bootstrap)
+    produce(topic, [(f"bad-{i}".encode(), v) for i, v in enumerate(BAD)], bootstrap=bootstrap)
+    settings = init_db(make_settings(name, [topic], bootstrap=bootstrap, db_url=db_url))
+    config = tmp_path / f"{name}.toml"
+    text = toml_config(name, [topic], bootstrap=bootstrap, db_url=db_url,
+                       extra_kafka=extra_kafka) + extra_toml
+    config.write_text(text.replace("timeout_seconds = 10", f"timeout_seconds = {kafka_timeout}"))
+    return settings, topic, str(config)
+
+
+def cli_env(settings, fault: str | None = None) -> dict:
+    """The environment overrides win over the config: pin them to this test's services."""
+    env = {"KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+           "PIPELINE_DATABASE_URL": settings.database_url}
+    if fault:
+        env["PIPELINE_FAULT"] = fault
+    return env
+
+
+def rerun_is_exact(settings, topic: str) -> None:
+    result = run_ingest(settings)
+    assert result.status == "succeeded", result
+    assert_exactly_once(settings, topic, good=is_good, bad=True)
+
+
+# ---- 1. SIGKILL of the whole process tree at every named point -------------------------------
+# Right after the kill: what is committed, whether the run's staging tables are left behind
+# (evidence of where it died); and the run statuses after the rerun.
+AFTER_KILL = {
+    "after_plan": ("nothing", False, ["succeeded"]),  # killed before its run row existed
+    "during_read": ("nothing", True, ["abandoned", "succeeded"]),
+    "after_stage": ("nothing", True, ["abandoned", "succeeded"]),
+    "before_commit": ("nothing", True, ["abandoned", "succeeded"]),  # the DROP rolled back
+    "after_commit": ("everything", False, ["succeeded", "succeeded"]),
+}
+
+
+def test_every_fault_point_is_covered():
+    assert set(AFTER_KILL) == set(faults.POINTS)
+
+
+@pytest.mark.parametrize("point", faults.POINTS)
+def test_sigkill_at_each_point_then_rerun_loses_and_duplicates_nothing(spark, tmp_path, point):
+    settings, topic, config = new_pipeline(tmp_path, f"kill_{point}")
+    planned_ends = end_offsets(topic, BOOTSTRAP)
+
+    proc = start_cli("run", "--config", config, env=cli_env(settings, f"{point}:kill"))
+    code, _, err = finish(proc)
+
+    assert code == -signal.SIGKILL, err[-3000:]
+    # The JVM, Spark's Python daemon and its workers died with the driver.
+    wait_for(lambda: not processes_of_run(proc.pid), 20, "the run's processes to be gone")
+    held, staging_left, statuses = AFTER_KILL[point]
+    assert bool(staging_tables(settings.name, settings.database_url)) == staging_left
+    if held == "nothing":
+        assert_nothing_committed(settings)
+    else:
+        assert stored(settings.name, settings.database_url) == planned_ends
+        assert_exactly_once(settings, topic, good=is_good, bad=True)
+
+    produce_orders(topic, range(900, 960))  # new records between the crash and the rerun
+    rerun_is_exact(settings, topic)
+    assert [r[1] for r in runs(settings.name, settings.database_url)] == statuses
+
+
+# ---- 3. SIGTERM ----------------------------------------------------------------------------------
+def test_sigterm_while_spark_stages_cancels_the_jobs_rolls_back_and_exits_143(spark, tmp_path):
+    settings, topic, config = new_pipeline(tmp_path, "term_read")
+    # Every task sleeps a minute after 100 rows, inside its COPY into the staging table.
+    proc = start_cli("run", "--config", config, env=cli_env(settings, "during_read:sleep=60"))
+    wait_for(lambda: staging_copy_active(settings), 120, "the staging COPY", proc)
+
+    os.kill(proc.pid, signal.SIGTERM)  # the driver only, as a scheduler's stop would
+    sent = time.monotonic()
+    code, _, err = finish(proc, timeout=60)
+
+    assert code == 143, err[-3000:]
+    assert one_error_line(err) == (
+        "error: stopped by SIGTERM; nothing committed by this run, safe to rerun")
+    assert "SIGTERM received: cancelling Spark jobs and rolling back" in err
+    # Dropping the staging tables waits for the executors' COPY transactions: had the Spark
+    # jobs not been cancelled, the run could not end before the tasks' 60 s sleep.
+    assert time.monotonic() - sent < 30
+    wait_for(lambda: not processes_of_run(proc.pid), 20, "the run's processes to be gone")
+    assert_nothing_committed(settings)
+    [(_, status, exit_code, error)] = runs(settings.name, settings.database_url)
+    assert (status, exit_code) == ("failed", 143), error
+    assert staging_tables(settings.name, settings.database_url) == []
+
+    rerun_is_exact(settings, topic)
+
+
+def test_sigterm_during_the_publishing_transaction_lets_the_commit_finish(spark, tmp_path):
+    settings, topic, config = new_pipeline(tmp_path, "term_pub")
+    planned_ends = end_offsets(topic, BOOTSTRAP)
+    proc = start_cli("run", "--config", config, env=cli_env(settings, "before_commit:sleep=5"))
+    wait_for(lambda: held_publish_backend(settings), 120, "the held publishing transaction",
+             proc)
+
+    os.kill(proc.pid, signal.SIGTERM)
+    code, _, err = finish(proc, timeout=60)
+
+    assert code == 143, err[-3000:]
+    assert "SIGTERM received during the publishing transaction: letting it finish" in err
+    assert one_error_line(err) == (
+        "error: stopped by SIGTERM after the publishing transaction finished")
+    # Committed, exactly once; a rerun has nothing to do.
+    assert stored(settings.name, settings.database_url) == planned_ends
+    assert_exactly_once(settings, topic, good=is_good, bad=True)
+    [(_, status, exit_code, _)] = runs(settings.name, settings.database_url)
+    assert (status, exit_code) == ("succeeded", 0)
+    assert run_ingest(settings).status == "noop"
+    assert_exactly_once(settings, topic, good=is_good, bad=True)
+
+
+# ---- 4. services down, on a private second stack ---------------------------------------------
+@pytest.fixture(scope="module")
+def stack2(stack):
+    s2 = PrivateStack()
+    try:
+        yield s2.up()
+    finally:
+        s2.destroy()
+
+
+@pytest.fixture
+def service_down(stack2):
+    """Stops a service of the private stack; always brings it back after the test."""
+    stopped = []
+
+    def down(service: str) -> None:
+        stack2.stack(f"{service}-down")
+        stopped.append(service)
+
+    yield down
+    for service in stopped:
+        stack2.stack(f"{service}-up")
+
+
+def assert_transient(code: int, err: str, names: str) -> str:
+    assert code == 75, err[-3000:]
+    line = one_error_line(err)
+    assert names in line, line
+    return line
+
+
+def test_broker_down_at_start_exits_75_and_the_next_run_succeeds(spark, stack2, service_down,
+                                                                tmp_path):
+    settings, topic, config = new_pipeline(tmp_path, "s2_kdown", bootstrap=stack2.bootstrap,
+                                           db_url=stack2.db_url,
+                                           kafka_timeout=5)
+    service_down("kafka")
+
+    r = run_cli("run", "--config", config, env=cli_env(settings), timeout=120)
+
+    line = assert_transient(r.returncode, r.stderr, f"Kafka unreachable at {stack2.bootstrap}")
+    assert "retry" in line
+    assert_nothing_committed(settings)
+    assert runs(settings.name, settings.database_url) == []  # failed while planning
+
+    stack2.stack("kafka-up")
+    rerun_is_exact(settings, topic)
+
+
+def test_postgres_down_at_start_exits_75_and_the_next_run_succeeds(spark, stack2, service_down,
+                                                                  tmp_path):
+    settings, topic, config = new_pipeline(tmp_path, "s2_pdown", bootstrap=stack2.bootstrap,
+                                           db_url=stack2.db_url)
+    service_down("pg")
+
+    r = run_cli("run", "--config", config, env=cli_env(settings), timeout=120)
+
+    assert_transient(r.returncode, r.stderr,
+                     f"Postgres unreachable at {stack2.db_url}")
+    stack2.stack("pg-up")
+    assert_nothing_committed(settings)
+    rerun_is_exact(settings, topic)
+
+
+def test_broker_down_while_spark_reads_exits_75_and_commits_nothing(spark, stack2, service_down,
+                                                                   tmp_path):
+    # Many small fetches (2 KB each), so that most of the range is still in Kafka when the
+    # broker stops; short Java client and network timeouts so that Spark gives up soon.
+    settings, topic, config = new_pipeline(
+        tmp_path, "s2_kmid", bootstrap=stack2.bootstrap, db_url=stack2.db_url, orders=15000,
+        extra_kafka='[kafka.spark_consumer]\n"max.partition.fetch.bytes" = "2048"\n'
+                    '"default.api.timeout.ms" = "10000"\n"request.timeout.ms" = "5000"\n',
+        extra_toml='[spark.conf]\n"spark.network.timeout" = "10s"\n'
+                   '"spark.network.timeoutInterval" = "5s"\n'
+                   '"spark.executor.heartbeatInterval" = "2s"\n')
+    proc = start_cli("run", "--config", config, env=cli_env(settings, "during_read:sleep=6"))
+    wait_for(lambda: staging_copy_active(settings), 120, "the staging COPY", proc)
+    service_down("kafka")  # while every task sleeps after its first 100 rows
+
+    code, _, err = finish(proc, timeout=240)
+
+    line = assert_transient(code, err, f"Kafka unreachable at {stack2.bootstrap} while Spark read")
+    assert "org.apache.kafka.common.errors" in line, line  # the root cause, not py4j's wrapper
+    assert_nothing_committed(settings)
+    [(_, status, exit_code, _)] = runs(settings.name, settings.database_url)
+    assert (status, exit_code) == ("failed", 75)
+
+    stack2.stack("kafka-up")
+    rerun_is_exact(settings, topic)
+
+
+@pytest.mark.parametrize("how", ["postgres stopped", "pg_terminate_backend"])
+def test_connection_lost_inside_the_publishing_transaction_commits_nothing(
+        spark, stack2, service_down, tmp_path, how):
+    settings, topic, config = new_pipeline(tmp_path, "s2_pub", bootstrap=stack2.bootstrap,
+                                           db_url=stack2.db_url)
+    proc = start_cli("run", "--config", config, env=cli_env(settings, "before_commit:sleep=6"))
+    backend = wait_for(lambda: held_publish_backend(settings), 120,
+                       "the held publishing transaction", proc)
+
+    if how == "postgres stopped":
+        service_down("pg")
+    else:
+        [(killed,)] = query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE application_name = 'kafka-offset-pipeline' AND pid = %s",
+                            (backend,), db_url=stack2.db_url)
+        assert killed
+    code, _, err = finish(proc, timeout=120)
+
+    assert_transient(code, err, f"Postgres unreachable at {stack2.db_url}")
+    if how == "postgres stopped":
+        stack2.stack("pg-up")
+    assert_nothing_committed(settings)
+    # The run could not record its own failure: the connection was gone. The next run marks
+    # it abandoned and drops its staging tables.
+    assert [r[1] for r in runs(settings.name, settings.database_url)] == ["running"]
+    rerun_is_exact(settings, topic)
+    assert [r[1] for r in runs(settings.name, settings.database_url)] == [
+        "abandoned", "succeeded"]
