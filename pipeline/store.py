@@ -82,6 +82,12 @@ class Store:
 
     def close(self) -> None:
         try:
+            # Release the run lock now: closing does not wait for the server to end the
+            # session, and a run started right after could still find the lock held.
+            self.conn.execute("SELECT pg_advisory_unlock_all()")
+        except Exception:  # noqa: BLE001 - a broken connection holds nothing for long
+            pass
+        try:
             self.conn.close()
         except Exception:  # noqa: BLE001
             pass
