@@ -303,6 +303,9 @@ def test_offsets_set_refuses_while_the_run_lock_is_held(stack, tmp_path, capsys)
         assert p.runs("offsets") == runs_before
         # Read-only commands still work while a run holds the lock.
         assert cli_json(capsys, "lag", "--config", p.config)["total_lag"] == 0
+        # Unlock explicitly: closing a connection does not wait for the server to end
+        # the session, so the lock could outlive the close by a moment.
+        other.execute("SELECT pg_advisory_unlock_all()")
     # Lock released: the same command goes through.
     rc, _, err = cli(capsys, "offsets", "set", "--config", p.config, "--topic", p.topic,
                      "--to", "earliest", "--yes")
