@@ -93,6 +93,18 @@ def make_settings(name: str, topics: list[str], *, fmt: str = "json", table: str
     return parse_settings(doc, source=f"<test {name}>", environ={})
 
 
+def init_db(settings: Settings) -> Settings:
+    """Apply the schema for these settings (what `pipeline init-db` does)."""
+    from pipeline.store import Store
+
+    store = Store(settings)
+    try:
+        store.init_db()
+    finally:
+        store.close()
+    return settings
+
+
 def write_config(path: Path, settings_doc: str) -> Path:
     path.write_text(settings_doc)
     return path

@@ -18,17 +18,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.config import Settings
-from pipeline.store import Store
-from tests.helpers import ROOT, query, unique
-
-
-def init_db(settings: Settings) -> Settings:
-    store = Store(settings)
-    try:
-        store.init_db()
-    finally:
-        store.close()
-    return settings
+from tests.helpers import ROOT, init_db, query, unique  # noqa: F401 - init_db re-exported
 
 
 # ---- what Kafka holds --------------------------------------------------------------------

@@ -23,6 +23,7 @@ from tests.helpers import (
     ROOT,
     TEST_DB_URL,
     create_topic,
+    init_db,
     make_settings,
     produce,
     produce_orders,
@@ -36,13 +37,28 @@ from tests.helpers import (
 )
 
 
-def init(settings):
-    store = Store(settings)
-    try:
-        store.init_db()
-    finally:
-        store.close()
-    return settings
+def cli_pipeline(tmp_path, prefix: str, records: int, partitions: int = 2) -> tuple[str, str, str]:
+    """A topic with `records` orders and an initialised pipeline config for the real CLI."""
+    topic = create_topic(unique(prefix), partitions)
+    if records:
+        produce_orders(topic, range(records))
+    name = unique(prefix)
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic]))
+    assert run_cli("init-db", "--config", config).returncode == 0
+    return topic, name, str(config)
+
+
+def spark_submit(config: str, *args: str, master: str = "local[2]") -> tuple[list, dict]:
+    """The spark-submit command line and environment for pipeline/submit.py."""
+    venv_bin = os.path.dirname(sys.executable)
+    jars = ",".join(str(p) for p in sorted((ROOT / ".jars" / "spark").glob("*.jar")))
+    command = [os.path.join(venv_bin, "spark-submit"), "--master", master, "--jars", jars,
+               "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
+               str(ROOT / "pipeline" / "submit.py"), "run", "--config", config, *args]
+    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
+           "PYSPARK_PYTHON": sys.executable}
+    return command, env
 
 
 def expected_keys(topics):
@@ -57,7 +73,7 @@ def test_two_topics_several_partitions_then_only_new_records(spark):
     a, b = create_topic(unique("ta"), 3), create_topic(unique("tb"), 2)
     produce_orders(a, range(0, 90))
     produce_orders(b, range(1000, 1040))
-    s = init(make_settings(unique("core"), [a, b]))
+    s = init_db(make_settings(unique("core"), [a, b]))
 
     first = run_ingest(s)
 
@@ -84,7 +100,7 @@ def test_two_topics_several_partitions_then_only_new_records(spark):
 def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_set(spark):
     topic = create_topic(unique("cas"), 2)
     produce_orders(topic, range(50))
-    s = init(make_settings(unique("cas"), [topic]))
+    s = init_db(make_settings(unique("cas"), [topic]))
     store = Store(s)
     meta = KafkaMeta(s.kafka)
     stale = plan_ranges(store.load_offsets(), meta.topic_offsets([topic]))
@@ -107,22 +123,17 @@ def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_se
 
 
 def test_two_runs_started_together_publish_each_range_once(stack, tmp_path):
-    topic = create_topic(unique("conc"), 2)
-    produce_orders(topic, range(200))
-    name = unique("conc")
-    config = tmp_path / "c.toml"
-    config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    topic, name, config = cli_pipeline(tmp_path, "conc", 200, partitions=2)
     # The first run holds the pipeline for a while after planning.
     slow = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", "--config", str(config)], cwd=ROOT,
+        [sys.executable, "-m", "pipeline", "run", "--config", config], cwd=ROOT,
         env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=6"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not query("SELECT 1 FROM pipeline_runs WHERE pipeline = %s", (name,)):
         assert time.time() < deadline and slow.poll() is None, slow.communicate()
         time.sleep(0.2)
-    second = run_cli("run", "--config", str(config))
+    second = run_cli("run", "--config", config)
     out, err = slow.communicate(timeout=300)
 
     assert slow.returncode == 0, err
@@ -141,7 +152,7 @@ def test_malformed_records_become_dead_letters_and_the_rest_lands(spark):
                     (b"k8", b"[1, 2]"), (b"k9", b'{"order_id": 9, "customer": 12}')],
             headers=[("trace", b"\x00\x01")])
     produce_orders(topic, range(10, 12))
-    s = init(make_settings(unique("bad"), [topic]))
+    s = init_db(make_settings(unique("bad"), [topic]))
 
     result = run_ingest(s)
 
@@ -164,7 +175,7 @@ def test_too_many_bad_records_abort_the_run_and_commit_nothing(spark):
     topic = create_topic(unique("tol"), 1)
     produce(topic, [(b"k", b"nope")] * 5)
     produce_orders(topic, range(5))
-    s = init(make_settings(unique("tol"), [topic], sink={"max_bad_records": 4}))
+    s = init_db(make_settings(unique("tol"), [topic], sink={"max_bad_records": 4}))
 
     with pytest.raises(DataError, match=r"5 bad records .* exceed sink.max_bad_records = 4"):
         run_ingest(s)
@@ -189,7 +200,7 @@ def test_aborted_transactions_never_land_and_offsets_pass_the_markers(spark):
             p.produce(topic, key=b"k", value=order(i))
         p.flush(30)
         (p.commit_transaction if commit else p.abort_transaction)(30)
-    s = init(make_settings(unique("txn"), [topic], fmt="json",
+    s = init_db(make_settings(unique("txn"), [topic], fmt="json",
                            kafka={"isolation_level": "read_committed"}))
 
     result = run_ingest(s)
@@ -206,7 +217,7 @@ def test_aborted_transactions_never_land_and_offsets_pass_the_markers(spark):
 def test_user_transform_hook_changes_rows(spark):
     topic = create_topic(unique("tr"), 1)
     produce_orders(topic, range(1, 21))
-    s = init(make_settings(unique("tr"), [topic],
+    s = init_db(make_settings(unique("tr"), [topic],
                            sink={"transform": "tests.integration.transforms.orders:double_amount"}))
 
     run_ingest(s)
@@ -219,15 +230,11 @@ def test_user_transform_hook_changes_rows(spark):
 
 
 def test_empty_run_starts_no_spark_and_records_a_noop(stack, tmp_path):
-    topic = create_topic(unique("empty"), 2)
-    name = unique("empty")
-    config = tmp_path / "c.toml"
-    config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    topic, name, config = cli_pipeline(tmp_path, "empty", 0, partitions=2)
     probe = (
         "import sys, json\n"
         "from pipeline.cli import main\n"
-        f"rc = main(['run', '--config', {str(config)!r}, '--json'])\n"
+        f"rc = main(['run', '--config', {config!r}, '--json'])\n"
         "print(json.dumps({'rc': rc, 'pyspark_loaded': 'pyspark' in sys.modules}))\n")
 
     r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
@@ -248,9 +255,9 @@ def test_dry_run_prints_the_plan_and_changes_nothing(stack, tmp_path):
     name = unique("dry")
     config = tmp_path / "c.toml"
     config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    assert run_cli("init-db", "--config", config).returncode == 0
 
-    r = run_cli("run", "--config", str(config), "--dry-run")
+    r = run_cli("run", "--config", config, "--dry-run")
 
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -263,29 +270,18 @@ def test_dry_run_prints_the_plan_and_changes_nothing(stack, tmp_path):
 def test_bad_config_fails_before_anything_runs_with_exit_2(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(toml_config("x", ["t"]).replace("[spark]", "[spark]\nmastr = 'x'"))
-    r = run_cli("run", "--config", str(config))
+    r = run_cli("run", "--config", config)
     assert r.returncode == 2
     assert r.stderr.strip() == ("error: unknown key 'spark.mastr' in config; allowed: conf, "
                                 "master, min_partitions")
 
 
 def test_spark_submit_runs_the_same_job(stack, tmp_path):
-    topic = create_topic(unique("submit"), 2)
-    produce_orders(topic, range(40))
-    name = unique("submit")
-    config = tmp_path / "c.toml"
-    config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
-    venv_bin = os.path.dirname(sys.executable)
-    jars = ",".join(str(p) for p in sorted((ROOT / ".jars" / "spark").glob("*.jar")))
+    topic, name, config = cli_pipeline(tmp_path, "submit", 40)
+    command, env = spark_submit(config, "--json")
 
-    r = subprocess.run(
-        [os.path.join(venv_bin, "spark-submit"), "--master", "local[2]", "--jars", jars,
-         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
-         str(ROOT / "pipeline" / "submit.py"), "run", "--config", str(config), "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
-             "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**env, "PYTHONPATH": str(ROOT)})
 
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
@@ -295,8 +291,8 @@ def test_spark_submit_runs_the_same_job(stack, tmp_path):
 
 def test_init_db_is_idempotent(stack):
     s = make_settings(unique("idem"), ["t"])
-    init(s)
-    init(s)
+    init_db(s)
+    init_db(s)
     assert query("SELECT count(*) FROM information_schema.tables WHERE table_name = %s",
                  (s.sink.table,)) == [(1,)]
     assert TEST_DB_URL.endswith("/pipeline_test")
@@ -305,21 +301,11 @@ def test_init_db_is_idempotent(stack):
 def test_driver_rolls_back_when_spark_submit_is_killed(stack, tmp_path):
     """spark-submit does not forward signals to its Python driver; the driver notices it
     was orphaned and stops like on SIGTERM instead of running on holding the lock."""
-    topic = create_topic(unique("orphan"), 1)
-    produce_orders(topic, range(30))
-    name = unique("orphan")
-    config = tmp_path / "c.toml"
-    config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
-    venv_bin = os.path.dirname(sys.executable)
-    jars = ",".join(str(p) for p in sorted((ROOT / ".jars" / "spark").glob("*.jar")))
-    submit = subprocess.Popen(
-        [os.path.join(venv_bin, "spark-submit"), "--master", "local[1]", "--jars", jars,
-         "--conf", "spark.driver.host=127.0.0.1", str(ROOT / "pipeline" / "submit.py"),
-         "run", "--config", str(config)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
-             "PYSPARK_PYTHON": sys.executable, "PIPELINE_FAULT": "after_stage:sleep=60"})
+    topic, name, config = cli_pipeline(tmp_path, "orphan", 30, partitions=1)
+    command, env = spark_submit(config, master="local[1]")
+    submit = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL,
+                              env={**env, "PIPELINE_FAULT": "after_stage:sleep=60"})
     deadline = time.time() + 180
     while not (rows := query("SELECT pid FROM pipeline_runs WHERE pipeline = %s", (name,))):
         assert time.time() < deadline and submit.poll() is None
