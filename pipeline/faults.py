@@ -15,6 +15,7 @@ import time
 POINTS = (
     "after_plan",
     "during_read",  # inside a Spark task, while results are being staged
+    "after_task_commit",  # a Spark task's first attempt, after its staging commit
     "after_stage",  # results staged, publishing transaction not yet begun
     "before_commit",  # inside the publishing transaction, before COMMIT
     "after_commit",  # committed, before the process exits

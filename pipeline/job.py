@@ -21,12 +21,7 @@ from pipeline.config import Settings
 from pipeline.errors import DataError, PipelineError, Terminated, TransientError
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import OffsetRange, Plan, PlannedPartition, plan_ranges
-from pipeline.store import (
-    Store,
-    result_columns,
-    stage_partition_writer,
-    stage_split_writer,
-)
+from pipeline.store import DEAD_LETTER_TYPES, Store, result_columns
 
 log = logging.getLogger("pipeline")
 
@@ -225,7 +220,9 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
             stage(spark, settings, store, run_id, ranges)
             timer.lap("read_and_stage")
             check_not_deleted_during_read(meta, ranges)
-        staged_rows, staged_dead = store.count_staged(run_id)
+        # What one attempt of each task staged: a retried task is not counted twice.
+        staged = store.staged_summary(run_id)
+        staged_dead = sum(v["dead"] for v in staged.values())
         limit = settings.sink.max_bad_records
         if limit >= 0 and staged_dead > limit:
             raise DataError(
@@ -234,8 +231,8 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
                 "raise the limit")
         faults.inject("after_stage")
         with signals.shielded():
-            published = store.publish_run(run_id, kind, offset_updates, timer.as_dict(),
-                                          overwrite=overwrite)
+            published = store.publish_run(run_id, kind, ranges, offset_updates, staged,
+                                          timer.as_dict(), overwrite=overwrite)
         timer.lap("publish")
         log.info("run %s %s: published %d rows, %d dead letters from %d records; offsets %s",
                  run_id, kind, published["rows_written"], published["dead_letters"],
@@ -272,46 +269,54 @@ def start_spark(settings: Settings):
 
 def stage(spark, settings: Settings, store: Store, run_id: int,
           ranges: Sequence[OffsetRange]) -> None:
-    """Executors COPY rows straight into this run's staging tables; nothing is collected
-    on the driver."""
+    """Executors turn records into COPY text in Spark SQL and store it, one blob per Arrow
+    batch, in this run's staging table; nothing is collected on the driver but one tiny
+    summary row per task."""
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     from pipeline.errors import ConfigError
     from pipeline.read import read_ranges
-    from pipeline.transform import DEAD_LETTER_COLUMNS, mark, to_rows
+    from pipeline.stage import WRITER_SCHEMA, blob_writer, copy_line
+    from pipeline.transform import mark, to_rows
 
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
-    rows_t, dead_t = store.staging_names(run_id)
-    columns = [n for n, _ in result_columns(settings.sink)]
+    columns = result_columns(settings.sink)
+    row_line = copy_line(F, columns, extra=[F.lit(str(run_id))])
+    dead_line = copy_line(F, DEAD_LETTER_TYPES)
+    coordinates = ["topic", "partition", "offset"]
     sc = spark.sparkContext
     sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
                    interruptOnCancel=True)
+    cached = None
     try:
         if not settings.sink.transform:
-            # One pass: each record goes to the results or the dead letters.
+            # One pass: each record becomes a result line or a dead-letter line.
             marked = mark(records, settings.sink)
-            both = list(dict.fromkeys(columns + DEAD_LETTER_COLUMNS))
-            marked.select(*both).foreachPartition(stage_split_writer(
-                store.url, settings.schema, rows_t, columns, dead_t, DEAD_LETTER_COLUMNS,
-                both))
-            return
-        # A user transform works on the good rows only: two outputs, so read Kafka once
-        # into the executors' cache (never the driver) and stage each output from it.
-        records = records.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            results, dead = to_rows(records, settings.sink)
-            missing = [c for c in columns if c not in results.columns]
+            good = F.col("error_type").isNull()
+            lines = marked.select(*coordinates, F.when(good, row_line).alias("row_line"),
+                                  F.when(~good, dead_line).alias("dead_line"))
+        else:
+            # A user transform works on the good rows only: read Kafka once into the
+            # executors' cache (never the driver) and stage both outputs from it.
+            cached = records.persist(StorageLevel.MEMORY_AND_DISK)
+            results, dead = to_rows(cached, settings.sink)
+            missing = [n for n, _ in columns if n not in results.columns]
             if missing:
                 raise ConfigError(f"results lack the columns {missing} of table "
                                   f"{settings.sink.table}; a transform must keep them")
-            results.select(*columns).foreachPartition(
-                stage_partition_writer(store.url, settings.schema, rows_t, columns))
-            dead.foreachPartition(stage_partition_writer(
-                store.url, settings.schema, dead_t, DEAD_LETTER_COLUMNS))
-        finally:
-            records.unpersist()
+            none = F.lit(None).cast("string")
+            lines = results.select(*coordinates, row_line.alias("row_line"),
+                                   none.alias("dead_line")).unionByName(
+                dead.select(*coordinates, none.alias("row_line"),
+                            dead_line.alias("dead_line")))
+        writer = blob_writer(store.url, settings.schema, store.staging_name(run_id))
+        lines.mapInArrow(writer, WRITER_SCHEMA).collect()
     except Exception as e:
         raise classify_spark_error(e, settings) from None
+    finally:
+        if cached is not None:
+            cached.unpersist()
 
 
 # The root cause inside a failed Spark job's long error text, when a service was unreachable.

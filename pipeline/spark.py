@@ -47,7 +47,13 @@ def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.log.level", "WARN")  # also under spark-submit, whose JVM is up already
     )
-    for key, value in (conf or {}).items():
+    conf = dict(conf or {})
+    if not submitted():
+        # Measured (docs/benchmarks.md): the parallel collector cuts the driver's and local
+        # executors' time per record by ~30% against G1 on 2 cores; a user's own
+        # spark.driver.extraJavaOptions replaces it. Under spark-submit the JVM is up already.
+        conf.setdefault("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,14 +20,19 @@ from pipeline import faults
 from pipeline.config import Settings, SinkSettings
 from pipeline.errors import ConflictError, PipelineError, TransientError
 from pipeline.offsets import OffsetRange, PlannedPartition, TopicPartition
+from pipeline.stage import DEAD, ROW, STAGING_DDL
 
 log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LOCK_CLASS = 7_400_001  # first key of our advisory locks; the second is the pipeline's hash
 
-DEAD_COLUMNS = ["topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
-                "error_type", "error_message"]
+# The dead-letter columns (besides pipeline and run_id) with their Postgres types.
+DEAD_LETTER_TYPES = [("topic", "text"), ("partition", "integer"), ("offset", "bigint"),
+                     ("key", "bytea"), ("value", "bytea"), ("headers", "jsonb"),
+                     ("kafka_timestamp", "timestamptz"), ("error_type", "text"),
+                     ("error_message", "text")]
+DEAD_COLUMNS = [n for n, _ in DEAD_LETTER_TYPES]
 
 
 def result_columns(sink: SinkSettings) -> list[tuple[str, str]]:
@@ -199,91 +205,155 @@ class Store:
             .format(self.t("pipeline_runs")), (self.pipeline,)).fetchall()]
         leftovers = self.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename ~ %s",
-            (self.settings.schema, rf"^_stage_{self.pipeline}_r\d+_(rows|dead)$")).fetchall()
+            (self.settings.schema, rf"^_stage_{self.pipeline}_r\d+_(rows|dead|blobs)$")).fetchall()
         for (name,) in leftovers:
             self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(name)))
         if stale or leftovers:
             log.info("cleaned up after crashed runs %s (%d staging tables)", stale, len(leftovers))
         return stale
 
-    # ---- staging -----------------------------------------------------------------------
-    def staging_names(self, run_id: int) -> tuple[str, str]:
-        return (f"_stage_{self.pipeline}_r{run_id}_rows", f"_stage_{self.pipeline}_r{run_id}_dead")
+    # ---- staging ----------------------------------------------------------------------
+    def staging_name(self, run_id: int) -> str:
+        return f"_stage_{self.pipeline}_r{run_id}_blobs"
 
-    def create_staging(self, run_id: int) -> tuple[str, str]:
-        rows, dead = self.staging_names(run_id)
-        # UNLOGGED and keyless: fast parallel COPY, invisible to readers of the results.
-        cols = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t.replace(" NOT NULL", "")))
-                for n, t in result_columns(self.settings.sink)]
+    def create_staging(self, run_id: int) -> str:
+        name = self.staging_name(run_id)
+        # UNLOGGED, keyless, one row per Arrow batch; EXTERNAL storage skips compressing
+        # blobs that are read once and dropped.
         self.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(
-            self.t(rows), sql.SQL(", ").join(cols)))
-        self.execute(sql.SQL(
-            "CREATE UNLOGGED TABLE {} (topic text, \"partition\" integer, \"offset\" bigint, "
-            "key bytea, value bytea, headers jsonb, kafka_timestamp timestamptz, "
-            "error_type text, error_message text)").format(self.t(dead)))
-        return rows, dead
+            self.t(name), sql.SQL(STAGING_DDL)))
+        self.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET STORAGE EXTERNAL").format(
+            self.t(name)))
+        return name
 
     def drop_staging(self, run_id: int) -> None:
-        for name in self.staging_names(run_id):
-            self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(name)))
+        self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(self.staging_name(run_id))))
 
-    def count_staged(self, run_id: int) -> tuple[int, int]:
-        rows, dead = self.staging_names(run_id)
-        return (self.execute(sql.SQL("SELECT count(*) FROM {}").format(self.t(rows))).fetchone()[0],
-                self.execute(sql.SQL("SELECT count(*) FROM {}").format(self.t(dead))).fetchone()[0])
+    def staged_summary(self, run_id: int) -> dict[TopicPartition, dict[str, int]]:
+        """Per (topic, partition): result rows and dead letters staged by ONE committed
+        attempt of each Spark task (a retried task's earlier attempt is ignored), with the
+        first and last offset seen. One scan of the small staging table, no blob read."""
+        out: dict[TopicPartition, dict[str, int]] = {}
+        for topic, partition, kind, n, lo, hi in self.execute(sql.SQL(
+                'SELECT topic, "partition", kind, sum(n), min(min_offset), max(max_offset) '
+                "FROM {stg} s WHERE attempt = (SELECT min(attempt) FROM {stg} c "
+                "WHERE c.part = s.part) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+                .format(stg=self.t(self.staging_name(run_id)))).fetchall():
+            item = out.setdefault((topic, partition), {"rows": 0, "dead": 0, "min_offset": lo,
+                                                       "max_offset": hi})
+            item["rows" if kind == ROW else "dead"] += int(n)
+            item["min_offset"] = min(item["min_offset"], lo)
+            item["max_offset"] = max(item["max_offset"], hi)
+        return out
+
+    def _stream_blobs(self, run_id: int, kind: str, copy) -> None:
+        """Feed the chosen attempts' blobs of one kind into an open COPY, one at a time (a
+        second connection reads them: the publishing one is busy with the COPY)."""
+        with connect(self.url) as reader, reader.cursor(name="blobs") as cur:
+            cur.itersize = 4
+            cur.execute(sql.SQL(
+                "SELECT blob FROM {stg} s WHERE kind = %s AND attempt = (SELECT min(attempt) "
+                "FROM {stg} c WHERE c.part = s.part) ORDER BY part, seq")
+                .format(stg=self.t(self.staging_name(run_id))), (kind,))
+            for (blob,) in cur:
+                copy.write(blob)
+
+    def _ranges_hold_rows(self, conn, ranges: Sequence[OffsetRange]) -> bool:
+        """Does the results table already hold a row inside any planned range? (an index
+        probe per range). Only then does publishing need ON CONFLICT."""
+        results = self.t(self.settings.sink.table)
+        for r in ranges:
+            if conn.execute(sql.SQL(
+                    'SELECT EXISTS (SELECT 1 FROM {} WHERE topic = %s AND "partition" = %s '
+                    'AND "offset" >= %s AND "offset" < %s)').format(results),
+                    (r.topic, r.partition, r.from_offset, r.until_offset)).fetchone()[0]:
+                return True
+        return False
 
     # ---- the publishing transaction ----------------------------------------------------
-    def publish_run(self, run_id: int, kind: str, offset_updates: Sequence[PlannedPartition],
-                    timings: dict, overwrite: bool = False) -> dict[str, Any]:
+    def publish_run(self, run_id: int, kind: str, ranges: Sequence[OffsetRange],
+                    offset_updates: Sequence[PlannedPartition],
+                    staged: dict[TopicPartition, dict[str, int]], timings: dict,
+                    overwrite: bool = False) -> dict[str, Any]:
         """ONE transaction: results, dead letters, offsets (compare-and-set), run row.
         Either all of it becomes visible, or none of it."""
-        rows_t, dead_t = self.staging_names(run_id)
         results = self.t(self.settings.sink.table)
-        names = [n for n, _ in result_columns(self.settings.sink)]
+        names = [n for n, _ in result_columns(self.settings.sink)] + ["run_id"]
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
         key = sql.SQL('topic, "partition", "offset"')
+        started = time.monotonic()
+        rows_staged = sum(v["rows"] for v in staged.values())
+        dead_staged = sum(v["dead"] for v in staged.values())
         with self.transaction() as conn:
-            if overwrite:
-                # DISTINCT ON: a retried Spark task may have staged a row twice.
-                updates = sql.SQL(", ").join(
-                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
-                    for n in names[3:] + ["run_id"])
-                insert = sql.SQL(
-                    "INSERT INTO {res} ({cols}, run_id) SELECT DISTINCT ON ({key}) {cols}, %s "
-                    "FROM {stg} ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()"
-                ).format(res=results, cols=cols, key=key, stg=self.t(rows_t), upd=updates)
-            else:
-                insert = sql.SQL(
-                    "INSERT INTO {res} ({cols}, run_id) SELECT {cols}, %s FROM {stg} "
-                    "ON CONFLICT ({key}) DO NOTHING").format(
-                    res=results, cols=cols, key=key, stg=self.t(rows_t))
-            rows_written = conn.execute(insert, (run_id,)).rowcount
-            dcols = sql.SQL(", ").join(map(sql.Identifier, DEAD_COLUMNS))
-            dead_written = conn.execute(sql.SQL(
-                "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) %s, "
-                "{cols}, %s FROM {stg} ON CONFLICT (pipeline, {key}) DO {action}").format(
-                dl=self.t("pipeline_dead_letters"), cols=dcols, key=key, stg=self.t(dead_t),
-                action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message = "
-                               "EXCLUDED.error_message, run_id = EXCLUDED.run_id, failed_at = "
-                               "now()") if overwrite else sql.SQL("NOTHING")),
-                (self.pipeline, run_id)).rowcount
-            per_partition = {f"{t}[{p}]": {"rows": r, "dead": d} for t, p, r, d in conn.execute(
-                sql.SQL('SELECT topic, "partition", sum(r), sum(d) FROM (SELECT topic, '
-                        '"partition", 1 AS r, 0 AS d FROM {rows} UNION ALL SELECT topic, '
-                        '"partition", 0, 1 FROM {dead}) s GROUP BY 1, 2 ORDER BY 1, 2')
-                .format(rows=self.t(rows_t), dead=self.t(dead_t))).fetchall()}
-            records_read = sum(v["rows"] + v["dead"] for v in per_partition.values())
+            rows_written = 0
+            if rows_staged:
+                direct = not overwrite and not self._ranges_hold_rows(conn, ranges)
+                target = results if direct else sql.Identifier("_publish_rows")
+                if not direct:
+                    conn.execute(sql.SQL(
+                        "CREATE TEMP TABLE _publish_rows (LIKE {} INCLUDING DEFAULTS) "
+                        "ON COMMIT DROP")
+                        .format(results))
+                with conn.cursor() as cur:
+                    with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, cols)) as cp:
+                        self._stream_blobs(run_id, ROW, cp)
+                    rows_written = cur.rowcount
+                if not direct:
+                    rows_written = conn.execute(self._merge_rows_sql(
+                        results, names, cols, key, overwrite)).rowcount
+            dead_written = 0
+            if dead_staged:
+                dcols = sql.SQL(", ").join(map(sql.Identifier, DEAD_COLUMNS))
+                conn.execute(sql.SQL(
+                    "CREATE TEMP TABLE _publish_dead ({}) ON COMMIT DROP").format(
+                    sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+                                       for n, t in DEAD_LETTER_TYPES)))
+                with conn.cursor() as cur, cur.copy(sql.SQL(
+                        "COPY _publish_dead ({}) FROM STDIN").format(dcols)) as cp:
+                    self._stream_blobs(run_id, DEAD, cp)
+                dead_written = conn.execute(sql.SQL(
+                    "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) "
+                    "%s, {cols}, %s FROM _publish_dead ON CONFLICT (pipeline, {key}) DO "
+                    "{action}").format(
+                    dl=self.t("pipeline_dead_letters"), cols=dcols, key=key,
+                    action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message "
+                                   "= EXCLUDED.error_message, run_id = EXCLUDED.run_id, "
+                                   "failed_at = now()") if overwrite else sql.SQL("NOTHING")),
+                    (self.pipeline, run_id)).rowcount
+            per_partition = {f"{t}[{p}]": {"rows": v["rows"], "dead": v["dead"]}
+                             for (t, p), v in sorted(staged.items())}
+            records_read = rows_staged + dead_staged
             self._compare_and_set_offsets(conn, run_id, offset_updates)
             faults.inject("before_commit")
+            # The stored timings include this transaction up to its COMMIT.
+            publish = round(time.monotonic() - started, 3)
+            timings = {**timings, "publish": publish,
+                       "total": round(timings.get("total", 0) + publish, 3)}
             conn.execute(sql.SQL(
                 "UPDATE {} SET status = 'succeeded', finished_at = now(), records_read = %s, "
                 "rows_written = %s, dead_letters = %s, per_partition = %s, timings = %s, "
                 "exit_code = 0 WHERE run_id = %s").format(self.t("pipeline_runs")),
                 (records_read, rows_written, dead_written, json.dumps(per_partition),
                  json.dumps(timings), run_id))
-            conn.execute(sql.SQL("DROP TABLE {}, {}").format(self.t(rows_t), self.t(dead_t)))
+            conn.execute(sql.SQL("DROP TABLE {}").format(
+                self.t(self.staging_name(run_id))))
         return {"records_read": records_read, "rows_written": rows_written,
-                "dead_letters": dead_written, "per_partition": per_partition}
+                "dead_letters": dead_written, "per_partition": per_partition,
+                "timings": timings}
+
+    def _merge_rows_sql(self, results, names, cols, key, overwrite: bool) -> sql.Composed:
+        """Rows already present in a planned range: keep them (ON CONFLICT DO NOTHING), or
+        replace them on reprocess."""
+        if not overwrite:
+            return sql.SQL("INSERT INTO {res} ({cols}) SELECT {cols} FROM _publish_rows "
+                           "ON CONFLICT ({key}) DO NOTHING").format(res=results, cols=cols,
+                                                                    key=key)
+        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
+                                     for n in names[3:])
+        return sql.SQL(
+            "INSERT INTO {res} ({cols}) SELECT DISTINCT ON ({key}) {cols} FROM _publish_rows "
+            "ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()").format(
+            res=results, cols=cols, key=key, upd=updates)
 
     def _compare_and_set_offsets(self, conn, run_id: int,
                                  updates: Sequence[PlannedPartition]) -> None:
@@ -345,66 +415,3 @@ def lost_json(planned) -> list[dict]:
     return [{"topic": p.lost.topic, "partition": p.lost.partition, "from": p.lost.from_offset,
              "until": p.lost.until_offset}
             for p in planned if isinstance(p, PlannedPartition) and p.lost]
-
-
-# ---- executors -----------------------------------------------------------------------------
-def stage_partition_writer(url: str, schema: str, table: str, columns: list[str]):
-    """A picklable function for DataFrame.foreachPartition: COPY the partition's rows into a
-    staging table in its own short transaction. A failed task attempt rolls back."""
-
-    def write(rows) -> None:
-        import psycopg as pg
-        from psycopg import sql as s
-
-        from pipeline import faults as f
-
-        with pg.connect(url, options="-c TimeZone=UTC", connect_timeout=10) as conn:
-            with conn.cursor() as cur, cur.copy(s.SQL("COPY {}.{} ({}) FROM STDIN").format(
-                    s.Identifier(schema), s.Identifier(table),
-                    s.SQL(", ").join(map(s.Identifier, columns)))) as copy:
-                for i, row in enumerate(rows):
-                    copy.write_row(tuple(row))
-                    if i == 100:
-                        f.inject("during_read")
-            conn.commit()
-
-    return write
-
-
-def stage_split_writer(url: str, schema: str, rows_table: str, rows_columns: list[str],
-                       dead_table: str, dead_columns: list[str], columns: list[str]):
-    """Like stage_partition_writer, for marked records (see transform.mark): one pass over
-    the partition routes each record to the results or the dead-letter staging table, so
-    Kafka is read once without caching. Two connections, because a connection carries one
-    COPY at a time; both commit only after the whole partition is written."""
-    rows_idx = [columns.index(c) for c in rows_columns]
-    dead_idx = [columns.index(c) for c in dead_columns]
-    error_idx = columns.index("error_type")
-
-    def write(records) -> None:
-        import psycopg as pg
-        from psycopg import sql as s
-
-        from pipeline import faults as f
-
-        def copy_sql(table, cols):
-            return s.SQL("COPY {}.{} ({}) FROM STDIN").format(
-                s.Identifier(schema), s.Identifier(table),
-                s.SQL(", ").join(map(s.Identifier, cols)))
-
-        with pg.connect(url, options="-c TimeZone=UTC", connect_timeout=10) as rows_conn, \
-                pg.connect(url, options="-c TimeZone=UTC", connect_timeout=10) as dead_conn:
-            with rows_conn.cursor() as rc, dead_conn.cursor() as dc, \
-                    rc.copy(copy_sql(rows_table, rows_columns)) as rows_copy, \
-                    dc.copy(copy_sql(dead_table, dead_columns)) as dead_copy:
-                for i, record in enumerate(records):
-                    if record[error_idx] is None:
-                        rows_copy.write_row([record[j] for j in rows_idx])
-                    else:
-                        dead_copy.write_row([record[j] for j in dead_idx])
-                    if i == 100:
-                        f.inject("during_read")
-            rows_conn.commit()
-            dead_conn.commit()
-
-    return write

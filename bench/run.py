@@ -1,0 +1,319 @@
+"""This pipeline against what a user would write instead, on the same topic, same run.
+
+    scripts/bench                    # 2,000,000 records, every contender twice
+    scripts/bench 200000             # any sizes; BENCH_REPEAT=3 for more runs
+    scripts/bench 2000000 20000000   # at 20M only this pipeline and Spark Structured
+                                     # Streaming run (once each), plus peak RSS
+
+Each size is produced once (JSON orders, 4 partitions). Every contender runs as its own
+process, as a user would start it (the pipeline through its CLI, so each run pays its own
+JVM start), reads the whole topic into a fresh table keyed by (topic, partition, offset),
+and is checked afterwards: row count and checksums of the typed columns must equal what
+was produced, or the bench fails. The peak RSS of each contender's whole process tree
+(driver, JVM, Python workers) is sampled from /proc. Results: docs/benchmarks.md and
+docs/benchmarks.png; the pipeline's phase split is printed for every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.peers.verify import checksum  # noqa: E402
+from pipeline.sample import order  # noqa: E402
+
+BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+DB = os.environ.get("PIPELINE_TEST_DATABASE_URL",
+                    "postgresql://postgres@127.0.0.1:5433/pipeline_test")
+PARTITIONS = 4
+REPEAT = int(os.environ.get("BENCH_REPEAT", "2"))
+STAMP = datetime.now(UTC).strftime("%m%d%H%M%S")
+PY = sys.executable
+
+# name -> (label, command builder); {topic} {table} {config} are filled in per run.
+PEERS = {
+    "single_process": "one Python process: confluent-kafka consume(num_messages) + orjson + "
+                      "binary COPY, offsets in the same transaction",
+    "sss_jdbc": "Spark Structured Streaming AvailableNow, from_json, foreachBatch -> JDBC",
+    "sss_arrow": "Spark Structured Streaming AvailableNow, from_json, foreachBatch -> "
+                 "mapInArrow + CSV COPY",
+    "textbook": "the textbook loop: poll one, json.loads, executemany per 1,000, "
+                "DB commit then Kafka commit",
+}
+PIPELINE_JSON = "**this pipeline, json sink** (`pipeline run`)"
+PIPELINE_RAW = "this pipeline, raw sink (`pipeline run`)"
+BIG_ONLY = ("pipeline_json", "sss_jdbc")  # what runs at sizes >= 10M
+
+
+@dataclass
+class Result:
+    name: str
+    size: int
+    seconds: list[float] = field(default_factory=list)
+    rss_mb: list[float] = field(default_factory=list)
+    phases: list[dict] = field(default_factory=list)
+
+
+def produce(topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result()
+    time.sleep(1)
+    p = Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 50, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 2_000_000})
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, key=f"order-{i}".encode(), value=order(i),
+                          partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.1)
+        if i % 50_000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+
+
+def expected(n: int) -> tuple:
+    """What every contender's table must hold, computed from the generator itself."""
+    amounts = sum(Decimal(str(round(i * 1.25, 2))) for i in range(n))
+    return (n, n * (n - 1) // 2, amounts)
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and all its descendants, from /proc."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            parents[int(entry)] = int(fields[1])
+            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(rss.get(p, 0) for p in tree) / 2**20
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
+    """(seconds, peak RSS MB of the process tree, stdout)."""
+    peak = 0.0
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.25):
+            peak = max(peak, tree_rss_mb(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    seconds = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
+    return seconds, peak, out
+
+
+def pipeline_config(path: Path, name: str, topic: str, fmt: str) -> None:
+    columns = ('[sink.columns]\norder_id = "long not null"\ncustomer = "string not null"\n'
+               'amount = "decimal(12,2)"\nplaced_at = "timestamp"\n') if fmt == "json" else ""
+    path.write_text(
+        f'[pipeline]\nname = "{name}"\n[kafka]\nbootstrap_servers = "{BOOTSTRAP}"\n'
+        f'topics = ["{topic}"]\nmax_records_per_partition = 0\n'
+        f'[database]\nurl = "{DB}"\n[sink]\nformat = "{fmt}"\ntable = "{name}"\n'
+        f'max_bad_records = 0\n{columns}')
+
+
+def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict) -> tuple[float, float, dict]:
+    name = f"b_{fmt}_{STAMP}_{n}_{run}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "bench.toml"
+        pipeline_config(config, name, topic, fmt)
+        cli = [PY, "-m", "pipeline"]
+        subprocess.run([*cli, "init-db", "--config", str(config)], env=env, check=True,
+                       capture_output=True, cwd=ROOT)
+        seconds, rss, out = timed([*cli, "run", "--config", str(config), "--json"], env)
+    summary = json.loads(out)
+    assert summary["records_read"] == n, summary
+    if fmt == "json":
+        got = checksum(DB, name)
+        assert tuple(got[:3]) == expected(n) and got[4] == n, (name, got, expected(n))
+    else:
+        with psycopg.connect(DB) as conn:
+            count, distinct = conn.execute(
+                f'SELECT count(*), count(DISTINCT ("partition", "offset")) FROM {name}'
+            ).fetchone()
+        assert count == n and distinct == n, (name, count, distinct)
+    drop(name)
+    return seconds, rss, summary["timings"]
+
+
+def run_peer(peer: str, topic: str, n: int, run: int, env: dict) -> tuple[float, float]:
+    table = f"b_{peer}_{STAMP}_{n}_{run}"
+    seconds, rss, out = timed([PY, "-m", f"bench.peers.{peer}", "--topic", topic,
+                               "--table", table], env)
+    reported = json.loads(out.strip().splitlines()[-1])
+    got = checksum(DB, table)
+    assert reported["rows"] == n and tuple(got[:3]) == expected(n) and got[4] == n, \
+        (peer, reported, got, expected(n))
+    drop(table)
+    return seconds, rss
+
+
+def drop(table: str) -> None:
+    with psycopg.connect(DB, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_offsets")
+
+
+def bench_size(n: int, env: dict) -> list[Result]:
+    topic = f"bench_{STAMP}_{n}"
+    print(f"bench: producing {n:,} records to {topic} ({PARTITIONS} partitions)", flush=True)
+    produce(topic, n)
+    big = n >= 10_000_000
+    repeat = 1 if big else REPEAT
+    names = ["pipeline_json", "pipeline_raw", *PEERS]
+    results = {name: Result(name, n) for name in names if not big or name in BIG_ONLY}
+    for run in range(repeat):
+        for name, result in results.items():
+            if name.startswith("pipeline_"):
+                seconds, rss, phases = run_pipeline(name.split("_")[1], topic, n, run, env)
+                result.phases.append(phases)
+                print(f"bench: {n:,} {name} run {run + 1}: {seconds:.1f} s, peak RSS "
+                      f"{rss:,.0f} MB, phases {phases}", flush=True)
+            else:
+                seconds, rss = run_peer(name, topic, n, run, env)
+                print(f"bench: {n:,} {name} run {run + 1}: {seconds:.1f} s, peak RSS "
+                      f"{rss:,.0f} MB", flush=True)
+            result.seconds.append(seconds)
+            result.rss_mb.append(rss)
+    return list(results.values())
+
+
+def empty_run(env: dict) -> float:
+    """A run with nothing new: no Spark. Timed through the CLI, as a scheduler starts it."""
+    topic = f"bench_{STAMP}_empty"
+    produce(topic, 1000)
+    name = f"b_empty_{STAMP}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "bench.toml"
+        pipeline_config(config, name, topic, "json")
+        cli = [PY, "-m", "pipeline"]
+        subprocess.run([*cli, "init-db", "--config", str(config)], env=env, check=True,
+                       capture_output=True, cwd=ROOT)
+        timed([*cli, "run", "--config", str(config)], env)
+        seconds, _, _ = timed([*cli, "run", "--config", str(config), "--json"], env)
+    drop(name)
+    return seconds
+
+
+LABELS = {"pipeline_json": PIPELINE_JSON, "pipeline_raw": PIPELINE_RAW, **PEERS}
+
+
+def report(all_results: list[Result], empty: float) -> str:
+    lines = [
+        "| records | contender | runs | seconds (min-max) | rows/s (best) | "
+        "this pipeline (json) is ... x faster | peak RSS MB |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n in sorted({r.size for r in all_results}):
+        group = [r for r in all_results if r.size == n]
+        ours = min(next(r for r in group if r.name == "pipeline_json").seconds)
+        for r in sorted(group, key=lambda r: min(r.seconds)):
+            lo, hi = min(r.seconds), max(r.seconds)
+            lines.append(
+                f"| {n:,} | {LABELS[r.name]} | {len(r.seconds)} | {lo:.1f}-{hi:.1f} | "
+                f"{n / lo:,.0f} | {lo / ours:.2f} | {max(r.rss_mb):,.0f} |")
+    lines.append("")
+    lines.append(f"Empty run (nothing new to read, no Spark), through the CLI: {empty:.2f} s.")
+    lines.append("")
+    lines.append("Phases of this pipeline's runs (seconds, from the run's `timings`):")
+    lines.append("")
+    lines.append("| records | sink | plan | spark_start | read_and_stage | publish | total |")
+    lines.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in all_results:
+        if r.name.startswith("pipeline_"):
+            for p in r.phases:
+                lines.append(f"| {r.size:,} | {r.name.split('_')[1]} | " + " | ".join(
+                    f"{p.get(k, 0):.2f}" for k in ("plan", "spark_start", "read_and_stage",
+                                                   "publish", "total")) + " |")
+    return "\n".join(lines)
+
+
+def plot(all_results: list[Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r.size for r in all_results})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 4), squeeze=False)
+    for ax, n in zip(axes[0], sizes, strict=True):
+        group = sorted((r for r in all_results if r.size == n), key=lambda r: min(r.seconds))
+        labels = [LABELS[r.name].replace("*", "").split(" (")[0][:48] for r in group]
+        rates = [n / min(r.seconds) for r in group]
+        colors = ["#aa3377" if r.name.startswith("pipeline") else "#4477aa" for r in group]
+        ax.barh(labels[::-1], rates[::-1], color=colors[::-1])
+        ax.set_xlabel("rows per second, best run (higher is better)")
+        ax.set_title(f"{n:,} JSON records, 4 partitions, 2 cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str]) -> int:
+    sizes = [int(a) for a in argv] or [2_000_000]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
+           "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
+    env.pop("PIPELINE_DATABASE_URL", None)
+    all_results: list[Result] = []
+    for n in sizes:
+        all_results += bench_size(n, env)
+    empty = empty_run(env)
+    table = report(all_results, empty)
+    print(table)
+    docs = ROOT / "docs"
+    header = (f"Measured by `scripts/bench {' '.join(map(str, sizes))}` on "
+              f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, "
+              f"`local[2]`, Python {platform.python_version()}, the local stack "
+              "(Kafka KRaft, PostgreSQL 15) on the same machine. Every contender reads the "
+              "same topic from the start into its own fresh table keyed by (topic, partition, "
+              "offset), as its own process; each table is verified (count, sums of the typed "
+              "columns) against what was produced.\n\n")
+    (docs / "benchmarks-latest.md").write_text(header + table + "\n")
+    plot(all_results, docs / "benchmarks.png")
+    print("bench: wrote docs/benchmarks-latest.md and docs/benchmarks.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
