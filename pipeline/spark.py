@@ -52,7 +52,8 @@ def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
         # Measured (docs/benchmarks.md): the parallel collector cuts the driver's and local
         # executors' time per record by ~30% against G1 on 2 cores; a user's own
         # spark.driver.extraJavaOptions replaces it. Under spark-submit the JVM is up already.
-        conf.setdefault("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+        conf.setdefault("spark.driver.extraJavaOptions",
+                        "-XX:+UseParallelGC -XX:-DontCompileHugeMethods")
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
