@@ -277,25 +277,20 @@ def stage(spark, settings: Settings, store: Store, run_id: int,
 
     from pipeline.errors import ConfigError
     from pipeline.read import read_ranges
-    from pipeline.stage import WRITER_SCHEMA, blob_writer, copy_line
+    from pipeline.stage import WRITER_SCHEMA, blob_writer, line_frame
     from pipeline.transform import mark, to_rows
 
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
     columns = result_columns(settings.sink)
-    row_line = copy_line(F, columns, extra=[F.lit(str(run_id))])
-    dead_line = copy_line(F, DEAD_LETTER_TYPES)
-    coordinates = ["topic", "partition", "offset"]
     sc = spark.sparkContext
     sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
                    interruptOnCancel=True)
     cached = None
     try:
         if not settings.sink.transform:
-            # One pass: each record becomes a result line or a dead-letter line.
-            marked = mark(records, settings.sink)
-            good = F.col("error_type").isNull()
-            lines = marked.select(*coordinates, F.when(good, row_line).alias("row_line"),
-                                  F.when(~good, dead_line).alias("dead_line"))
+            # One pass: each record becomes a result line or a dead letter.
+            lines = line_frame(mark(records, settings.sink), columns, DEAD_LETTER_TYPES,
+                               run_id, F)
         else:
             # A user transform works on the good rows only: read Kafka once into the
             # executors' cache (never the driver) and stage both outputs from it.
@@ -305,12 +300,13 @@ def stage(spark, settings: Settings, store: Store, run_id: int,
             if missing:
                 raise ConfigError(f"results lack the columns {missing} of table "
                                   f"{settings.sink.table}; a transform must keep them")
-            none = F.lit(None).cast("string")
-            lines = results.select(*coordinates, row_line.alias("row_line"),
-                                   none.alias("dead_line")).unionByName(
-                dead.select(*coordinates, none.alias("row_line"),
-                            dead_line.alias("dead_line")))
-        writer = blob_writer(store.url, settings.schema, store.staging_name(run_id))
+            good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
+                                  F.lit(None).cast("string").alias("error_code"))
+            lines = line_frame(good, columns, DEAD_LETTER_TYPES, run_id, F,
+                               dead=False).unionByName(
+                line_frame(dead, columns, DEAD_LETTER_TYPES, run_id, F, rows=False))
+        declared = [(c.name, c.type) for c in settings.sink.columns]
+        writer = blob_writer(store.url, settings.schema, store.staging_name(run_id), declared)
         lines.mapInArrow(writer, WRITER_SCHEMA).collect()
     except Exception as e:
         raise classify_spark_error(e, settings) from None

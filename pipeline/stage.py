@@ -59,9 +59,10 @@ def copy_line(F, columns: Sequence[tuple[str, str]], extra: Sequence = ()):
     return F.concat(F.concat_ws("\t", *fields, *extra), F.lit("\n"))
 
 
-def blob_writer(url: str, schema: str, table: str):
-    """A picklable function for DataFrame.mapInArrow over (topic, partition, offset,
-    row_line, dead_line) batches. Yields one summary row per task."""
+def blob_writer(url: str, schema: str, table: str, declared: list[tuple[str, str]]):
+    """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches. Yields one
+    summary row per task. ``declared``: the JSON sink's (column, type) pairs, to explain
+    bad records."""
 
     def write(batches):
         import psycopg as pg
@@ -90,14 +91,19 @@ def blob_writer(url: str, schema: str, table: str):
                         lo, hi = pc.min_max(offsets).values()
                         topic = group.column("topic")[0].as_py()
                         partition = group.column("partition")[0].as_py()
-                        for kind, name in ((ROW, "row_line"), (DEAD, "dead_line")):
-                            lines = pc.drop_null(group.column(name))
-                            if len(lines) == 0:
-                                continue
-                            copy.write_row((part, attempt, seq, topic, partition, kind,
-                                            len(lines), lo.as_py(), hi.as_py(),
-                                            _contiguous(lines, pa)))
-                            totals[kind] += len(lines)
+                        rows = pc.drop_null(group.column("row_line"))
+                        if len(rows):
+                            copy.write_row((part, attempt, seq, topic, partition, ROW,
+                                            len(rows), lo.as_py(), hi.as_py(),
+                                            _contiguous(rows, pa)))
+                            totals[ROW] += len(rows)
+                            seq += 1
+                        dead = _dead_lines(group, pc, declared)
+                        if dead:
+                            copy.write_row((part, attempt, seq, topic, partition, DEAD,
+                                            len(dead), lo.as_py(), hi.as_py(),
+                                            "".join(dead).encode()))
+                            totals[DEAD] += len(dead)
                             seq += 1
                     if seq and not injected:  # once per task, inside its open COPY
                         injected = True
@@ -115,6 +121,53 @@ def blob_writer(url: str, schema: str, table: str):
 
 
 WRITER_SCHEMA = "part int, attempt int, rows long, dead long"
+# What blob_writer reads: coordinates, a result row as COPY text (null for a bad record),
+# and for a bad record the first seven dead-letter fields as COPY text plus what
+# diagnose.diagnose needs to explain it.
+LINE_COLUMNS = ["topic", "partition", "offset", "row_line", "dead_head", "error_code",
+                "bad_value", "_parsed"]
+
+
+def line_frame(marked, row_columns, dead_columns, run_id: int, F, *, rows: bool = True,
+               dead: bool = True):
+    """A marked DataFrame (transform.mark) -> LINE_COLUMNS. ``rows``/``dead`` = False: the
+    frame holds only dead letters / only results (a user transform's two outputs)."""
+    good = F.col("error_code").isNull()
+    none = F.lit(None).cast("string")
+    row_line = copy_line(F, row_columns, extra=[F.lit(str(run_id))]) if rows else none
+    return marked.select(
+        "topic", "partition", "offset",
+        F.when(good, row_line).alias("row_line"),
+        (F.when(~good, dead_head(F, dead_columns)) if dead else none).alias("dead_head"),
+        F.col("error_code") if dead else none.alias("error_code"),
+        (F.when(~good, F.col("value")) if dead else F.lit(None).cast("binary")).alias(
+            "bad_value"),
+        F.col("_parsed") if dead else none.alias("_parsed"))
+
+
+def dead_head(F, dead_columns):
+    """The dead letter's fields before error_type and error_message, as COPY text."""
+    head = [(n, t) for n, t in dead_columns if n not in ("error_type", "error_message")]
+    fields = [copy_field(F, F.col(f"`{name}`"), pg_type) for name, pg_type in head]
+    return F.concat_ws("\t", *fields)
+
+
+def _dead_lines(group, pc, declared) -> list[str]:
+    """Bad records are rare: each is explained and finished in Python."""
+    from pipeline.diagnose import copy_escape, diagnose
+
+    heads = group.column("dead_head")
+    if heads.null_count == len(heads):
+        return []
+    out = []
+    for head, code, value, parsed in zip(heads.to_pylist(), group.column("error_code").to_pylist(),
+                                         group.column("bad_value").to_pylist(),
+                                         group.column("_parsed").to_pylist(), strict=True):
+        if head is None:
+            continue
+        error_type, message = diagnose(code, value, parsed, declared)
+        out.append(f"{head}\t{copy_escape(error_type)}\t{copy_escape(message)}\n")
+    return out
 
 
 def _by_partition(batch, pa, pc):

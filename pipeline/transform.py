@@ -12,8 +12,6 @@ from pipeline.config import SinkSettings
 from pipeline.errors import ConfigError
 
 COORDINATES = ["topic", "partition", "offset"]
-DEAD_LETTER_COLUMNS = ["topic", "partition", "offset", "key", "value", "headers",
-                       "kafka_timestamp", "error_type", "error_message"]
 
 
 def _headers_json(F):
@@ -24,8 +22,10 @@ def _headers_json(F):
 
 
 def mark(df, sink: SinkSettings):
-    """One DataFrame with every record: the result columns, the dead-letter columns, and
-    ``error_type`` (null for a good record). Lets a single pass stage both outputs."""
+    """One DataFrame with every record: the result columns, the dead-letter columns and
+    ``error_code`` (null for a good record, else a short code that diagnose.diagnose
+    explains, with ``_parsed`` = Spark's typed parse for a rejected parse). Lets a single
+    pass stage both outputs."""
     from pyspark.sql import functions as F
 
     base = df.select(
@@ -34,8 +34,8 @@ def mark(df, sink: SinkSettings):
         F.col("timestamp").alias("kafka_timestamp"),
     )
     if sink.format == "raw":
-        return base.select("*", F.lit(None).cast("string").alias("error_type"),
-                           F.lit(None).cast("string").alias("error_message"))
+        return base.select("*", F.lit(None).cast("string").alias("error_code"),
+                           F.lit(None).cast("string").alias("_parsed"))
     return _parse_json(base, sink, F)
 
 
@@ -44,9 +44,9 @@ def to_rows(df, sink: SinkSettings):
     from pyspark.sql import functions as F
 
     marked = mark(df, sink)
-    good = marked.where(F.col("error_type").isNull())
+    good = marked.where(F.col("error_code").isNull())
     results = good.select(*result_names(sink))
-    dead = marked.where(F.col("error_type").isNotNull()).select(*DEAD_LETTER_COLUMNS)
+    dead = marked.where(F.col("error_code").isNotNull()).select(*DEAD_INPUT_COLUMNS)
     if sink.transform:
         results = load_transform(sink.transform)(results)
         missing = [c for c in COORDINATES if c not in results.columns]
@@ -56,6 +56,11 @@ def to_rows(df, sink: SinkSettings):
     return results, dead
 
 
+# What a dead letter is made of before its diagnosis (see diagnose.py).
+DEAD_INPUT_COLUMNS = ["topic", "partition", "offset", "key", "value", "headers",
+                      "kafka_timestamp", "error_code", "_parsed"]
+
+
 def result_names(sink: SinkSettings) -> list[str]:
     if sink.format == "raw":
         return ["topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp"]
@@ -63,8 +68,11 @@ def result_names(sink: SinkSettings) -> list[str]:
 
 
 def _parse_json(base, sink: SinkSettings, F):
-    """One JSON parse per record (from_json) decides good or bad; the diagnosis of a bad
-    record (a second, untyped parse) runs only for the bad ones."""
+    """One typed JSON parse per record (from_json) and a short chain of checks that yields
+    a literal code: the generated code stays small (it is JIT-compiled in every fresh
+    JVM), and the explanation of a bad record is left to diagnose.py."""
+    from pipeline import diagnose as d
+
     # String columns are parsed as VARIANT: Spark would quietly turn a JSON number into a
     # string, and a declared string must be a JSON string.
     fields = [f"`{c.name}` {'variant' if c.type == 'string' else c.spark_type}"
@@ -76,68 +84,36 @@ def _parse_json(base, sink: SinkSettings, F):
     )
 
     def field(c):
-        return F.col(f"_p.{c.name}")
+        return F.col(f"_p.`{c.name}`")
 
     def absent(c):
         if c.type == "string":
-            return field(c).isNull() | F.expr(f"is_variant_null(_p.{c.name})")
+            return field(c).isNull() | F.expr(f"is_variant_null(_p.`{c.name}`)")
         return field(c).isNull()
 
-    def kind_of(expr: str):
-        return F.lower(F.expr(f"schema_of_variant({expr})"))
-
-    # Bad records only: why from_json rejected the record.
-    v = "try_parse_json(_s)"
-    diagnosis = [
-        (F.expr(f"{v} IS NULL"), "malformed_json", F.lit("value is not valid JSON")),
-        (~F.expr(f"schema_of_variant({v}) LIKE 'OBJECT%'"), "not_an_object",
-         F.concat(F.lit("value is JSON "), kind_of(v), F.lit(", expected an object"))),
-    ]
-    for c in sink.columns:
-        raw = f"variant_get({v}, '$.{c.name}')"
-        present = F.expr(f"{raw} IS NOT NULL AND NOT is_variant_null({raw})")
-        if c.type != "string":
-            diagnosis.append((field(c).isNull() & present, "wrong_type",
-                              F.concat(F.lit(f"field '{c.name}': expected {c.type}, got "),
-                                       kind_of(raw))))
-    diagnosis.append((F.lit(True), "malformed_json",
-                      F.lit("value does not match the declared columns")))
-
     checks = [
-        (F.col("value").isNull(), "null_value", F.lit("value is null (tombstone)")),
-        (~F.expr("is_valid_utf8(_s)"), "invalid_utf8", F.lit("value is not valid UTF-8")),
-        (F.col("_p").isNull() | F.col("_p._corrupt").isNotNull(), diagnosis, None),
+        (F.col("value").isNull(), d.NULL_VALUE),
+        (~F.expr("is_valid_utf8(_s)"), d.INVALID_UTF8),
+        (F.col("_p").isNull() | F.col("_p._corrupt").isNotNull(), d.PARSE),
     ]
     for c in sink.columns:
         if c.required:
-            checks.append((absent(c), "missing_field",
-                           F.lit(f"required field '{c.name}' is missing or null")))
+            checks.append((absent(c), d.MISSING + c.name))
         if c.type == "string":
-            checks.append((~absent(c) & (kind_of(f"_p.{c.name}") != F.lit("string")),
-                           "wrong_type", F.concat(F.lit(f"field '{c.name}': expected string, "
-                                                        "got "), kind_of(f"_p.{c.name}"))))
-    error_type, error_message = _first_match(checks, F)
-    values = [F.expr(f"variant_get(_p.{c.name}, '$', 'string')") if c.type == "string"
+            checks.append((~absent(c) & (F.lower(F.expr(f"schema_of_variant(_p.`{c.name}`)"))
+                                         != F.lit("string")), d.NOT_A_STRING + c.name))
+    code = F.lit(None).cast("string")
+    for cond, value in reversed(checks):
+        code = F.when(cond, F.lit(value)).otherwise(code)
+    values = [F.expr(f"variant_get(_p.`{c.name}`, '$', 'string')") if c.type == "string"
               else field(c) for c in sink.columns]
-    return parsed.select(
+    marked = parsed.select(
         "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
         *[value.alias(c.name) for value, c in zip(values, sink.columns, strict=True)],
-        error_type.alias("error_type"), error_message.alias("error_message"))
-
-
-def _first_match(checks, F):
-    """CASE WHEN chains for (type, message): the first rule that matches names the error.
-    A rule whose type is a list is a nested chain, evaluated only when its condition holds."""
-    error_type = F.lit(None).cast("string")
-    error_message = F.lit(None).cast("string")
-    for cond, etype, message in reversed(checks):
-        if isinstance(etype, list):
-            etype, message = _first_match(etype, F)
-        else:
-            etype = F.lit(etype)
-        error_type = F.when(cond, etype).otherwise(error_type)
-        error_message = F.when(cond, message).otherwise(error_message)
-    return error_type, error_message
+        code.alias("error_code"), "_p")
+    return marked.select(
+        *[F.col(f"`{n}`") for n in marked.columns if n != "_p"],
+        F.when(F.col("error_code") == F.lit(d.PARSE), F.to_json("_p")).alias("_parsed"))
 
 
 def load_transform(spec: str):

@@ -95,6 +95,7 @@ def rerun_is_exact(settings, topic: str) -> None:
 AFTER_KILL = {
     "after_plan": ("nothing", False, ["succeeded"]),  # killed before its run row existed
     "during_read": ("nothing", True, ["abandoned", "succeeded"]),
+    "after_task_commit": ("nothing", True, ["abandoned", "succeeded"]),
     "after_stage": ("nothing", True, ["abandoned", "succeeded"]),
     "before_commit": ("nothing", True, ["abandoned", "succeeded"]),  # the DROP rolled back
     "after_commit": ("everything", False, ["succeeded", "succeeded"]),

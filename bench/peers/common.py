@@ -1,0 +1,75 @@
+"""What every peer shares: its command line, the results table, the end offsets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import psycopg
+
+TABLE_DDL = ('CREATE TABLE {table} (topic text NOT NULL, "partition" integer NOT NULL, '
+             '"offset" bigint NOT NULL, kafka_timestamp timestamptz, order_id bigint NOT NULL, '
+             "customer text NOT NULL, amount numeric(12,2), placed_at timestamptz, "
+             'PRIMARY KEY (topic, "partition", "offset"))')
+COLUMNS = ["topic", "partition", "offset", "kafka_timestamp", "order_id", "customer", "amount",
+           "placed_at"]
+SCHEMA = "order_id bigint, customer string, amount decimal(12,2), placed_at timestamp"
+
+
+def create_table(db_url: str, table: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute(TABLE_DDL.format(table=table))
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """High watermark per partition, captured at the start: where a peer stops."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+    try:
+        md = c.list_topics(topic, timeout=10)
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in md.topics[topic].partitions}
+    finally:
+        c.close()
+
+
+def main(run) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--topic", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS",
+                                                         "127.0.0.1:9092"))
+    p.add_argument("--db", default=os.environ.get(
+        "PIPELINE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5433/pipeline_test"))
+    a = p.parse_args()
+    t0 = time.perf_counter()
+    rows = run(a.topic, a.table, a.db, a.bootstrap)
+    print(json.dumps({"rows": rows, "seconds": round(time.perf_counter() - t0, 3)}))
+
+
+def spark_session(extra_jars: list[str] | None = None):
+    """A local[2] session with the connector jars (and the same JVM flags the pipeline
+    uses, so the comparison is of designs, not of JVM settings)."""
+    from pipeline.spark import connector_jars, get_spark
+
+    return get_spark("local[2]", {"spark.jars": ",".join(connector_jars() + (extra_jars or [])),
+                                  "spark.sql.shuffle.partitions": "4"},
+                     app_name="bench-peer")
+
+
+def stream_orders(spark, bootstrap: str, topic: str):
+    """readStream over the whole topic, parsed with from_json: what a Spark user writes."""
+    from pyspark.sql import functions as F
+
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .select("topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
+                    F.from_json(F.col("value").cast("string"), SCHEMA).alias("v"))
+            .select("topic", "partition", "offset", "kafka_timestamp", "v.*"))

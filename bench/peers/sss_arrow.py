@@ -1,0 +1,56 @@
+"""Spark Structured Streaming, Trigger.AvailableNow, foreachBatch -> mapInArrow on the
+executors: each Arrow batch as CSV (pyarrow) into COPY ... (FORMAT csv)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+from bench.peers.common import COLUMNS, create_table, main, spark_session, stream_orders
+
+
+def copy_writer(db_url: str, table: str):
+    def write(batches):
+        import io
+
+        import psycopg
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        n = 0
+        cols = ", ".join(f'"{c}"' for c in COLUMNS)
+        with psycopg.connect(db_url, options="-c TimeZone=UTC") as conn:
+            with conn.cursor() as cur, cur.copy(
+                    f"COPY {table} ({cols}) FROM STDIN (FORMAT csv)") as copy:
+                for batch in batches:
+                    buf = io.BytesIO()
+                    pacsv.write_csv(batch, buf, pacsv.WriteOptions(include_header=False))
+                    copy.write(buf.getvalue())
+                    n += len(batch)
+            conn.commit()
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    return write
+
+
+def run(topic: str, table: str, db_url: str, bootstrap: str) -> int:
+    create_table(db_url, table)
+    spark = spark_session()
+    counts = []
+
+    def write(batch, batch_id):
+        result = batch.select(*COLUMNS).mapInArrow(copy_writer(db_url, table), "n long")
+        counts.append(sum(r.n for r in result.collect()))
+
+    checkpoint = tempfile.mkdtemp(prefix="sss-arrow-")
+    try:
+        (stream_orders(spark, bootstrap, topic).writeStream.foreachBatch(write)
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True)
+         .start().awaitTermination())
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    return sum(counts)
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,74 @@
+"""Why a record could not become a result row: the dead letter's error type and message.
+
+Spark decides good or bad per record with one typed parse and a short chain of checks that
+yields a code (see transform.mark). Explaining a bad record needs a second, untyped look at
+it; that runs here, in plain Python on the executor, for the bad records only, so the good
+ones pay nothing for it. Pure functions: unit-tested without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+NULL_VALUE = "null_value"
+INVALID_UTF8 = "invalid_utf8"
+PARSE = "parse"  # from_json rejected the record: diagnosed below
+MISSING = "missing:"  # + column name
+NOT_A_STRING = "string:"  # + column name
+
+
+def json_kind(value: Any) -> str:
+    """The JSON kind of a parsed value, in Spark SQL's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    return "array"
+
+
+def diagnose(code: str, value: bytes | None, parsed_json: str | None,
+             columns: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """(error_type, error_message) of a bad record. ``columns`` are the declared (name,
+    type) pairs; ``parsed_json`` is Spark's typed parse of the record as JSON (fields it
+    could not convert are null)."""
+    if code == NULL_VALUE:
+        return "null_value", "value is null (tombstone)"
+    if code == INVALID_UTF8:
+        return "invalid_utf8", "value is not valid UTF-8"
+    if code.startswith(MISSING):
+        return "missing_field", f"required field '{code[len(MISSING):]}' is missing or null"
+    try:
+        raw = json.loads(value) if value is not None else None
+    except ValueError:
+        return "malformed_json", "value is not valid JSON"
+    if code.startswith(NOT_A_STRING):
+        name = code[len(NOT_A_STRING):]
+        got = json_kind(raw.get(name)) if isinstance(raw, dict) else "unknown"
+        return "wrong_type", f"field '{name}': expected string, got {got}"
+    if not isinstance(raw, dict):
+        return "not_an_object", f"value is JSON {json_kind(raw)}, expected an object"
+    try:
+        parsed = json.loads(parsed_json) if parsed_json else {}
+    except ValueError:
+        parsed = {}
+    for name, declared in columns:
+        if declared != "string" and raw.get(name) is not None and parsed.get(name) is None:
+            return "wrong_type", (f"field '{name}': expected {declared}, got "
+                                  f"{json_kind(raw[name])}")
+    return "malformed_json", "value does not match the declared columns"
+
+
+def copy_escape(text: str) -> str:
+    """COPY text format escaping of one field."""
+    return (text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+            .replace("\t", "\\t"))
