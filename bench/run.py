@@ -253,7 +253,8 @@ def report(all_results: list[Result], empty: float) -> str:
             lo, hi = min(r.seconds), max(r.seconds)
             lines.append(
                 f"| {n:,} | {LABELS[r.name]} | {len(r.seconds)} | {lo:.1f}-{hi:.1f} | "
-                f"{n / lo:,.0f} | {lo / ours:.2f} | {max(r.rss_mb):,.0f} |")
+                f"{n / hi / 1000:,.1f}k-{n / lo / 1000:,.1f}k | {lo / ours:.2f} | "
+                f"{max(r.rss_mb):,.0f} |")
     lines.append("")
     lines.append(f"Empty run (nothing new to read, no Spark), through the CLI: {empty:.2f} s.")
     lines.append("")
@@ -309,9 +310,15 @@ def main(argv: list[str]) -> int:
               "same topic from the start into its own fresh table keyed by (topic, partition, "
               "offset), as its own process; each table is verified (count, sums of the typed "
               "columns) against what was produced.\n\n")
-    (docs / "benchmarks-latest.md").write_text(header + table + "\n")
+    # The table goes between the markers of docs/benchmarks.md; the analysis around it
+    # is written by people.
+    page = (docs / "benchmarks.md").read_text()
+    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+    head, rest = page.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    (docs / "benchmarks.md").write_text(f"{head}{start}\n{header}{table}\n{end}{tail}")
     plot(all_results, docs / "benchmarks.png")
-    print("bench: wrote docs/benchmarks-latest.md and docs/benchmarks.png")
+    print("bench: wrote docs/benchmarks.md and docs/benchmarks.png")
     return 0
 
 
