@@ -238,6 +238,9 @@ def empty_run(env: dict) -> float:
 
 
 LABELS = {"pipeline_json": PIPELINE_JSON, "pipeline_raw": PIPELINE_RAW, **PEERS}
+SHORT = {"pipeline_json": "this pipeline, json", "pipeline_raw": "this pipeline, raw",
+         "single_process": "single Python process", "sss_jdbc": "Spark SS + JDBC",
+         "sss_arrow": "Spark SS + Arrow/COPY", "textbook": "textbook loop"}
 
 
 def report(all_results: list[Result], empty: float) -> str:
@@ -278,14 +281,15 @@ def plot(all_results: list[Result], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sizes = sorted({r.size for r in all_results})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 3.6), squeeze=False)
     for ax, n in zip(axes[0], sizes, strict=True):
         group = sorted((r for r in all_results if r.size == n), key=lambda r: min(r.seconds))
-        labels = [LABELS[r.name].replace("*", "").split(" (")[0][:48] for r in group]
+        labels = [SHORT[r.name] for r in group]
         rates = [n / min(r.seconds) for r in group]
         colors = ["#aa3377" if r.name.startswith("pipeline") else "#4477aa" for r in group]
         ax.barh(labels[::-1], rates[::-1], color=colors[::-1])
         ax.set_xlabel("rows per second, best run (higher is better)")
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
         ax.set_title(f"{n:,} JSON records, 4 partitions, 2 cores")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
