@@ -102,7 +102,9 @@ def plan_ranges(
     """Plan one run: per partition ``[stored next offset, latest)``, capped.
 
     Partitions come from Kafka's metadata every run, so partitions added since the last
-    run are picked up; they start at ``starting_offsets``.
+    run are picked up. ``starting_offsets`` applies to a topic's first run only: like
+    Spark's own Kafka source, a partition added to a topic we already read starts at its
+    earliest offset, or records written to it before the next run would be skipped.
     """
     kafka = sorted(kafka, key=lambda k: (k.topic, k.partition))
     seen = {(k.topic, k.partition) for k in kafka}
@@ -114,14 +116,16 @@ def plan_ranges(
                 f"partition {partition} now (deleted and recreated?); inspect with "
                 f"'pipeline offsets show' and reset with 'pipeline offsets reset --topic {topic}'")
 
+    known_topics = {topic for topic, _ in stored}
     planned = []
     for k in kafka:
         if k.earliest > k.latest:
             raise ValueError(f"{k.topic}[{k.partition}]: earliest {k.earliest} > latest {k.latest}")
         current = stored.get((k.topic, k.partition))
         lost = None
+        from_latest = starting_offsets == "latest" and k.topic not in known_topics
         if current is None:
-            start = k.earliest if starting_offsets == "earliest" else k.latest
+            start = k.latest if from_latest else k.earliest
         elif current > k.latest:
             raise DataError(
                 f"{k.topic}[{k.partition}]: stored next offset {current} is beyond the latest "
@@ -143,7 +147,7 @@ def plan_ranges(
             until = min(until, start + max_records_per_partition)
         planned.append(PlannedPartition(OffsetRange(k.topic, k.partition, start, until),
                                         current, lost,
-                                        pin_new=current is None and starting_offsets == "latest"))
+                                        pin_new=current is None and from_latest))
     return Plan(tuple(planned))
 
 

@@ -244,18 +244,21 @@ def compute_lag(stored: Mapping[TopicPartition, int], kafka: Iterable[PartitionO
     """Per partition of the topics: stored next offset vs what Kafka holds. Pure."""
     out = []
     held = {(k.topic, k.partition): k for k in kafka}
+    known_topics = {topic for topic, _ in stored}
     for tp in sorted(set(held) | {tp for tp in stored if tp[0] in topics}):
         k, s = held.get(tp), stored.get(tp)
+        # As plan_ranges: "latest" applies to a topic's first run only.
+        starts_at = ("latest" if starting_offsets == "latest" and tp[0] not in known_topics
+                     else "earliest")
         if k is None:
             out.append(PartitionLag(*tp, s, None, None, None,
                                     note="partition gone from Kafka: run 'pipeline offsets "
                                          f"reset --topic {tp[0]}'"))
             continue
-        start = s if s is not None else (k.earliest if starting_offsets == "earliest"
-                                         else k.latest)
+        start = s if s is not None else (k.earliest if starts_at == "earliest" else k.latest)
         note = ""
         if s is None:
-            note = f"never read: starts at {starting_offsets}"
+            note = f"never read: starts at {starts_at}"
         elif s > k.latest:
             note = "stored offset beyond latest: reset it"
         elif s < k.earliest:

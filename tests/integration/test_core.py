@@ -97,6 +97,36 @@ def test_two_topics_several_partitions_then_only_new_records(spark):
     assert amount == Decimal("8.75") and placed.isoformat() == "2026-01-01T00:07:00+00:00"
 
 
+def test_partition_added_after_the_first_run_is_read_from_earliest_under_latest(spark):
+    """starting_offsets = "latest" is where a topic's first run starts; records written to a
+    partition added later, before the next run, must not be skipped."""
+    from confluent_kafka.admin import NewPartitions
+
+    from tests.helpers import admin
+
+    topic = create_topic(unique("grow"), 1)
+    produce_orders(topic, range(10), partition=0)  # before the first run: skipped by design
+    s = init_db(make_settings(unique("grow"), [topic], kafka={"starting_offsets": "latest"}))
+    assert run_ingest(s).records_read == 0
+    assert stored_offsets(s.name) == {(topic, 0): 10}
+
+    client = admin()
+    client.create_partitions([NewPartitions(topic, 2)])[topic].result()
+    for _ in range(50):
+        if len(watermarks(topic)) == 2:
+            break
+        time.sleep(0.1)
+    produce_orders(topic, range(10, 15), partition=0)
+    produce_orders(topic, range(15, 22), partition=1)  # the new partition, before any run
+
+    result = run_ingest(s)
+
+    assert result.records_read == 12
+    assert stored_offsets(s.name) == {(topic, 0): 15, (topic, 1): 7}
+    assert [r[0] for r in query(f"SELECT order_id FROM {s.sink.table} ORDER BY 1")] == list(
+        range(10, 22))
+
+
 def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_set(spark):
     topic = create_topic(unique("cas"), 2)
     produce_orders(topic, range(50))

@@ -102,3 +102,19 @@ def test_offset_range_rejects_negative_or_reversed_bounds():
         OffsetRange("t", 0, 5, 4)
     with pytest.raises(ValueError):
         OffsetRange("t", 0, -1, 4)
+
+
+def test_latest_applies_to_a_topics_first_run_only_added_partitions_start_at_earliest():
+    # First run: every partition of the topic starts at latest (and is pinned there).
+    first = plan_ranges({}, [k("t", 0, 3, 9), k("t", 1, 0, 4)], starting_offsets="latest")
+    assert [(p.range.from_offset, p.pin_new) for p in first.partitions] == [(9, True),
+                                                                            (4, True)]
+    # Partition 2 was added after that run and got 5 records: none may be skipped.
+    later = plan_ranges({("t", 0): 9, ("t", 1): 4}, [k("t", 0, 3, 9), k("t", 1, 0, 4),
+                                                     k("t", 2, 0, 5)],
+                        starting_offsets="latest")
+    assert later.ranges == [OffsetRange("t", 2, 0, 5)]
+    # Another topic in the same pipeline, read for the first time: latest again.
+    other = plan_ranges({("t", 0): 9}, [k("t", 0, 3, 9), k("u", 0, 2, 7)],
+                        starting_offsets="latest")
+    assert other.ranges == [] and [p.range.from_offset for p in other.partitions] == [9, 7]
