@@ -42,6 +42,10 @@ DB = os.environ.get("PIPELINE_TEST_DATABASE_URL",
                     "postgresql://postgres@127.0.0.1:5433/pipeline_test")
 PARTITIONS = 4
 REPEAT = int(os.environ.get("BENCH_REPEAT", "2"))
+# BENCH_ONLY=pipeline_json,sss_arrow: a quick look at some contenders; docs are not written.
+ONLY = [n for n in os.environ.get("BENCH_ONLY", "").split(",") if n]
+# BENCH_TOPIC=<existing topic of N records>: reuse it instead of producing again.
+TOPIC = os.environ.get("BENCH_TOPIC")
 STAMP = datetime.now(UTC).strftime("%m%d%H%M%S")
 PY = sys.executable
 
@@ -197,13 +201,16 @@ def drop(table: str) -> None:
 
 
 def bench_size(n: int, env: dict) -> list[Result]:
-    topic = f"bench_{STAMP}_{n}"
-    print(f"bench: producing {n:,} records to {topic} ({PARTITIONS} partitions)", flush=True)
-    produce(topic, n)
+    topic = TOPIC or f"bench_{STAMP}_{n}"
+    if not TOPIC:
+        print(f"bench: producing {n:,} records to {topic} ({PARTITIONS} partitions)",
+              flush=True)
+        produce(topic, n)
     big = n >= 10_000_000
     repeat = 1 if big else REPEAT
     names = ["pipeline_json", "pipeline_raw", *PEERS]
-    results = {name: Result(name, n) for name in names if not big or name in BIG_ONLY}
+    results = {name: Result(name, n) for name in names
+               if (not big or name in BIG_ONLY) and (not ONLY or name in ONLY)}
     for run in range(repeat):
         for name, result in results.items():
             if name.startswith("pipeline_"):
@@ -303,6 +310,8 @@ def main(argv: list[str]) -> int:
     all_results: list[Result] = []
     for n in sizes:
         all_results += bench_size(n, env)
+    if ONLY:
+        return 0
     empty = empty_run(env)
     table = report(all_results, empty)
     print(table)

@@ -219,7 +219,6 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
             timer.lap("spark_start")
             stage(spark, settings, store, run_id, ranges)
             timer.lap("read_and_stage")
-            check_not_deleted_during_read(meta, ranges)
         # What one attempt of each task staged: a retried task is not counted twice.
         staged = store.staged_summary(run_id)
         staged_dead = sum(v["dead"] for v in staged.values())
@@ -269,56 +268,82 @@ def start_spark(settings: Settings):
 
 def stage(spark, settings: Settings, store: Store, run_id: int,
           ranges: Sequence[OffsetRange]) -> None:
-    """Executors turn records into COPY text in Spark SQL and store it, one blob per Arrow
-    batch, in this run's staging table; nothing is collected on the driver but one tiny
-    summary row per task."""
+    """Executors read the planned ranges and store them as COPY text, one blob per batch,
+    in this run's staging table; nothing is collected on the driver but one tiny summary
+    row per task. The built-in sinks read with confluent-kafka inside Spark tasks
+    (stage_ranges); a user transform gets Spark's Kafka source (stage_transformed)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
+                   interruptOnCancel=True)
+    try:
+        if settings.sink.transform:
+            stage_transformed(spark, settings, store, run_id, ranges)
+            check_not_deleted_during_read(KafkaMeta(settings.kafka), ranges)
+        else:
+            stage_ranges(spark, settings, store, run_id, ranges)
+    except Exception as e:
+        raise classify_spark_error(e, settings) from None
+
+
+def stage_ranges(spark, settings: Settings, store: Store, run_id: int,
+                 ranges: Sequence[OffsetRange]) -> None:
+    """One Spark task per read task (split.split_ranges): each reads its offsets exactly
+    (consume.read_range), encodes them (encode.Encoder) and stages the lines
+    (stage.range_stager)."""
+    from pipeline.consume import reader_config
+    from pipeline.split import split_ranges
+    from pipeline.stage import range_stager
+
+    sc = spark.sparkContext
+    pieces = split_ranges(ranges, max(sc.defaultParallelism, settings.spark.min_partitions))
+    k = settings.kafka
+    reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
+    columns = tuple((c.name, c.type, c.required) for c in settings.sink.columns)
+    stager = range_stager(store.url, settings.schema, store.staging_name(run_id), reader,
+                          k.timeout_seconds, (settings.sink.format, columns, run_id))
+    log.info("run %s: %d read tasks for %s", run_id, len(pieces), describe(ranges))
+    sc.parallelize(pieces, len(pieces)).mapPartitions(stager).collect()
+
+
+def stage_transformed(spark, settings: Settings, store: Store, run_id: int,
+                      ranges: Sequence[OffsetRange]) -> None:
+    """A user transform works on a DataFrame of the good rows: Spark's Kafka source reads
+    once into the executors' cache (never the driver), Spark SQL parses and marks each
+    record (transform.mark), and both outputs are staged from it."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from pipeline.errors import ConfigError
     from pipeline.read import read_ranges
     from pipeline.stage import WRITER_SCHEMA, blob_writer, line_frame
-    from pipeline.transform import mark, to_rows
+    from pipeline.transform import to_rows
 
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
     columns = result_columns(settings.sink)
-    sc = spark.sparkContext
-    sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
-                   interruptOnCancel=True)
-    cached = None
+    cached = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        if not settings.sink.transform:
-            # One pass: each record becomes a result line or a dead letter.
-            lines = line_frame(mark(records, settings.sink), columns, DEAD_LETTER_TYPES,
-                               run_id, F)
-        else:
-            # A user transform works on the good rows only: read Kafka once into the
-            # executors' cache (never the driver) and stage both outputs from it.
-            cached = records.persist(StorageLevel.MEMORY_AND_DISK)
-            results, dead = to_rows(cached, settings.sink)
-            missing = [n for n, _ in columns if n not in results.columns]
-            if missing:
-                raise ConfigError(f"results lack the columns {missing} of table "
-                                  f"{settings.sink.table}; a transform must keep them")
-            good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
-                                  F.lit(None).cast("string").alias("error_code"))
-            lines = line_frame(good, columns, DEAD_LETTER_TYPES, run_id, F,
-                               dead=False).unionByName(
-                line_frame(dead, columns, DEAD_LETTER_TYPES, run_id, F, rows=False))
+        results, dead = to_rows(cached, settings.sink)
+        missing = [n for n, _ in columns if n not in results.columns]
+        if missing:
+            raise ConfigError(f"results lack the columns {missing} of table "
+                              f"{settings.sink.table}; a transform must keep them")
+        good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
+                              F.lit(None).cast("string").alias("error_code"))
+        lines = line_frame(good, columns, DEAD_LETTER_TYPES, run_id, F,
+                           dead=False).unionByName(
+            line_frame(dead, columns, DEAD_LETTER_TYPES, run_id, F, rows=False))
         declared = [(c.name, c.type) for c in settings.sink.columns]
         writer = blob_writer(store.url, settings.schema, store.staging_name(run_id), declared)
         lines.mapInArrow(writer, WRITER_SCHEMA).collect()
-    except Exception as e:
-        raise classify_spark_error(e, settings) from None
     finally:
-        if cached is not None:
-            cached.unpersist()
+        cached.unpersist()
 
 
 # The root cause inside a failed Spark job's long error text, when a service was unreachable.
 _KAFKA_UNREACHABLE = re.compile(
     r"org\.apache\.kafka\.common\.errors\.(?:Timeout|Disconnect|Network|LeaderNotAvailable"
     r"|NotLeaderOrFollower)Exception: [^\n]*")
+_RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT): ([^\n]*)")
 _POSTGRES_UNREACHABLE = re.compile(r"psycopg\.(?:errors\.)?(?:OperationalError|AdminShutdown)"
                                    r": [^\n]*")
 
@@ -331,6 +356,8 @@ def classify_spark_error(e: Exception, settings: Settings) -> Exception:
         return e
     text = str(e)
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
+    if m := _RANGE_READ.search(text):
+        return (TransientError if m.group(1) == "TRANSIENT" else DataError)(m.group(2)[:600])
     if m := _KAFKA_UNREACHABLE.search(text):
         return TransientError(
             f"Kafka unreachable at {settings.kafka.bootstrap_servers} while Spark read the "

@@ -201,3 +201,53 @@ def _contiguous(lines, pa) -> bytes:
     offsets = memoryview(offsets_buf).cast(width)
     start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
     return bytes(memoryview(data_buf)[start:end])
+
+
+def range_stager(url: str, schema: str, table: str, reader: dict, timeout_seconds: float,
+                 encoder_args: tuple):
+    """A picklable function for ``RDD.mapPartitions`` over read tasks (one OffsetRange per
+    Spark partition): read the range on the executor (consume.read_range), encode each
+    batch (encode.Encoder) and store it as one result blob and one dead-letter blob, all of
+    a task attempt in one transaction. Yields one summary tuple per task."""
+
+    def stage_ranges(pieces):
+        import psycopg as pg
+        from psycopg import sql as s
+        from pyspark import TaskContext
+
+        from pipeline import faults as f
+        from pipeline.consume import read_range
+        from pipeline.encode import Encoder
+
+        ctx = TaskContext.get()
+        part, attempt = ctx.partitionId(), ctx.attemptNumber()
+        encoder = Encoder(*encoder_args)
+        copy_sql = s.SQL("COPY {}.{} ({}) FROM STDIN (FORMAT BINARY)").format(
+            s.Identifier(schema), s.Identifier(table),
+            s.SQL(", ").join(map(s.Identifier, STAGING_COLUMNS)))
+        totals = {ROW: 0, DEAD: 0}
+        seq = 0
+        injected = False
+        with pg.connect(url, connect_timeout=10,
+                        application_name="kafka-offset-pipeline-stage") as conn:
+            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                copy.set_types(STAGING_TYPES)
+                for r in pieces:
+                    for records in read_range(reader, r, timeout_seconds):
+                        lo, hi = records[0].offset(), records[-1].offset()
+                        rows, dead = encoder.encode(r.topic, r.partition, records)
+                        for kind, lines in ((ROW, rows), (DEAD, dead)):
+                            if lines:
+                                copy.write_row((part, attempt, seq, r.topic, r.partition, kind,
+                                                len(lines), lo, hi, "".join(lines).encode()))
+                                totals[kind] += len(lines)
+                                seq += 1
+                        if seq and not injected:  # once per task, inside its open COPY
+                            injected = True
+                            f.inject("during_read")
+            conn.commit()
+        if attempt == 0:  # a retried task re-stages what this attempt committed
+            f.inject("after_task_commit")
+        yield (part, attempt, totals[ROW], totals[DEAD])
+
+    return stage_ranges

@@ -1,0 +1,316 @@
+"""Kafka records -> Postgres COPY text lines: a result row or a dead letter per record.
+
+The built-in sinks' per-record work, in plain Python on the executors (see consume.py for
+why not in the JVM). Pure: takes records (anything with confluent-kafka's Message methods
+``offset() key() value() headers() timestamp()``), returns lines; unit-tested without
+Kafka or Spark.
+
+Typing rules of the JSON sink (the same as Spark's ``from_json``, which a transform's path
+still uses; both are held to the same catalogue in tests/integration/test_bad_input.py):
+string = a JSON string; long/int = a JSON integer in range; double = a JSON number or one of
+"NaN", "Infinity", "-Infinity"; boolean = true/false; decimal(p,s) = a JSON number or
+numeric string, rounded half-up to s places, at most p digits; timestamp = an ISO 8601
+string (no offset = UTC) or an integer of epoch seconds; date = an ISO date string; null
+or absent = NULL, a dead letter if the column is "not null". Timestamps are written with an
+explicit UTC offset: no time zone of any OS takes part.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+
+from pipeline import diagnose as d
+
+NULL = "\\N"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SPECIAL_DOUBLES = {"NaN": "NaN", "Infinity": "Infinity", "+Infinity": "Infinity",
+                    "-Infinity": "-Infinity", "INF": "Infinity", "+INF": "Infinity",
+                    "-INF": "-Infinity"}
+
+
+class Unstorable(ValueError):
+    """A value Postgres would refuse (a NUL character in text): the record becomes a dead
+    letter instead of failing the whole COPY on every rerun."""
+
+
+def text(value: str) -> str:
+    """One COPY text field; Postgres text cannot hold NUL."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        value = (value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+                 .replace("\r", "\\r"))
+    if "\x00" in value:
+        raise Unstorable("contains a NUL character (\\u0000), which Postgres text cannot store")
+    return value
+
+
+def bytea(value: bytes | None) -> str:
+    return NULL if value is None else "\\\\x" + value.hex()
+
+
+class _Seconds:
+    """'YYYY-MM-DD HH:MM:SS' of whole epoch seconds, cached: records of a batch share them."""
+
+    def __init__(self) -> None:
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, seconds: int) -> str:
+        s = self.cache.get(seconds)
+        if s is None:
+            if len(self.cache) > 100_000:
+                self.cache.clear()
+            s = (_EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")
+            self.cache[seconds] = s
+        return s
+
+
+_seconds = _Seconds()
+
+
+def kafka_timestamp(millis: int) -> str:
+    """A record's timestamp (epoch milliseconds) in UTC, as Spark's Kafka source has it."""
+    seconds, ms = divmod(millis, 1000)
+    return f"{_seconds(seconds)}.{ms:03d}000+00"
+
+
+def headers_json(headers: Sequence[tuple[str, bytes | None]] | None) -> str:
+    """Headers as Spark's Kafka source + to_json has them: [{"key", "value_b64"}], the value
+    base64 (bytes need not be UTF-8), a null value without "value_b64"."""
+    if not headers:
+        return "[]"
+    out = []
+    for key, value in headers:
+        if "\x00" in key:  # jsonb refuses \u0000
+            raise Unstorable("contains a NUL character (\\u0000), which jsonb cannot store")
+        item = {"key": key}
+        if value is not None:
+            item["value_b64"] = base64.b64encode(value).decode()
+        out.append(item)
+    return text(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
+
+
+# ---- typed JSON fields -----------------------------------------------------------------
+
+class WrongType(ValueError):
+    pass
+
+
+def _string(x):
+    if type(x) is str:
+        return text(x)
+    raise WrongType
+
+
+def _integer(bits: int):
+    lo, hi = -(1 << (bits - 1)), 1 << (bits - 1)
+
+    def convert(x):
+        if type(x) is int and lo <= x < hi:
+            return str(x)
+        raise WrongType
+    return convert
+
+
+def _double(x):
+    t = type(x)
+    if t is float:
+        return repr(x)
+    if t is int:
+        return repr(float(x))
+    if t is str and x in _SPECIAL_DOUBLES:
+        return _SPECIAL_DOUBLES[x]
+    raise WrongType
+
+
+def _boolean(x):
+    if x is True:
+        return "t"
+    if x is False:
+        return "f"
+    raise WrongType
+
+
+def _decimal(precision: int, scale: int):
+    quantum = Decimal(1).scaleb(-scale)
+    wide = Context(prec=100)  # the default 28 digits would refuse a valid decimal(38, s)
+
+    def convert(x):
+        t = type(x)
+        try:
+            if t is int or t is Decimal:
+                v = Decimal(x)
+            elif t is float:
+                v = Decimal(repr(x))  # the shortest repr: the JSON text for <= 15 digits
+            elif t is str and x.strip():
+                v = Decimal(x.strip())
+            else:
+                raise WrongType
+            if not v.is_finite():
+                raise WrongType
+            v = v.quantize(quantum, rounding=ROUND_HALF_UP, context=wide)
+        except InvalidOperation:
+            raise WrongType from None
+        if len(v.as_tuple().digits) > precision:
+            raise WrongType
+        return str(v)
+    return convert
+
+
+def _timestamp(x):
+    t = type(x)
+    if t is int:
+        try:
+            return (_EPOCH + timedelta(seconds=x)).isoformat(sep=" ")
+        except OverflowError:
+            raise WrongType from None
+    if t is str:
+        try:
+            v = datetime.fromisoformat(x.strip())
+        except ValueError:
+            raise WrongType from None
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=UTC)
+        return v.astimezone(UTC).isoformat(sep=" ")
+    raise WrongType
+
+
+def _date(x):
+    if type(x) is str:
+        s = x.strip()
+        for sep in ("T", " "):
+            s = s.split(sep, 1)[0]
+        try:
+            return date.fromisoformat(s).isoformat()
+        except ValueError:
+            raise WrongType from None
+    raise WrongType
+
+
+def converter(declared: str) -> Callable:
+    """The declared column type (config) -> value -> COPY text field; raises WrongType."""
+    if declared.startswith("decimal("):
+        p, s = declared[len("decimal("):-1].split(",")
+        return _decimal(int(p), int(s))
+    return {"string": _string, "long": _integer(64), "int": _integer(32), "double": _double,
+            "boolean": _boolean, "timestamp": _timestamp, "date": _date}[declared]
+
+
+def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]:
+    """orjson for speed; the standard library with exact decimals when a decimal column is
+    wider than a double's 15 exact digits."""
+    wide = any(t.startswith("decimal(") and int(t[8:].split(",")[0]) > 15 for _, t in columns)
+    if wide:
+        return lambda v: json.loads(v, parse_float=Decimal)
+    import orjson
+
+    return orjson.loads
+
+
+# ---- whole records ---------------------------------------------------------------------
+
+class Encoder:
+    """Turns a batch of one partition's records into result lines and dead-letter lines.
+
+    ``columns``: the JSON sink's declared (name, type, required) triples; empty for raw."""
+
+    def __init__(self, fmt: str, columns: Sequence[tuple[str, str, bool]], run_id: int):
+        self.raw = fmt == "raw"
+        self.columns = [(n, converter(t), r) for n, t, r in columns]
+        self.declared = [(n, t) for n, t, _ in columns]
+        self.tail = f"\t{run_id}\n"
+        self.loads = json_loader(self.declared) if not self.raw else None
+
+    def encode(self, topic: str, partition: int, records) -> tuple[list[str], list[str]]:
+        head = f"{text(topic)}\t{partition}\t"
+        rows: list[str] = []
+        dead: list[str] = []
+        if self.raw:
+            for m in records:
+                try:
+                    rows.append(f"{head}{m.offset()}\t{bytea(m.key())}\t{bytea(m.value())}\t"
+                                f"{headers_json(m.headers())}\t"
+                                f"{kafka_timestamp(m.timestamp()[1])}{self.tail}")
+                except Unstorable as e:
+                    dead.append(self.dead_line(head, m, "unstorable", f"header key {e}"))
+            return rows, dead
+        loads, columns, tail = self.loads, self.columns, self.tail
+        for m in records:
+            value = m.value()
+            try:
+                doc = loads(value)
+            except Exception:  # noqa: BLE001 - any parse failure is the record's, explained below
+                doc = None
+            if type(doc) is dict:
+                fields = []
+                try:
+                    for name, convert, required in columns:
+                        x = doc.get(name)
+                        if x is None:
+                            if required:
+                                raise WrongType
+                            fields.append(NULL)
+                        else:
+                            fields.append(convert(x))
+                except (WrongType, Unstorable):
+                    pass
+                else:
+                    rows.append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t"
+                                + "\t".join(fields) + tail)
+                    continue
+            error_type, message = self.explain(value, doc)
+            dead.append(self.dead_line(head, m, error_type, message))
+        return rows, dead
+
+    def explain(self, value: bytes | None, doc: object) -> tuple[str, str]:
+        """Why a record is not a result row; bad records are rare, so this may be slow.
+        The order of the checks is the Spark marking's (transform.mark)."""
+        if value is None:
+            return d.diagnose(d.NULL_VALUE, value, None, self.declared)
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return d.diagnose(d.INVALID_UTF8, value, None, self.declared)
+        if doc is None:
+            try:  # what orjson refuses but JSON allows (NaN) is explained, not accepted
+                doc = json.loads(value, parse_float=Decimal)
+            except ValueError:
+                return d.diagnose(d.PARSE, value, None, self.declared)
+        if type(doc) is not dict:
+            return d.diagnose(d.PARSE, value, None, self.declared)
+        typed = {}
+        for name, convert, _ in self.columns:
+            x = doc.get(name)
+            if x is None:
+                continue
+            try:
+                convert(x)
+                typed[name] = x
+            except WrongType:
+                if dict(self.declared)[name] != "string":
+                    return d.diagnose(d.PARSE, value, json.dumps(typed, default=str),
+                                      self.declared)
+            except Unstorable as e:
+                return "unstorable", f"field '{name}' {e}"
+        for name, convert, required in self.columns:
+            x = doc.get(name)
+            if x is None:
+                if required:
+                    return d.diagnose(d.MISSING + name, value, None, self.declared)
+            elif dict(self.declared)[name] == "string" and type(x) is not str:
+                return d.diagnose(d.NOT_A_STRING + name, value, None, self.declared)
+        return "malformed_json", "value does not match the declared columns"
+
+    def dead_line(self, head: str, m, error_type: str, message: str) -> str:
+        try:
+            headers = headers_json(m.headers())
+        except Unstorable:
+            # The header key cannot be stored as jsonb text: keep it escaped, as base64.
+            headers = text(json.dumps([{"key_b64": base64.b64encode(k.encode()).decode(),
+                                   "value_b64": None if v is None else
+                                   base64.b64encode(v).decode()} for k, v in m.headers()]))
+        return (f"{head}{m.offset()}\t{bytea(m.key())}\t{bytea(m.value())}\t{headers}\t"
+                f"{kafka_timestamp(m.timestamp()[1])}\t{text(error_type)}\t"
+                f"{text(message)}\n")

@@ -1,0 +1,137 @@
+"""Records -> COPY text lines, without Kafka or Spark (the executors' per-record work)."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from pipeline.encode import Encoder, converter, headers_json, kafka_timestamp, text
+
+COLUMNS = (("order_id", "long", True), ("customer", "string", True),
+           ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False))
+
+
+@dataclass
+class Record:
+    """The confluent-kafka Message methods the encoder uses."""
+    o: int
+    v: bytes | None
+    k: bytes | None = None
+    h: list | None = None
+    ts: int = 1_700_000_000_123
+
+    def offset(self):
+        return self.o
+
+    def value(self):
+        return self.v
+
+    def key(self):
+        return self.k
+
+    def headers(self):
+        return self.h
+
+    def timestamp(self):
+        return (1, self.ts)
+
+
+def dead_types(values, columns=COLUMNS):
+    _, dead = Encoder("json", columns, 1).encode("t", 0, [Record(i, v)
+                                                          for i, v in enumerate(values)])
+    return [line.rstrip("\n").split("\t")[7] for line in dead]
+
+
+def test_a_good_record_is_one_line_in_table_order_with_the_run_id():
+    rows, dead = Encoder("json", COLUMNS, 42).encode("orders", 3, [Record(
+        17, b'{"order_id": 1, "customer": "a\\tb\\\\c", "amount": 1.005, '
+            b'"placed_at": "2026-03-08T01:30:00-05:00", "extra": [1]}')])
+    assert dead == []
+    assert rows == ["orders\t3\t17\t2023-11-14 22:13:20.123000+00\t1\ta\\tb\\\\c\t1.01\t"
+                    "2026-03-08 06:30:00+00:00\t42\n"]
+
+
+def test_optional_fields_absent_or_null_are_copy_nulls():
+    rows, _ = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(
+        0, b'{"order_id": 1, "customer": "c", "amount": null}')])
+    assert rows[0].split("\t")[6:8] == ["\\N", "\\N"]
+
+
+def test_each_bad_record_gets_its_dead_letter_type():
+    assert dead_types([None, b"\xff\xfe", b"{not json", b"", b"[1]", b"null",
+                       b'{"order_id": "seven", "customer": "c"}',
+                       b'{"order_id": 3, "customer": 5}',
+                       b'{"amount": 3.5}', b'{"order_id": null, "customer": "c"}',
+                       b'{"order_id": 1, "customer": "c", "amount": 1e20}',
+                       b'{"order_id": 1, "customer": "c", "placed_at": "yesterday"}',
+                       b'{"order_id": 1.5, "customer": "c"}',
+                       b'{"order_id": true, "customer": "c"}',
+                       b'{"order_id": 9223372036854775808, "customer": "c"}']) == [
+        "null_value", "invalid_utf8", "malformed_json", "malformed_json", "not_an_object",
+        "not_an_object", "wrong_type", "wrong_type", "missing_field", "missing_field",
+        "wrong_type", "wrong_type", "wrong_type", "wrong_type", "wrong_type"]
+
+
+def test_a_wrong_type_is_reported_before_a_missing_field_as_spark_marks_it():
+    _, dead = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(
+        0, b'{"customer": "c", "amount": "lots"}')])
+    assert dead[0].split("\t")[7:9] == ["wrong_type",
+                                        "field 'amount': expected decimal(12,2), got string\n"]
+
+
+def test_a_nul_character_makes_a_dead_letter_not_a_failed_copy():
+    assert dead_types([b'{"order_id": 1, "customer": "a\\u0000b"}']) == ["unstorable"]
+    rows, dead = Encoder("raw", (), 1).encode("t", 0, [Record(0, b"v", h=[("k\x00", b"x")])])
+    assert rows == [] and dead[0].split("\t")[7] == "unstorable"
+
+
+def test_the_original_bytes_of_a_dead_letter_are_kept_as_bytea_hex():
+    _, dead = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(5, b"\xff", k=b"\x00k")])
+    fields = dead[0].split("\t")
+    assert fields[:5] == ["t", "0", "5", "\\\\x006b", "\\\\xff"]
+
+
+def test_raw_rows_keep_bytes_headers_and_nulls():
+    rows, dead = Encoder("raw", (), 9).encode("t", 1, [
+        Record(0, b"v\t", b"k", [("h", b"\x00\x01"), ("n", None), ("e", b"")]),
+        Record(1, None, None, None)])
+    assert dead == []
+    assert rows[0] == ('t\t1\t0\t\\\\x6b\t\\\\x7609\t[{"key":"h","value_b64":"AAE="},'
+                       '{"key":"n"},{"key":"e","value_b64":""}]\t2023-11-14 22:13:20.123000+00'
+                       "\t9\n")
+    assert rows[1].split("\t")[3:6] == ["\\N", "\\N", "[]"]
+
+
+@pytest.mark.parametrize("declared,value,expected", [
+    ("int", 2**31 - 1, "2147483647"),
+    ("double", 3, "3.0"),
+    ("double", "NaN", "NaN"),
+    ("boolean", False, "f"),
+    ("decimal(4,2)", "12.345", "12.35"),
+    ("decimal(38,2)", 10**35, str(10**35) + ".00"),
+    ("timestamp", 0, "1970-01-01 00:00:00+00:00"),
+    ("timestamp", "2026-11-01 01:30:00", "2026-11-01 01:30:00+00:00"),
+    ("timestamp", "2026-11-01T01:30:00.5Z", "2026-11-01 01:30:00.500000+00:00"),
+    ("date", "2026-02-28", "2026-02-28"),
+    ("date", "2026-02-28T10:00:00Z", "2026-02-28"),
+])
+def test_converters_accept_what_the_declared_type_allows(declared, value, expected):
+    assert converter(declared)(value) == expected
+
+
+@pytest.mark.parametrize("declared,value", [
+    ("int", 2**31), ("double", "1.5"), ("boolean", 1), ("decimal(4,2)", "123.4"),
+    ("decimal(4,2)", "abc"), ("timestamp", 1.5), ("date", "2026-02-30"), ("string", 5),
+])
+def test_converters_refuse_what_it_does_not(declared, value):
+    with pytest.raises(ValueError):
+        converter(declared)(value)
+
+
+def test_kafka_timestamps_are_utc_milliseconds_including_before_the_epoch():
+    assert kafka_timestamp(1_700_000_000_123) == "2023-11-14 22:13:20.123000+00"
+    assert kafka_timestamp(-1) == "1969-12-31 23:59:59.999000+00"
+
+
+def test_text_escapes_what_copy_unescapes():
+    assert text("a\tb\nc\rd\\e") == "a\\tb\\nc\\rd\\\\e"
+    assert headers_json([("é", b"\xff")]) == '[{"key":"é","value_b64":"/w=="}]'
