@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
@@ -51,29 +52,26 @@ def bytea(value: bytes | None) -> str:
     return NULL if value is None else "\\\\x" + value.hex()
 
 
-class _Seconds:
-    """'YYYY-MM-DD HH:MM:SS' of whole epoch seconds, cached: records of a batch share them."""
+class _Millis:
+    """Epoch milliseconds -> COPY text, cached: a producer's batch shares its timestamps."""
 
     def __init__(self) -> None:
         self.cache: dict[int, str] = {}
 
-    def __call__(self, seconds: int) -> str:
-        s = self.cache.get(seconds)
+    def __call__(self, millis: int) -> str:
+        s = self.cache.get(millis)
         if s is None:
             if len(self.cache) > 100_000:
                 self.cache.clear()
-            s = (_EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")
-            self.cache[seconds] = s
+            seconds, ms = divmod(millis, 1000)
+            s = (f"{(_EPOCH + timedelta(seconds=seconds)):%Y-%m-%d %H:%M:%S}"
+                 f".{ms:03d}000+00")
+            self.cache[millis] = s
         return s
 
 
-_seconds = _Seconds()
-
-
-def kafka_timestamp(millis: int) -> str:
-    """A record's timestamp (epoch milliseconds) in UTC, as Spark's Kafka source has it."""
-    seconds, ms = divmod(millis, 1000)
-    return f"{_seconds(seconds)}.{ms:03d}000+00"
+kafka_timestamp = _Millis()
+kafka_timestamp.__doc__ = "A record's timestamp (epoch ms) in UTC, as Spark's source has it."
 
 
 def headers_json(headers: Sequence[tuple[str, bytes | None]] | None) -> str:
@@ -136,8 +134,9 @@ def _boolean(x):
 def _decimal(precision: int, scale: int):
     quantum = Decimal(1).scaleb(-scale)
     wide = Context(prec=100)  # the default 28 digits would refuse a valid decimal(38, s)
+    whole = precision - scale  # digits allowed before the point
 
-    def convert(x):
+    def exact(x):
         t = type(x)
         try:
             if t is int or t is Decimal:
@@ -156,7 +155,25 @@ def _decimal(precision: int, scale: int):
         if len(v.as_tuple().digits) > precision:
             raise WrongType
         return str(v)
+
+    def convert(x):
+        # Fast path: a plain number whose integer part leaves room for rounding up is
+        # passed as written; Postgres rounds it half away from zero, as ROUND_HALF_UP does.
+        t = type(x)
+        if t is float or t is int:
+            text_ = repr(x)
+            if "e" not in text_ and "n" not in text_:
+                digits = len(text_.split(".", 1)[0].lstrip("-"))
+                if digits < whole or (digits == whole and "." not in text_):
+                    return text_
+        return exact(x)
     return convert
+
+
+# An ISO timestamp with an explicit offset: once Python has validated it, Postgres reads
+# it as written (no zone of any OS or session takes part).
+_EXPLICIT_UTC_SHAPE = re.compile(
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)")
 
 
 def _timestamp(x):
@@ -171,6 +188,8 @@ def _timestamp(x):
             v = datetime.fromisoformat(x.strip())
         except ValueError:
             raise WrongType from None
+        if v.tzinfo is not None and _EXPLICIT_UTC_SHAPE.fullmatch(x):
+            return x
         if v.tzinfo is None:
             v = v.replace(tzinfo=UTC)
         return v.astimezone(UTC).isoformat(sep=" ")
@@ -211,6 +230,43 @@ def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]
 
 # ---- whole records ---------------------------------------------------------------------
 
+def row_encoder(columns: Sequence[tuple[str, str, bool]]) -> Callable:
+    """A function (records, head, tail, loads, convert..., rejected) -> result lines, with
+    the declared columns unrolled into its source: the per-record loop over columns cost
+    as much as the conversions themselves (profiled). Any record it cannot turn into a
+    line, for whatever reason, goes to ``rejected`` for the general path (Encoder.explain),
+    so this function only ever accepts what the column rules accept."""
+    params = [f"c{i}" for i in range(len(columns))]
+    body = []
+    fields = []
+    for i, (name, _, required) in enumerate(columns):
+        if required:
+            body.append(f"x{i} = doc[{name!r}]")
+            body.append(f"if x{i} is None: raise KeyError")
+            fields.append(f"{{c{i}(x{i})}}")
+        else:
+            body.append(f"x{i} = doc.get({name!r})")
+            fields.append(f"{{NULL if x{i} is None else c{i}(x{i})}}")
+    line = "\\t".join(["{head}{m.offset()}", "{ts(m.timestamp()[1])}", *fields]) + "{tail}"
+    inner = "\n".join("            " + b for b in body)
+    source = f"""
+def encode_rows(records, head, tail, loads, ts, {', '.join(params + [''])}rejected):
+    rows = []
+    append = rows.append
+    for m in records:
+        try:
+            doc = loads(m.value())
+{inner}
+            append(f"{line}")
+        except Exception:
+            rejected.append(m)
+    return rows
+"""
+    namespace = {"NULL": NULL}
+    exec(compile(source, f"<row_encoder {[c[0] for c in columns]}>", "exec"), namespace)
+    return namespace["encode_rows"]
+
+
 class Encoder:
     """Turns a batch of one partition's records into result lines and dead-letter lines.
 
@@ -222,6 +278,7 @@ class Encoder:
         self.declared = [(n, t) for n, t, _ in columns]
         self.tail = f"\t{run_id}\n"
         self.loads = json_loader(self.declared) if not self.raw else None
+        self.rows = row_encoder(columns) if not self.raw else None
 
     def encode(self, topic: str, partition: int, records) -> tuple[list[str], list[str]]:
         head = f"{text(topic)}\t{partition}\t"
@@ -236,30 +293,15 @@ class Encoder:
                 except Unstorable as e:
                     dead.append(self.dead_line(head, m, "unstorable", f"header key {e}"))
             return rows, dead
-        loads, columns, tail = self.loads, self.columns, self.tail
-        for m in records:
+        rejected: list = []
+        rows = self.rows(records, head, self.tail, self.loads, kafka_timestamp,
+                         *[c for _, c, _ in self.columns], rejected)
+        for m in rejected:
             value = m.value()
             try:
-                doc = loads(value)
-            except Exception:  # noqa: BLE001 - any parse failure is the record's, explained below
+                doc = self.loads(value)
+            except Exception:  # noqa: BLE001 - any parse failure is the record's
                 doc = None
-            if type(doc) is dict:
-                fields = []
-                try:
-                    for name, convert, required in columns:
-                        x = doc.get(name)
-                        if x is None:
-                            if required:
-                                raise WrongType
-                            fields.append(NULL)
-                        else:
-                            fields.append(convert(x))
-                except (WrongType, Unstorable):
-                    pass
-                else:
-                    rows.append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t"
-                                + "\t".join(fields) + tail)
-                    continue
             error_type, message = self.explain(value, doc)
             dead.append(self.dead_line(head, m, error_type, message))
         return rows, dead
@@ -294,7 +336,7 @@ class Encoder:
                                       self.declared)
             except Unstorable as e:
                 return "unstorable", f"field '{name}' {e}"
-        for name, convert, required in self.columns:
+        for name, _, required in self.columns:
             x = doc.get(name)
             if x is None:
                 if required:

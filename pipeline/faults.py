@@ -16,7 +16,7 @@ POINTS = (
     "after_plan",
     "during_read",  # inside a Spark task, while results are being staged
     "after_task_commit",  # a Spark task's first attempt, after its staging commit
-    "after_stage",  # results staged, publishing transaction not yet begun
+    "after_stage",  # every task staged; the publishing transaction open, nothing committed
     "before_commit",  # inside the publishing transaction, before COMMIT
     "after_commit",  # committed, before the process exits
 )

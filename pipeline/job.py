@@ -21,6 +21,7 @@ from pipeline.config import Settings
 from pipeline.errors import DataError, PipelineError, Terminated, TransientError
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import OffsetRange, Plan, PlannedPartition, plan_ranges
+from pipeline.publish import Publisher
 from pipeline.store import DEAD_LETTER_TYPES, Store, result_columns
 
 log = logging.getLogger("pipeline")
@@ -65,6 +66,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self.critical = False
+        self.deferred = False  # record only; the main loop calls check() (see overlapped)
         self.spark = None
         self.parent_pid: int | None = None
         self._previous: dict[int, Any] = {}
@@ -94,7 +96,13 @@ class StopSignals:
             # py4j call, and re-entering that thread's py4j connection fails.
             threading.Thread(target=self._cancel_spark, args=(self.spark,),
                              name="cancel-spark-jobs", daemon=True).start()
-        raise Terminated(f"stopped by {name}; nothing committed by this run, safe to rerun")
+        if not self.deferred:
+            self.check()
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise Terminated(f"stopped by {signal.Signals(self.received).name}; nothing "
+                             "committed by this run, safe to rerun")
 
     @staticmethod
     def _cancel_spark(spark) -> None:
@@ -213,25 +221,27 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
     signals = signals or StopSignals()
     try:
         store.create_staging(run_id)
+        spark = None
         if ranges:
             spark = start_spark(settings)
             signals.spark = spark
             timer.lap("spark_start")
-            stage(spark, settings, store, run_id, ranges)
-            timer.lap("read_and_stage")
-        # What one attempt of each task staged: a retried task is not counted twice.
-        staged = store.staged_summary(run_id)
-        staged_dead = sum(v["dead"] for v in staged.values())
-        limit = settings.sink.max_bad_records
-        if limit >= 0 and staged_dead > limit:
-            raise DataError(
-                f"run {run_id}: {staged_dead} bad records in {describe(ranges)} exceed "
-                f"sink.max_bad_records = {limit}; nothing committed - inspect the topic or "
-                "raise the limit")
-        faults.inject("after_stage")
-        with signals.shielded():
-            published = store.publish_run(run_id, kind, ranges, offset_updates, staged,
-                                          timer.as_dict(), overwrite=overwrite)
+        with Publisher(store, run_id, kind, ranges, overwrite=overwrite) as publisher:
+            if spark is not None:
+                overlapped(lambda: stage(spark, settings, store, run_id, ranges),
+                           publisher.take, signals)
+                timer.lap("read_and_stage")
+            # What one attempt of each task staged: a retried task is not counted twice.
+            staged_dead = sum(v["dead"] for v in publisher.staged().values())
+            limit = settings.sink.max_bad_records
+            if limit >= 0 and staged_dead > limit:
+                raise DataError(
+                    f"run {run_id}: {staged_dead} bad records in {describe(ranges)} exceed "
+                    f"sink.max_bad_records = {limit}; nothing committed - inspect the topic "
+                    "or raise the limit")
+            faults.inject("after_stage")
+            with signals.shielded():
+                published = publisher.finish(offset_updates, timer.as_dict())
         timer.lap("publish")
         log.info("run %s %s: published %d rows, %d dead letters from %d records; offsets %s",
                  run_id, kind, published["rows_written"], published["dead_letters"],
@@ -260,10 +270,46 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
                      per_partition=published["per_partition"], timings=timer.as_dict())
 
 
+def overlapped(job, take, signals: StopSignals, every: float = 0.25) -> None:
+    """Run the Spark ``job`` in a thread while this (main) thread publishes what its tasks
+    have committed so far (``take``). Signals are only recorded meanwhile and acted on
+    here, between two takes: never inside a COPY or a py4j call."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job()
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            failure.append(e)
+
+    worker = threading.Thread(target=run, name="spark-job", daemon=True)
+    signals.deferred = True
+    try:
+        worker.start()
+        while worker.is_alive():
+            signals.check()
+            take()
+            worker.join(every)
+        signals.check()
+        if failure:
+            raise failure[0]
+        take()  # what the last tasks committed
+    except BaseException:
+        # Stopping: the signal handler (or this) cancels the Spark jobs; wait for the thread
+        # so that a cancelled job is not left running beside the next run in this process.
+        if worker.is_alive() and signals.spark is not None:
+            StopSignals._cancel_spark(signals.spark)
+            worker.join(60)
+        raise
+    finally:
+        signals.deferred = False
+
+
 def start_spark(settings: Settings):
     from pipeline.spark import get_spark
 
-    return get_spark(settings.spark.master, settings.spark.conf)
+    return get_spark(settings.spark.master, settings.spark.conf,
+                     jvm="sql" if settings.sink.transform else "light")
 
 
 def stage(spark, settings: Settings, store: Store, run_id: int,

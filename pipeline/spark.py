@@ -24,8 +24,18 @@ def connector_jars() -> list[str]:
     return jars
 
 
+# The driver JVM's flags when we start it (a user's spark.driver.extraJavaOptions replaces
+# them; under spark-submit the JVM is up already). Measured (docs/benchmarks.md):
+# - "sql": Spark SQL runs per record (Kafka source, parsing, a transform): the parallel
+#   collector and JIT of the huge generated methods cut its time per record by ~30%;
+# - "light": per-record work is in Python (the built-in sinks): the JVM only schedules, so
+#   the client compiler alone and the serial collector start it ~1.5 s sooner.
+JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
+             "light": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
+
+
 def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
-              app_name: str = "kafka-offset-pipeline"):
+              app_name: str = "kafka-offset-pipeline", jvm: str = "sql"):
     """Get or create the process's SparkSession (spark-submit's session is reused)."""
     from pyspark.sql import SparkSession
 
@@ -49,11 +59,7 @@ def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
     )
     conf = dict(conf or {})
     if not submitted():
-        # Measured (docs/benchmarks.md): the parallel collector cuts the driver's and local
-        # executors' time per record by ~30% against G1 on 2 cores; a user's own
-        # spark.driver.extraJavaOptions replaces it. Under spark-submit the JVM is up already.
-        conf.setdefault("spark.driver.extraJavaOptions",
-                        "-XX:+UseParallelGC -XX:-DontCompileHugeMethods")
+        conf.setdefault("spark.driver.extraJavaOptions", JVM_FLAGS[jvm])
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

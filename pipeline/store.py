@@ -1,5 +1,5 @@
-"""Postgres: schema, the run lock, offsets, run rows, staging, and publish_run - the one
-transaction that makes a run's results, dead letters, run row and offsets visible."""
+"""Postgres: schema, the run lock, offsets, run rows, staging tables, and the parts of the
+publishing transaction that pipeline/publish.py puts together."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import socket
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,11 +15,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pipeline import faults
 from pipeline.config import Settings, SinkSettings
 from pipeline.errors import ConflictError, PipelineError, TransientError
 from pipeline.offsets import OffsetRange, PlannedPartition, TopicPartition
-from pipeline.stage import DEAD, ROW, STAGING_DDL
+from pipeline.stage import STAGING_DDL
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +56,8 @@ def _connect_error(url: str, e: Exception) -> TransientError:
 
 def connect(url: str, **kwargs: Any) -> psycopg.Connection:
     try:
-        return psycopg.connect(url, connect_timeout=10, options="-c TimeZone=UTC",
-                               application_name="kafka-offset-pipeline", **kwargs)
+        return psycopg.connect(url, **{"connect_timeout": 10, "options": "-c TimeZone=UTC",
+                                       "application_name": "kafka-offset-pipeline", **kwargs})
     except psycopg.OperationalError as e:
         raise _connect_error(url, e) from None
 
@@ -229,35 +227,6 @@ class Store:
     def drop_staging(self, run_id: int) -> None:
         self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(self.staging_name(run_id))))
 
-    def staged_summary(self, run_id: int) -> dict[TopicPartition, dict[str, int]]:
-        """Per (topic, partition): result rows and dead letters staged by ONE committed
-        attempt of each Spark task (a retried task's earlier attempt is ignored), with the
-        first and last offset seen. One scan of the small staging table, no blob read."""
-        out: dict[TopicPartition, dict[str, int]] = {}
-        for topic, partition, kind, n, lo, hi in self.execute(sql.SQL(
-                'SELECT topic, "partition", kind, sum(n), min(min_offset), max(max_offset) '
-                "FROM {stg} s WHERE attempt = (SELECT min(attempt) FROM {stg} c "
-                "WHERE c.part = s.part) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
-                .format(stg=self.t(self.staging_name(run_id)))).fetchall():
-            item = out.setdefault((topic, partition), {"rows": 0, "dead": 0, "min_offset": lo,
-                                                       "max_offset": hi})
-            item["rows" if kind == ROW else "dead"] += int(n)
-            item["min_offset"] = min(item["min_offset"], lo)
-            item["max_offset"] = max(item["max_offset"], hi)
-        return out
-
-    def _stream_blobs(self, run_id: int, kind: str, copy) -> None:
-        """Feed the chosen attempts' blobs of one kind into an open COPY, one at a time (a
-        second connection reads them: the publishing one is busy with the COPY)."""
-        with connect(self.url) as reader, reader.cursor(name="blobs") as cur:
-            cur.itersize = 4
-            cur.execute(sql.SQL(
-                "SELECT blob FROM {stg} s WHERE kind = %s AND attempt = (SELECT min(attempt) "
-                "FROM {stg} c WHERE c.part = s.part) ORDER BY part, seq")
-                .format(stg=self.t(self.staging_name(run_id))), (kind,))
-            for (blob,) in cur:
-                copy.write(blob)
-
     def _ranges_hold_rows(self, conn, ranges: Sequence[OffsetRange]) -> bool:
         """Does the results table already hold a row inside any planned range? (an index
         probe per range). Only then does publishing need ON CONFLICT."""
@@ -270,77 +239,7 @@ class Store:
                 return True
         return False
 
-    # ---- the publishing transaction ----------------------------------------------------
-    def publish_run(self, run_id: int, kind: str, ranges: Sequence[OffsetRange],
-                    offset_updates: Sequence[PlannedPartition],
-                    staged: dict[TopicPartition, dict[str, int]], timings: dict,
-                    overwrite: bool = False) -> dict[str, Any]:
-        """ONE transaction: results, dead letters, offsets (compare-and-set), run row.
-        Either all of it becomes visible, or none of it."""
-        results = self.t(self.settings.sink.table)
-        names = [n for n, _ in result_columns(self.settings.sink)] + ["run_id"]
-        cols = sql.SQL(", ").join(map(sql.Identifier, names))
-        key = sql.SQL('topic, "partition", "offset"')
-        started = time.monotonic()
-        rows_staged = sum(v["rows"] for v in staged.values())
-        dead_staged = sum(v["dead"] for v in staged.values())
-        with self.transaction() as conn:
-            rows_written = 0
-            if rows_staged:
-                direct = not overwrite and not self._ranges_hold_rows(conn, ranges)
-                target = results if direct else sql.Identifier("_publish_rows")
-                if not direct:
-                    conn.execute(sql.SQL(
-                        "CREATE TEMP TABLE _publish_rows (LIKE {} INCLUDING DEFAULTS) "
-                        "ON COMMIT DROP")
-                        .format(results))
-                with conn.cursor() as cur:
-                    with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, cols)) as cp:
-                        self._stream_blobs(run_id, ROW, cp)
-                    rows_written = cur.rowcount
-                if not direct:
-                    rows_written = conn.execute(self._merge_rows_sql(
-                        results, names, cols, key, overwrite)).rowcount
-            dead_written = 0
-            if dead_staged:
-                dcols = sql.SQL(", ").join(map(sql.Identifier, DEAD_COLUMNS))
-                conn.execute(sql.SQL(
-                    "CREATE TEMP TABLE _publish_dead ({}) ON COMMIT DROP").format(
-                    sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
-                                       for n, t in DEAD_LETTER_TYPES)))
-                with conn.cursor() as cur, cur.copy(sql.SQL(
-                        "COPY _publish_dead ({}) FROM STDIN").format(dcols)) as cp:
-                    self._stream_blobs(run_id, DEAD, cp)
-                dead_written = conn.execute(sql.SQL(
-                    "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) "
-                    "%s, {cols}, %s FROM _publish_dead ON CONFLICT (pipeline, {key}) DO "
-                    "{action}").format(
-                    dl=self.t("pipeline_dead_letters"), cols=dcols, key=key,
-                    action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message "
-                                   "= EXCLUDED.error_message, run_id = EXCLUDED.run_id, "
-                                   "failed_at = now()") if overwrite else sql.SQL("NOTHING")),
-                    (self.pipeline, run_id)).rowcount
-            per_partition = {f"{t}[{p}]": {"rows": v["rows"], "dead": v["dead"]}
-                             for (t, p), v in sorted(staged.items())}
-            records_read = rows_staged + dead_staged
-            self._compare_and_set_offsets(conn, run_id, offset_updates)
-            faults.inject("before_commit")
-            # The stored timings include this transaction up to its COMMIT.
-            publish = round(time.monotonic() - started, 3)
-            timings = {**timings, "publish": publish,
-                       "total": round(timings.get("total", 0) + publish, 3)}
-            conn.execute(sql.SQL(
-                "UPDATE {} SET status = 'succeeded', finished_at = now(), records_read = %s, "
-                "rows_written = %s, dead_letters = %s, per_partition = %s, timings = %s, "
-                "exit_code = 0 WHERE run_id = %s").format(self.t("pipeline_runs")),
-                (records_read, rows_written, dead_written, json.dumps(per_partition),
-                 json.dumps(timings), run_id))
-            conn.execute(sql.SQL("DROP TABLE {}").format(
-                self.t(self.staging_name(run_id))))
-        return {"records_read": records_read, "rows_written": rows_written,
-                "dead_letters": dead_written, "per_partition": per_partition,
-                "timings": timings}
-
+    # ---- parts of the publishing transaction (pipeline/publish.py) ------------------
     def _merge_rows_sql(self, results, names, cols, key, overwrite: bool) -> sql.Composed:
         """Rows already present in a planned range: keep them (ON CONFLICT DO NOTHING), or
         replace them on reprocess."""

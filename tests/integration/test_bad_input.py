@@ -70,7 +70,16 @@ CATALOGUE = [
     (b"k14", order(14, amount=1e20), None, "wrong_type"),  # overflows decimal(12,2)
     (b"k15", order(15, placed_at="yesterday"), None, "wrong_type"),
     (b"k16", order(16, extra={"nested": [1]}), None, "row"),  # unknown fields are ignored
+    # Rounded half up to the declared scale; a time with an offset stored as its UTC instant.
+    (b"k17", order(17, amount=1.005, placed_at="2026-03-08T01:30:00-05:00"), None, "row"),
+    (b"k18", order(18, amount="2.5", placed_at="2026-11-01 01:30:00"), None, "row"),
+    (b"k19", order(19, amount=99999999999.995), None, "wrong_type"),  # rounds past (12,2)
 ]
+# What Postgres must hold for the rows above (amount, placed_at in UTC).
+STORED = {17: ("1.01", "2026-03-08 06:30:00+00"), 18: ("2.50", "2026-11-01 01:30:00+00")}
+# Both paths are held to the same outcomes: the built-in sink's (records read and parsed in
+# Python on the executors) and a transform's (Spark's Kafka source, Spark SQL parsing).
+PATHS = [None, "tests.integration.transforms.orders:identity"]
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +97,11 @@ def catalogue_topic(stack):
     return topic
 
 
-def test_json_sink_turns_each_bad_record_into_a_typed_dead_letter(spark, catalogue_topic):
-    s = init_db(make_settings(unique("cat_json"), [catalogue_topic]))
+@pytest.mark.parametrize("transform", PATHS, ids=["builtin", "transform"])
+def test_json_sink_turns_each_bad_record_into_a_typed_dead_letter(spark, catalogue_topic,
+                                                                  transform):
+    s = init_db(make_settings(unique("cat_json"), [catalogue_topic],
+                              sink={"transform": transform} if transform else None))
 
     result = run_ingest(s)
 
@@ -103,6 +115,10 @@ def test_json_sink_turns_each_bad_record_into_a_typed_dead_letter(spark, catalog
     assert [r[0] for r in rows] == expected_rows
     assert {r[0]: r[1] for r in rows} == {o: o for o in expected_rows}
     assert dict((r[0], r[2]) for r in rows)[10] == MB  # the 1 MB record, whole
+    assert {r[0]: (str(r[1]), r[2]) for r in query(
+        f"SELECT \"offset\", amount, to_char(placed_at AT TIME ZONE 'UTC', "
+        f"'YYYY-MM-DD HH24:MI:SS+00') FROM {s.sink.table} WHERE \"offset\" IN (17, 18)")
+    } == STORED
     dead = query('SELECT "offset", error_type, error_message, key, value FROM '
                  "pipeline_dead_letters WHERE pipeline = %s ORDER BY 1", (s.name,))
     assert {d[0]: d[1] for d in dead} == expected_dead
@@ -115,9 +131,12 @@ def test_json_sink_turns_each_bad_record_into_a_typed_dead_letter(spark, catalog
         CATALOGUE[o][:2] for o in expected_rows}, bad=True)
 
 
+@pytest.mark.parametrize("transform", PATHS, ids=["builtin", "transform"])
 def test_raw_sink_keeps_every_record_byte_for_byte_with_headers_as_base64(spark,
-                                                                          catalogue_topic):
-    s = init_db(make_settings(unique("cat_raw"), [catalogue_topic], fmt="raw"))
+                                                                          catalogue_topic,
+                                                                          transform):
+    s = init_db(make_settings(unique("cat_raw"), [catalogue_topic], fmt="raw",
+                              sink={"transform": transform} if transform else None))
 
     result = run_ingest(s)
 
@@ -132,6 +151,28 @@ def test_raw_sink_keeps_every_record_byte_for_byte_with_headers_as_base64(spark,
                     else base64.b64decode(h["value_b64"])) for h in headers]
         assert decoded == (want_headers or []), offset
     assert_exactly_once(s, catalogue_topic)
+
+
+def test_a_nul_that_postgres_cannot_store_is_a_dead_letter_not_a_stuck_run(spark):
+    # A header key with a NUL (which jsonb refuses) is unit-tested (test_encode.py): no
+    # librdkafka producer can write one, its header names are C strings.
+    topic = create_topic(unique("nul"), 1)
+    produce(topic, [(b"a", order(0)),
+                    (b"b", b'{"order_id": 1, "customer": "nul\\u0000inside"}'),
+                    (b"c", order(2))], partition=0)
+    s = init_db(make_settings(unique("nul"), [topic]))
+
+    result = run_ingest(s)
+
+    assert result.status == "succeeded"
+    assert (result.records_read, result.rows_written, result.dead_letters) == (3, 2, 1)
+    [(offset, error_type, message, value)] = query(
+        'SELECT "offset", error_type, error_message, value FROM pipeline_dead_letters '
+        "WHERE pipeline = %s", (s.name,))
+    assert (offset, error_type) == (1, "unstorable") and "NUL" in message
+    assert value == b'{"order_id": 1, "customer": "nul\\u0000inside"}'  # kept byte for byte
+    assert sorted(o for (o,) in query(f'SELECT "offset" FROM {s.sink.table}')) == [0, 2]
+    assert stored(s.name, s.database_url) == {0: 3}
 
 
 def test_empty_topic_is_a_noop_and_later_records_are_read_from_offset_0(spark):

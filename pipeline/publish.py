@@ -1,0 +1,199 @@
+"""The one place that publishes a run: results, dead letters, offsets and the run row in ONE
+Postgres transaction, either all visible or none.
+
+The transaction opens before Spark has finished reading: as each Spark task commits its
+staging blobs, ``take()`` streams them into ``COPY results FROM STDIN`` on the publishing
+connection, so Postgres parses and indexes the rows while the executors are still reading
+(on 2 cores this hid most of a 5-7 s COPY of 2M rows; docs/benchmarks.md). Nothing of it is
+visible to anyone until ``finish()`` has compared-and-set the offsets and committed; any
+error, signal or crash before that rolls everything back.
+
+One attempt per Spark task (partition index) is used, chosen when the task is first seen;
+a task attempt that committed and was then retried is never published or counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+
+from pipeline import faults
+from pipeline.offsets import OffsetRange, PlannedPartition
+from pipeline.stage import DEAD, ROW
+from pipeline.store import (
+    DEAD_COLUMNS,
+    DEAD_LETTER_TYPES,
+    Store,
+    connect,
+    db_errors,
+    result_columns,
+)
+
+KEY = sql.SQL('topic, "partition", "offset"')
+
+
+class Publisher:
+    """``with Publisher(...) as pub: pub.take() ...; pub.staged(); pub.finish(...)``:
+    finish() commits; leaving the context without it, or with an error, rolls back."""
+
+    def __init__(self, store: Store, run_id: int, kind: str, ranges: Sequence[OffsetRange],
+                 overwrite: bool = False):
+        self.store, self.run_id, self.kind = store, run_id, kind
+        self.ranges, self.overwrite = list(ranges), overwrite
+        self.parts: dict[int, int] = {}  # Spark partition -> the attempt published
+        self.staging = store.t(store.staging_name(run_id))
+        self.names = [n for n, _ in result_columns(store.settings.sink)] + ["run_id"]
+        self.cols = sql.SQL(", ").join(map(sql.Identifier, self.names))
+        self.finished = False
+        self.started = time.monotonic()
+
+    def __enter__(self) -> Publisher:
+        store = self.store
+        # A second connection reads the staged blobs: the publishing one is busy with COPY.
+        self._reader = connect(store.url, application_name="kafka-offset-pipeline-publish")
+        self._copy_cm = None
+        self._tx = store.transaction()
+        self.conn = self._tx.__enter__()
+        try:
+            results = store.t(store.settings.sink.table)
+            # Plain COPY into the keyed table when the planned ranges hold no row yet (the
+            # usual case); through a temp table and ON CONFLICT otherwise.
+            self.direct = not self.overwrite and not store._ranges_hold_rows(self.conn,
+                                                                              self.ranges)
+            target = results if self.direct else sql.Identifier("_publish_rows")
+            if not self.direct:
+                self.conn.execute(sql.SQL("CREATE TEMP TABLE _publish_rows (LIKE {} "
+                                          "INCLUDING DEFAULTS) ON COMMIT DROP").format(results))
+            self._cur = self.conn.cursor()
+            cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, self.cols))
+            self._copy = cm.__enter__()
+            self._copy_cm = cm
+        except BaseException as e:
+            self.__exit__(type(e), e, e.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        unfinished = exc_type is None and not self.finished
+        if unfinished:  # a bug in the caller: never commit a half-published run
+            exc = RuntimeError("publisher left without finish(); rolled back")
+            exc_type, tb = RuntimeError, None
+        try:
+            if self._copy_cm is not None:  # an error before finish(): abort the COPY
+                try:
+                    self._copy_cm.__exit__(exc_type, exc, tb)
+                except Exception:  # noqa: BLE001 - rolled back below either way
+                    pass
+        finally:
+            self._reader.close()
+            if not self.finished:
+                self._tx.__exit__(exc_type, exc, tb)  # rolls back when exc is set
+        if unfinished:
+            raise exc
+
+    # ---- while Spark reads --------------------------------------------------------------
+    def take(self) -> int:
+        """Stream the result blobs of tasks that committed since the last call; returns
+        how many tasks were new."""
+        with db_errors(self.store.url), self._reader.transaction():
+            visible = self._reader.execute(sql.SQL(
+                "SELECT part, min(attempt) FROM {} GROUP BY part").format(self.staging)
+            ).fetchall()
+            new = {p: a for p, a in visible if p not in self.parts}
+            if new:
+                with db_errors(self.store.url):
+                    self._stream(ROW, new, self._copy)
+        self.parts.update(new)
+        return len(new)
+
+    def _stream(self, kind: str, parts: dict[int, int], copy) -> None:
+        """Feed the chosen attempts' blobs of one kind into an open COPY, one blob at a time
+        (read on the second connection: the publishing one is busy with the COPY)."""
+        with self._reader.cursor(name=f"blobs_{kind}") as cur:
+            cur.itersize = 4
+            cur.execute(sql.SQL(
+                "SELECT blob FROM {} WHERE kind = %s AND (part, attempt) IN (SELECT * FROM "
+                "unnest(%s::int[], %s::int[])) ORDER BY part, seq").format(self.staging),
+                (kind, list(parts), list(parts.values())))
+            for (blob,) in cur:
+                copy.write(blob)
+
+    def staged(self) -> dict[tuple[str, int], dict[str, int]]:
+        """Per (topic, partition): result rows and dead letters of the published attempts,
+        from the staging table's per-blob counts (no blob is read)."""
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        with db_errors(self.store.url), self._reader.transaction():
+            for topic, partition, kind, n in self._reader.execute(sql.SQL(
+                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE (part, attempt) IN '
+                    "(SELECT * FROM unnest(%s::int[], %s::int[])) GROUP BY 1, 2, 3 "
+                    "ORDER BY 1, 2, 3").format(self.staging),
+                    (list(self.parts), list(self.parts.values()))).fetchall():
+                item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})
+                item["rows" if kind == ROW else "dead"] += int(n)
+        return out
+
+    # ---- after Spark: the rest of the transaction ---------------------------------------
+    def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict
+               ) -> dict[str, Any]:
+        """Everything after the read: the last blobs, the merge if needed, dead letters,
+        the offsets compare-and-set and the run row, then COMMIT."""
+        store, conn, run_id = self.store, self.conn, self.run_id
+        tail_started = time.monotonic()
+        self.take()
+        staged = self.staged()
+        with db_errors(store.url):
+            cm, self._copy_cm = self._copy_cm, None
+            cm.__exit__(None, None, None)
+            rows_written = self._cur.rowcount
+            if not self.direct:
+                rows_written = conn.execute(store._merge_rows_sql(
+                    store.t(store.settings.sink.table), self.names, self.cols, KEY,
+                    self.overwrite)).rowcount
+            dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
+            per_partition = {f"{t}[{p}]": {"rows": v["rows"], "dead": v["dead"]}
+                             for (t, p), v in sorted(staged.items())}
+            records_read = sum(v["rows"] + v["dead"] for v in staged.values())
+            store._compare_and_set_offsets(conn, run_id, offset_updates)
+            faults.inject("before_commit")
+            # The stored timings include this transaction up to its COMMIT.
+            publish = round(time.monotonic() - tail_started, 3)
+            timings = {**timings, "publish": publish,
+                       "total": round(timings.get("total", 0) + publish, 3)}
+            conn.execute(sql.SQL(
+                "UPDATE {} SET status = 'succeeded', finished_at = now(), records_read = %s, "
+                "rows_written = %s, dead_letters = %s, per_partition = %s, timings = %s, "
+                "exit_code = 0 WHERE run_id = %s").format(store.t("pipeline_runs")),
+                (records_read, rows_written, dead_written, json.dumps(per_partition),
+                 json.dumps(timings), run_id))
+            conn.execute(sql.SQL("DROP TABLE {}").format(self.staging))
+        self.finished = True
+        self._tx.__exit__(None, None, None)  # COMMIT: from here on, the run is published
+        return {"records_read": records_read, "rows_written": rows_written,
+                "dead_letters": dead_written, "per_partition": per_partition,
+                "timings": timings}
+
+    def _dead_letters(self, staged_dead: int) -> int:
+        if not staged_dead:
+            return 0
+        store, conn = self.store, self.conn
+        dcols = sql.SQL(", ").join(map(sql.Identifier, DEAD_COLUMNS))
+        conn.execute(sql.SQL("CREATE TEMP TABLE _publish_dead ({}) ON COMMIT DROP").format(
+            sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+                               for n, t in DEAD_LETTER_TYPES)))
+        with conn.cursor() as cur, cur.copy(sql.SQL(
+                "COPY _publish_dead ({}) FROM STDIN").format(dcols)) as cp, \
+                self._reader.transaction():
+            self._stream(DEAD, self.parts, cp)
+        return conn.execute(sql.SQL(
+            "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) "
+            "%s, {cols}, %s FROM _publish_dead ON CONFLICT (pipeline, {key}) DO "
+            "{action}").format(
+            dl=store.t("pipeline_dead_letters"), cols=dcols, key=KEY,
+            action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message "
+                           "= EXCLUDED.error_message, run_id = EXCLUDED.run_id, "
+                           "failed_at = now()") if self.overwrite else sql.SQL("NOTHING")),
+            (store.pipeline, self.run_id)).rowcount
