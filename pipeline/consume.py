@@ -56,7 +56,10 @@ def read_range(config: dict, r: OffsetRange, timeout_seconds: float,
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     errors: list[str] = []
-    consumer = Consumer({**config, "error_cb": lambda e: errors.append(str(e))})
+    # Prefetching past the range is wasted work: at most the range's records are queued.
+    queued = min(int(config.get("queued.min.messages", 100_000)), max(r.count, 1))
+    consumer = Consumer({**config, "queued.min.messages": queued,
+                         "error_cb": lambda e: errors.append(str(e))})
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
         next_offset = r.from_offset

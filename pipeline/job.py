@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline import faults
 from pipeline.config import Settings
+from pipeline.encode import binary_rows
 from pipeline.errors import DataError, PipelineError, Terminated, TransientError
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import OffsetRange, Plan, PlannedPartition, plan_ranges
@@ -67,7 +68,7 @@ class StopSignals:
         self.received: int | None = None
         self.critical = False
         self.deferred = False  # record only; the main loop calls check() (see overlapped)
-        self.spark = None
+        self.sc = None
         self.parent_pid: int | None = None
         self._previous: dict[int, Any] = {}
 
@@ -91,10 +92,10 @@ class StopSignals:
             log.warning("%s received during the publishing transaction: letting it finish", name)
             return
         log.warning("%s received: cancelling Spark jobs and rolling back", name)
-        if self.spark is not None:
+        if self.sc is not None:
             # From another thread: this handler usually interrupts the main thread inside a
             # py4j call, and re-entering that thread's py4j connection fails.
-            threading.Thread(target=self._cancel_spark, args=(self.spark,),
+            threading.Thread(target=self._cancel_spark, args=(self.sc,),
                              name="cancel-spark-jobs", daemon=True).start()
         if not self.deferred:
             self.check()
@@ -105,9 +106,9 @@ class StopSignals:
                              "committed by this run, safe to rerun")
 
     @staticmethod
-    def _cancel_spark(spark) -> None:
+    def _cancel_spark(sc) -> None:
         try:
-            spark.sparkContext.cancelAllJobs()
+            sc.cancelAllJobs()
         except Exception:  # noqa: BLE001 - we are stopping anyway
             log.debug("could not cancel the Spark jobs", exc_info=True)
 
@@ -221,14 +222,16 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
     signals = signals or StopSignals()
     try:
         store.create_staging(run_id)
-        spark = None
+        sc = None
         if ranges:
-            spark = start_spark(settings)
-            signals.spark = spark
+            sc = start_spark(settings)
+            signals.sc = sc
             timer.lap("spark_start")
-        with Publisher(store, run_id, kind, ranges, overwrite=overwrite) as publisher:
-            if spark is not None:
-                overlapped(lambda: stage(spark, settings, store, run_id, ranges),
+        binary = not settings.sink.transform and binary_rows(settings.sink.format)
+        with Publisher(store, run_id, kind, ranges, overwrite=overwrite,
+                       binary=binary) as publisher:
+            if sc is not None:
+                overlapped(lambda: stage(sc, settings, store, run_id, ranges),
                            publisher.take, signals)
                 timer.lap("read_and_stage")
             # What one attempt of each task staged: a retried task is not counted twice.
@@ -297,8 +300,8 @@ def overlapped(job, take, signals: StopSignals, every: float = 0.25) -> None:
     except BaseException:
         # Stopping: the signal handler (or this) cancels the Spark jobs; wait for the thread
         # so that a cancelled job is not left running beside the next run in this process.
-        if worker.is_alive() and signals.spark is not None:
-            StopSignals._cancel_spark(signals.spark)
+        if worker.is_alive() and signals.sc is not None:
+            StopSignals._cancel_spark(signals.sc)
             worker.join(60)
         raise
     finally:
@@ -306,32 +309,32 @@ def overlapped(job, take, signals: StopSignals, every: float = 0.25) -> None:
 
 
 def start_spark(settings: Settings):
-    from pipeline.spark import get_spark
+    """The SparkContext; Spark SQL's session is only built when a transform needs it."""
+    from pipeline.spark import get_context
 
-    return get_spark(settings.spark.master, settings.spark.conf,
-                     jvm="sql" if settings.sink.transform else "light")
+    return get_context(settings.spark.master, settings.spark.conf,
+                       jvm="sql" if settings.sink.transform else "light")
 
 
-def stage(spark, settings: Settings, store: Store, run_id: int,
+def stage(sc, settings: Settings, store: Store, run_id: int,
           ranges: Sequence[OffsetRange]) -> None:
     """Executors read the planned ranges and store them as COPY text, one blob per batch,
     in this run's staging table; nothing is collected on the driver but one tiny summary
     row per task. The built-in sinks read with confluent-kafka inside Spark tasks
     (stage_ranges); a user transform gets Spark's Kafka source (stage_transformed)."""
-    sc = spark.sparkContext
     sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
                    interruptOnCancel=True)
     try:
         if settings.sink.transform:
-            stage_transformed(spark, settings, store, run_id, ranges)
+            stage_transformed(sc, settings, store, run_id, ranges)
             check_not_deleted_during_read(KafkaMeta(settings.kafka), ranges)
         else:
-            stage_ranges(spark, settings, store, run_id, ranges)
+            stage_ranges(sc, settings, store, run_id, ranges)
     except Exception as e:
         raise classify_spark_error(e, settings) from None
 
 
-def stage_ranges(spark, settings: Settings, store: Store, run_id: int,
+def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
                  ranges: Sequence[OffsetRange]) -> None:
     """One Spark task per read task (split.split_ranges): each reads its offsets exactly
     (consume.read_range), encodes them (encode.Encoder) and stages the lines
@@ -340,7 +343,6 @@ def stage_ranges(spark, settings: Settings, store: Store, run_id: int,
     from pipeline.split import split_ranges
     from pipeline.stage import range_stager
 
-    sc = spark.sparkContext
     pieces = split_ranges(ranges, max(sc.defaultParallelism, settings.spark.min_partitions))
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
@@ -351,12 +353,13 @@ def stage_ranges(spark, settings: Settings, store: Store, run_id: int,
     sc.parallelize(pieces, len(pieces)).mapPartitions(stager).collect()
 
 
-def stage_transformed(spark, settings: Settings, store: Store, run_id: int,
+def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
                       ranges: Sequence[OffsetRange]) -> None:
     """A user transform works on a DataFrame of the good rows: Spark's Kafka source reads
     once into the executors' cache (never the driver), Spark SQL parses and marks each
     record (transform.mark), and both outputs are staged from it."""
     from pyspark import StorageLevel
+    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from pipeline.errors import ConfigError
@@ -364,6 +367,7 @@ def stage_transformed(spark, settings: Settings, store: Store, run_id: int,
     from pipeline.stage import WRITER_SCHEMA, blob_writer, line_frame
     from pipeline.transform import to_rows
 
+    spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
     columns = result_columns(settings.sink)
     cached = records.persist(StorageLevel.MEMORY_AND_DISK)

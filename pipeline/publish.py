@@ -22,6 +22,7 @@ from typing import Any
 from psycopg import sql
 
 from pipeline import faults
+from pipeline.encode import BINARY_SIGNATURE, BINARY_TRAILER
 from pipeline.offsets import OffsetRange, PlannedPartition
 from pipeline.stage import DEAD, ROW
 from pipeline.store import (
@@ -41,8 +42,10 @@ class Publisher:
     finish() commits; leaving the context without it, or with an error, rolls back."""
 
     def __init__(self, store: Store, run_id: int, kind: str, ranges: Sequence[OffsetRange],
-                 overwrite: bool = False):
-        self.store, self.run_id, self.kind = store, run_id, kind
+                 overwrite: bool = False, binary: bool = False):
+        """``binary``: the staged result blobs are COPY binary tuples (encode.binary_rows),
+        else COPY text lines."""
+        self.store, self.run_id, self.kind, self.binary = store, run_id, kind, binary
         self.ranges, self.overwrite = list(ranges), overwrite
         self.parts: dict[int, int] = {}  # Spark partition -> the attempt published
         self.staging = store.t(store.staging_name(run_id))
@@ -69,9 +72,12 @@ class Publisher:
                 self.conn.execute(sql.SQL("CREATE TEMP TABLE _publish_rows (LIKE {} "
                                           "INCLUDING DEFAULTS) ON COMMIT DROP").format(results))
             self._cur = self.conn.cursor()
-            cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, self.cols))
+            cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+                target, self.cols, sql.SQL(" (FORMAT BINARY)" if self.binary else "")))
             self._copy = cm.__enter__()
             self._copy_cm = cm
+            if self.binary:  # the blobs are bare tuples: the stream's ends are ours
+                self._copy.write(BINARY_SIGNATURE)
         except BaseException as e:
             self.__exit__(type(e), e, e.__traceback__)
             raise
@@ -118,7 +124,7 @@ class Publisher:
             cur.execute(sql.SQL(
                 "SELECT blob FROM {} WHERE kind = %s AND (part, attempt) IN (SELECT * FROM "
                 "unnest(%s::int[], %s::int[])) ORDER BY part, seq").format(self.staging),
-                (kind, list(parts), list(parts.values())))
+                (kind, list(parts), list(parts.values())), binary=True)  # bytea, no hex
             for (blob,) in cur:
                 copy.write(blob)
 
@@ -147,6 +153,8 @@ class Publisher:
         staged = self.staged()
         with db_errors(store.url):
             cm, self._copy_cm = self._copy_cm, None
+            if self.binary:
+                self._copy.write(BINARY_TRAILER)
             cm.__exit__(None, None, None)
             rows_written = self._cur.rowcount
             if not self.direct:

@@ -34,35 +34,57 @@ JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
              "light": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
 
 
-def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
-              app_name: str = "kafka-offset-pipeline", jvm: str = "sql"):
-    """Get or create the process's SparkSession (spark-submit's session is reused)."""
-    from pyspark.sql import SparkSession
+def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
+               app_name: str = "kafka-offset-pipeline", jvm: str = "sql"):
+    """The job's SparkConf: ours first, then the user's ``[spark.conf]`` over it."""
+    from pyspark import SparkConf
 
     # Workers must run the job's interpreter (psycopg lives there), and Spark must not
     # bind to an external interface.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name)
+    spark_conf = SparkConf().setAppName(app_name)
     if not submitted():
         # Under spark-submit, --master and --jars decide; otherwise we do.
-        builder = builder.master(os.environ.get("PIPELINE_SPARK_MASTER", master)).config(
-            "spark.jars", ",".join(connector_jars()))
-    builder = (
-        builder.config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.log.level", "WARN")  # also under spark-submit, whose JVM is up already
-    )
+        spark_conf.setMaster(os.environ.get("PIPELINE_SPARK_MASTER", master))
+        spark_conf.set("spark.jars", ",".join(connector_jars()))
+    for key, value in {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.log.level": "WARN",  # also under spark-submit, whose JVM is up already
+    }.items():
+        spark_conf.set(key, value)
     conf = dict(conf or {})
     if not submitted():
         conf.setdefault("spark.driver.extraJavaOptions", JVM_FLAGS[jvm])
     for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        spark_conf.set(key, value)
+    return spark_conf
+
+
+def get_context(master: str = "local[2]", conf: dict[str, str] | None = None,
+                app_name: str = "kafka-offset-pipeline", jvm: str = "light"):
+    """Get or create the process's SparkContext, without Spark SQL: the built-in sinks
+    only schedule Python tasks, and a SparkSession's SQL state costs ~2 s more to start
+    (docs/benchmarks.md). A session created later on this context inherits its conf."""
+    from pyspark import SparkContext
+
+    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm))
+    sc.setLogLevel("WARN")
+    return sc
+
+
+def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
+              app_name: str = "kafka-offset-pipeline", jvm: str = "sql"):
+    """Get or create the process's SparkSession (spark-submit's session is reused)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.config(
+        conf=spark_conf(master, conf, app_name, jvm)).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -238,8 +238,10 @@ def range_stager(url: str, schema: str, table: str, reader: dict, timeout_second
                         rows, dead = encoder.encode(r.topic, r.partition, records)
                         for kind, lines in ((ROW, rows), (DEAD, dead)):
                             if lines:
+                                blob = (b"".join(lines) if kind == ROW and encoder.binary
+                                        else "".join(lines).encode())
                                 copy.write_row((part, attempt, seq, r.topic, r.partition, kind,
-                                                len(lines), lo, hi, "".join(lines).encode()))
+                                                len(lines), lo, hi, blob))
                                 totals[kind] += len(lines)
                                 seq += 1
                         if seq and not injected:  # once per task, inside its open COPY

@@ -1,5 +1,6 @@
 """Records -> COPY text lines, without Kafka or Spark (the executors' per-record work)."""
 
+import struct
 from dataclasses import dataclass
 
 import pytest
@@ -92,15 +93,31 @@ def test_the_original_bytes_of_a_dead_letter_are_kept_as_bytea_hex():
     assert fields[:5] == ["t", "0", "5", "\\\\x006b", "\\\\xff"]
 
 
-def test_raw_rows_keep_bytes_headers_and_nulls():
+def binary_tuple(row: bytes) -> list:
+    """One COPY binary tuple -> its fields as bytes (None for NULL)."""
+    (n,), pos, fields = struct.unpack_from(">h", row), 2, []
+    for _ in range(n):
+        (size,) = struct.unpack_from(">i", row, pos)
+        pos += 4
+        fields.append(None if size < 0 else row[pos:pos + size])
+        pos += max(size, 0)
+    assert pos == len(row)
+    return fields
+
+
+def test_raw_rows_are_copy_binary_tuples_keeping_bytes_headers_and_nulls():
     rows, dead = Encoder("raw", (), 9).encode("t", 1, [
         Record(0, b"v\t", b"k", [("h", b"\x00\x01"), ("n", None), ("e", b"")]),
         Record(1, None, None, None)])
     assert dead == []
-    assert rows[0] == ('t\t1\t0\t\\\\x6b\t\\\\x7609\t[{"key":"h","value_b64":"AAE="},'
-                       '{"key":"n"},{"key":"e","value_b64":""}]\t2023-11-14 22:13:20.123000+00'
-                       "\t9\n")
-    assert rows[1].split("\t")[3:6] == ["\\N", "\\N", "[]"]
+    first = binary_tuple(rows[0])
+    assert first[:5] == [b"t", struct.pack(">i", 1), struct.pack(">q", 0), b"k", b"v\t"]
+    assert first[5] == (b'\x01[{"key":"h","value_b64":"AAE="},{"key":"n"},'
+                        b'{"key":"e","value_b64":""}]')
+    # microseconds since 2000-01-01 UTC: 2023-11-14 22:13:20.123
+    assert struct.unpack(">q", first[6])[0] == (1_700_000_000_123 - 946_684_800_000) * 1000
+    assert first[7] == struct.pack(">q", 9)
+    assert binary_tuple(rows[1])[3:6] == [None, None, b"\x01[]"]
 
 
 @pytest.mark.parametrize("declared,value,expected", [

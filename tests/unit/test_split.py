@@ -13,7 +13,7 @@ def covered(pieces):
 
 def test_one_big_partition_is_split_so_every_slot_works():
     r = OffsetRange("t", 0, 100, 1_000_100)
-    pieces = split_ranges([r], 4, min_offsets=1000)
+    pieces = split_ranges([r], 4, min_offsets=1000, waves=1)
     assert len(pieces) == 4
     assert [p.count for p in pieces] == [250_000] * 4
     assert pieces[0].from_offset == 100 and pieces[-1].until_offset == 1_000_100
@@ -32,6 +32,13 @@ def test_pieces_cover_each_offset_exactly_once_and_stay_in_order():
     assert max(sizes) - min(sizes) <= 1
 
 
+def test_each_slot_gets_several_waves_of_tasks_so_publishing_overlaps_reading():
+    ranges = [OffsetRange("t", p, 0, 500_000) for p in range(4)]
+    pieces = split_ranges(ranges, 2, min_offsets=1000, waves=4)
+    assert len(pieces) == 8 and {p.count for p in pieces} == {250_000}
+    assert covered(pieces) == covered(ranges)
+
+
 def test_small_ranges_are_not_split_below_the_minimum():
     ranges = [OffsetRange("t", p, 0, 30) for p in range(3)]
     assert split_ranges(ranges, 8, min_offsets=100) == ranges
@@ -47,3 +54,5 @@ def test_no_piece_exceeds_the_maximum_even_with_one_slot():
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError):
         split_ranges([OffsetRange("t", 0, 0, 10)], 0)
+    with pytest.raises(ValueError):
+        split_ranges([OffsetRange("t", 0, 0, 10)], 2, waves=0)
