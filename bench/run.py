@@ -44,8 +44,9 @@ PARTITIONS = 4
 REPEAT = int(os.environ.get("BENCH_REPEAT", "2"))
 # BENCH_ONLY=pipeline_json,sss_arrow: a quick look at some contenders; docs are not written.
 ONLY = [n for n in os.environ.get("BENCH_ONLY", "").split(",") if n]
-# BENCH_TOPIC=<existing topic of N records>: reuse it instead of producing again.
-TOPIC = os.environ.get("BENCH_TOPIC")
+# BENCH_TOPIC=<existing topic of N records>[,...]: reuse them instead of producing again
+# (a topic is used for the size its name ends with, e.g. bench_..._2000000).
+TOPICS = [t for t in os.environ.get("BENCH_TOPIC", "").split(",") if t]
 STAMP = datetime.now(UTC).strftime("%m%d%H%M%S")
 PY = sys.executable
 
@@ -201,8 +202,9 @@ def drop(table: str) -> None:
 
 
 def bench_size(n: int, env: dict) -> list[Result]:
-    topic = TOPIC or f"bench_{STAMP}_{n}"
-    if not TOPIC:
+    matching = [t for t in TOPICS if t.endswith(f"_{n}")] or TOPICS[:1] * (len(TOPICS) == 1)
+    topic = matching[0] if matching else f"bench_{STAMP}_{n}"
+    if not matching:
         print(f"bench: producing {n:,} records to {topic} ({PARTITIONS} partitions)",
               flush=True)
         produce(topic, n)
