@@ -115,22 +115,24 @@ class StopSignals:
     def stop_error(self, e: BaseException) -> BaseException:
         """The handler's Terminated, raised inside a py4j call, surfaces as a Py4JError (or
         as the error of the job it cancelled): after a stop signal that is still a stop."""
-        if isinstance(e, PipelineError):
-            return e
+        # Whatever the error says (a classified Spark failure included), once spark-submit
+        # is gone it is the stop, not the cause.
         if self.received is None and self._orphaned(e):
             return Terminated("spark-submit (this driver's parent) died; nothing committed "
                               "by this run, safe to rerun")
-        if self.received is None:
+        if self.received is None or isinstance(e, PipelineError):
             return e
         return Terminated(f"stopped by {signal.Signals(self.received).name}; nothing "
                           "committed by this run, safe to rerun")
 
     def _orphaned(self, e: BaseException) -> bool:
         """Under spark-submit the JVM is our parent: when it is killed, the gateway's
-        socket closes a moment before the kernel re-parents us. A connection error plus a
-        new parent within a second means the run was stopped, not that it broke."""
-        if self.parent_pid is None or not isinstance(e, (ConnectionError, OSError)) and \
-                "Py4J" not in type(e).__name__:
+        socket closes a moment before the kernel re-parents us, and the failed py4j call
+        may surface first, even as a classified Spark error: a new parent within a second
+        means the run was stopped, not that it broke."""
+        from pipeline.spark import submitted
+
+        if self.parent_pid is None or not submitted():
             return False
         for _ in range(20):
             if os.getppid() != self.parent_pid:
