@@ -59,6 +59,15 @@ def copy_line(F, columns: Sequence[tuple[str, str]], extra: Sequence = ()):
     return F.concat(F.concat_ws("\t", *fields, *extra), F.lit("\n"))
 
 
+def staging_copy_sql(schema: str, table: str):
+    """COPY of one task attempt's blob rows into the run's staging table (binary)."""
+    from psycopg import sql as s
+
+    return s.SQL("COPY {}.{} ({}) FROM STDIN (FORMAT BINARY)").format(
+        s.Identifier(schema), s.Identifier(table),
+        s.SQL(", ").join(map(s.Identifier, STAGING_COLUMNS)))
+
+
 def blob_writer(url: str, schema: str, table: str, declared: list[tuple[str, str]]):
     """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches. Yields one
     summary row per task. ``declared``: the JSON sink's (column, type) pairs, to explain
@@ -68,16 +77,13 @@ def blob_writer(url: str, schema: str, table: str, declared: list[tuple[str, str
         import psycopg as pg
         import pyarrow as pa
         import pyarrow.compute as pc
-        from psycopg import sql as s
         from pyspark import TaskContext
 
         from pipeline import faults as f
 
         ctx = TaskContext.get()
         part, attempt = ctx.partitionId(), ctx.attemptNumber()
-        copy_sql = s.SQL("COPY {}.{} ({}) FROM STDIN (FORMAT BINARY)").format(
-            s.Identifier(schema), s.Identifier(table),
-            s.SQL(", ").join(map(s.Identifier, STAGING_COLUMNS)))
+        copy_sql = staging_copy_sql(schema, table)
         totals = {ROW: 0, DEAD: 0}
         seq = 0
         injected = False
@@ -212,7 +218,6 @@ def range_stager(url: str, schema: str, table: str, reader: dict, timeout_second
 
     def stage_ranges(pieces):
         import psycopg as pg
-        from psycopg import sql as s
         from pyspark import TaskContext
 
         from pipeline import faults as f
@@ -222,9 +227,7 @@ def range_stager(url: str, schema: str, table: str, reader: dict, timeout_second
         ctx = TaskContext.get()
         part, attempt = ctx.partitionId(), ctx.attemptNumber()
         encoder = Encoder(*encoder_args)
-        copy_sql = s.SQL("COPY {}.{} ({}) FROM STDIN (FORMAT BINARY)").format(
-            s.Identifier(schema), s.Identifier(table),
-            s.SQL(", ").join(map(s.Identifier, STAGING_COLUMNS)))
+        copy_sql = staging_copy_sql(schema, table)
         totals = {ROW: 0, DEAD: 0}
         seq = 0
         injected = False
