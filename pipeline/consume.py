@@ -31,13 +31,18 @@ class RangeReadError(RuntimeError):
 
 def reader_config(client_config: dict[str, str], isolation_level: str, group: str) -> dict:
     """librdkafka settings of an executor's reader; the user's ``[kafka.consumer]`` and
-    ``[kafka.admin_client]`` settings override the defaults here. Measured on 500k JSON
-    records of one partition: librdkafka stops prefetching once 100k messages wait in its
-    queue (``queued.min.messages``), and a reader that drains 10k at a time then waits for
-    fetches: 2.4-3.3 s; with a 1M threshold (still capped at 64 MB per partition by
-    ``queued.max.messages.kbytes``) 0.5 s. Offsets are never committed to Kafka."""
+    ``[kafka.admin_client]`` settings override the defaults here. Offsets are never
+    committed to Kafka.
+
+    Prefetch, measured on 1M JSON records in two 500k ranges (docs/benchmarks.md): librdkafka
+    stops fetching a partition once ``queued.min.messages`` wait in its queue and by default
+    fetches again only ``fetch.queue.backoff.ms`` = 1 s later, so a reader draining 10k at a
+    time starves (100k queued: 4.75 s). A 1M queue hid that (0.97 s) but held ~290 MB per
+    reader and grew the run's RSS with the task size; 100k queued with a 10 ms backoff reads
+    as fast (0.81 s) in ~110 MB."""
     return {
-        "queued.min.messages": 1_000_000,
+        "queued.min.messages": 100_000,
+        "fetch.queue.backoff.ms": 10,
         **client_config,
         "group.id": group,
         "enable.auto.commit": False,

@@ -74,9 +74,13 @@ CATALOGUE = [
     (b"k17", order(17, amount=1.005, placed_at="2026-03-08T01:30:00-05:00"), None, "row"),
     (b"k18", order(18, amount="2.5", placed_at="2026-11-01 01:30:00"), None, "row"),
     (b"k19", order(19, amount=99999999999.995), None, "wrong_type"),  # rounds past (12,2)
+    # Python accepts an offset up to 23:59, Postgres only up to 15:59: stored as UTC, not a
+    # COPY that fails on every rerun.
+    (b"k20", order(20, placed_at="2026-01-01T00:00:00+16:00"), None, "row"),
 ]
 # What Postgres must hold for the rows above (amount, placed_at in UTC).
-STORED = {17: ("1.01", "2026-03-08 06:30:00+00"), 18: ("2.50", "2026-11-01 01:30:00+00")}
+STORED = {17: ("1.01", "2026-03-08 06:30:00+00"), 18: ("2.50", "2026-11-01 01:30:00+00"),
+          20: ("1.50", "2025-12-31 08:00:00+00")}
 # Both paths are held to the same outcomes: the built-in sink's (records read and parsed in
 # Python on the executors) and a transform's (Spark's Kafka source, Spark SQL parsing).
 PATHS = [None, "tests.integration.transforms.orders:identity"]
@@ -117,7 +121,7 @@ def test_json_sink_turns_each_bad_record_into_a_typed_dead_letter(spark, catalog
     assert dict((r[0], r[2]) for r in rows)[10] == MB  # the 1 MB record, whole
     assert {r[0]: (str(r[1]), r[2]) for r in query(
         f"SELECT \"offset\", amount, to_char(placed_at AT TIME ZONE 'UTC', "
-        f"'YYYY-MM-DD HH24:MI:SS+00') FROM {s.sink.table} WHERE \"offset\" IN (17, 18)")
+        f"'YYYY-MM-DD HH24:MI:SS+00') FROM {s.sink.table} WHERE \"offset\" IN (17, 18, 20)")
     } == STORED
     dead = query('SELECT "offset", error_type, error_message, key, value FROM '
                  "pipeline_dead_letters WHERE pipeline = %s ORDER BY 1", (s.name,))

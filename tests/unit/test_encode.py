@@ -1,7 +1,9 @@
 """Records -> COPY text lines, without Kafka or Spark (the executors' per-record work)."""
 
+import json
 import struct
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
@@ -133,6 +135,9 @@ def test_raw_rows_are_copy_binary_tuples_keeping_bytes_headers_and_nulls():
     ("timestamp", "2026-11-01 01:30:00", "2026-11-01 01:30:00+00:00"),
     ("timestamp", "2026-11-01T01:30:00.5Z", "2026-11-01T01:30:00.5Z"),
     ("timestamp", "2026-11-01T01:30:00+0100", "2026-11-01 00:30:00+00:00"),
+    # Postgres refuses offsets beyond 15:59, which Python accepts: converted to UTC here.
+    ("timestamp", "2026-01-01T00:00:00+16:00", "2025-12-31 08:00:00+00:00"),
+    ("timestamp", "2026-01-01T00:00:00-15:59", "2026-01-01T00:00:00-15:59"),
     ("date", "2026-02-28", "2026-02-28"),
     ("date", "2026-02-28T10:00:00Z", "2026-02-28"),
 ])
@@ -158,3 +163,53 @@ def test_kafka_timestamps_are_utc_milliseconds_including_before_the_epoch():
 def test_text_escapes_what_copy_unescapes():
     assert text("a\tb\nc\rd\\e") == "a\\tb\\nc\\rd\\\\e"
     assert headers_json([("é", b"\xff")]) == '[{"key":"é","value_b64":"/w=="}]'
+
+
+# Values the inlined row encoder must treat exactly as the column converters do: each is
+# either refused by both (a dead letter) or written as the converter writes it.
+PARITY = {
+    "long": [0, -1, 2**63 - 1, -2**63, 2**63, -2**63 - 1, 1.0, 1.5, True, "1", [1], {}],
+    "int": [2**31 - 1, -2**31, 2**31, -2**31 - 1, 7, 7.0, False],
+    "string": ["c88", "", "a b", "a\tb", "back\\slash", "nul\x00", "é✓", "x\ny", 5, True,
+               ["a"]],
+    "boolean": [True, False, 0, 1, "true"],
+    "double": [1.5, 3, "NaN", "-Infinity", "1.5", 1e308],
+    "decimal(12,2)": [0, 1.005, -1.005, 9999999998.5, 9999999999, 9999999999.994,
+                      9999999999.995, -9999999999.995, 1e-7, 1e20, 10**10, -(10**10), "2.5",
+                      " 2.5 ", "abc", True, 99.994, 12345678.125],
+    "decimal(2,2)": [0.5, 0.995, 1, -0.004],
+    "timestamp": ["2026-01-01T00:00:00Z", "2026-01-01 00:00:00+00:00",
+                  "2026-01-01T00:00:00.123456+05:30", "2026-01-01T00:00:00.5-15:59",
+                  "2026-01-01T00:00:00+16:00", "2026-01-01T00:00:00", " 2026-01-01T00:00:00Z",
+                  "2026-02-30T00:00:00Z", "2026-01-01T24:00:00Z", "20260101T000000Z",
+                  "2026-01-01", "yesterday", 0, -1, 10**12, 1.5, True],
+    "date": ["2026-02-28", "2026-02-30", "2026-02-28T10:00:00Z", 5],
+}
+
+
+@pytest.mark.parametrize("declared", sorted(PARITY))
+@pytest.mark.parametrize("required", [True, False], ids=["required", "optional"])
+def test_the_inlined_row_encoder_agrees_with_the_column_converters(declared, required):
+    convert = converter(declared)
+    columns = (("id", "long", True), ("v", declared, required))
+    records = [Record(i, json.dumps({"id": i, "v": v}).encode())
+               for i, v in enumerate(PARITY[declared])]
+    rows, dead = Encoder("json", columns, 1).encode("t", 0, records)
+    written = {int(r.split("\t")[4]): stored(declared, r.rstrip("\n").split("\t")[5])
+               for r in rows}
+    assert len(rows) + len(dead) == len(records)
+    for i, v in enumerate(PARITY[declared]):
+        try:
+            expected = stored(declared, convert(json.loads(json.dumps(v))))
+        except ValueError:
+            expected = None
+        assert written.get(i) == expected, (declared, v, written.get(i), expected)
+
+
+def stored(declared: str, field: str):
+    """A decimal field as Postgres stores it: rounded half away from zero to the scale
+    (the converter writes some values rounded, the row encoder as the JSON had them)."""
+    if declared.startswith("decimal(") and field != "\\N":
+        scale = int(declared[:-1].split(",")[1])
+        return Decimal(field).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+    return field
