@@ -277,6 +277,10 @@ def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]
     wide = any(t.startswith("decimal(") and int(t[8:].split(",")[0]) > 15 for _, t in columns)
     if wide:
         return lambda v: json.loads(v, parse_float=Decimal)
+    return _orjson_loads()
+
+
+def _orjson_loads() -> Callable[[bytes], object]:
     import orjson
 
     return orjson.loads
@@ -330,7 +334,7 @@ def row_encoder(columns: Sequence[tuple[str, str, bool]]) -> Callable:
     """A function (records, head, tail, loads, convert..., rejected) -> result lines, with
     the declared columns and their type checks unrolled into its source: the per-record
     loop over columns and a function call per field cost as much as the conversions
-    themselves (200k bench records: 2.6 -> 2.1 us each; docs/benchmarks.md). Any record it cannot turn into a
+    themselves (200k bench records: 2.6 -> 2.1 us each). Any record it cannot turn into a
     line, for whatever reason, goes to ``rejected`` for the general path (Encoder.explain),
     so this function only ever accepts what the column rules (``converter``) accept."""
     params = [f"c{i}" for i in range(len(columns))]
@@ -383,6 +387,9 @@ class Encoder:
         self.tail = f"\t{run_id}\n"
         self.loads = json_loader(self.declared) if not self.raw else None
         self.rows = row_encoder(columns) if not self.raw else None
+        # orjson refuses a lone surrogate escape ("\ud800"); the standard library's parser
+        # (wide decimals) lets it into a string that cannot be written as UTF-8.
+        self.surrogates_possible = not self.raw and self.loads is not _orjson_loads()
 
     def encode(self, topic: str, partition: int, records
                ) -> tuple[list[str] | list[bytes], list[str]]:
@@ -397,6 +404,8 @@ class Encoder:
         rejected: list = []
         rows = self.rows(records, head, self.tail, self.loads, kafka_timestamp,
                          *[c for _, c, _ in self.columns], rejected)
+        if self.surrogates_possible:
+            rows = self._utf8_only(rows, records, head, dead)
         for m in rejected:
             value = m.value()
             try:
@@ -406,6 +415,23 @@ class Encoder:
             error_type, message = self.explain(value, doc)
             dead.append(self.dead_line(head, m, error_type, message))
         return rows, dead
+
+    def _utf8_only(self, rows: list[str], records, head: str, dead: list[str]) -> list[str]:
+        """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails
+        on every rerun); found by their offset, the line's third field."""
+        kept = []
+        by_offset = None
+        for line in rows:
+            try:
+                line.encode()
+            except UnicodeEncodeError:
+                by_offset = by_offset or {m.offset(): m for m in records}
+                m = by_offset[int(line.split("\t", 3)[2])]
+                dead.append(self.dead_line(head, m, "unstorable", "a string holds an unpaired "
+                                           "surrogate escape, which is not valid UTF-8"))
+                continue
+            kept.append(line)
+        return kept
 
     def explain(self, value: bytes | None, doc: object) -> tuple[str, str]:
         """Why a record is not a result row; bad records are rare, so this may be slow.

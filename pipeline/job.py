@@ -164,6 +164,7 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
     store = Store(settings)
     try:
         store.check_schema()
+        store.check_results_table()
         if not dry_run:
             store.lock_or_fail()
             store.abandon_stale_runs()
@@ -207,6 +208,7 @@ def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess
     kind = "reprocess" if reprocess else "backfill"
     try:
         store.check_schema()
+        store.check_results_table()
         store.lock_or_fail(kind)
         store.abandon_stale_runs()
         timer.lap("plan")

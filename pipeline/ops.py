@@ -421,16 +421,7 @@ def apply_offset_changes(store, changes: Sequence[OffsetChange], target: Target,
                             "new": c.new} for c in changes]}
     run_id = store.start_run("offsets", [], details)
     try:
-        forget = [c for c in changes if c.new is None]
-        if forget:
-            with store.transaction() as conn:
-                for c in forget:
-                    conn.execute(sql.SQL(
-                        'DELETE FROM {} WHERE pipeline = %s AND topic = %s AND "partition" = %s')
-                        .format(store.t("pipeline_offsets")),
-                        (store.pipeline, c.topic, c.partition))
-        store.set_offsets({(c.topic, c.partition): c.new for c in changes if c.new is not None},
-                          run_id)
+        store.set_offsets({(c.topic, c.partition): c.new for c in changes}, run_id)
     except BaseException as e:
         store.fail_run(run_id, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
                        getattr(e, "exit_code", 1), {})
@@ -472,12 +463,14 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
             print("cancelled: nothing changed", file=out)
             return EXIT_OK
         run_id = apply_offset_changes(store, effective, target, command)
+        # Still under the lock: a run that starts after us cannot have its newer offsets
+        # overwritten in the mirror by ours.
+        if settings.kafka.mirror_group:
+            meta.mirror_offsets(settings.kafka.mirror_group,
+                                {(c.topic, c.partition): c.new for c in effective
+                                 if c.new is not None})
     finally:
         store.close()
-    if settings.kafka.mirror_group:
-        meta.mirror_offsets(settings.kafka.mirror_group,
-                            {(c.topic, c.partition): c.new for c in effective
-                             if c.new is not None})
     if args.json:
         print(json.dumps({"run_id": run_id, "changes": [asdict(c) for c in effective]}))
     else:

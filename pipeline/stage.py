@@ -16,10 +16,34 @@ table, and Postgres parses COPY text far faster than ``INSERT ... SELECT`` copie
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 
 ROW = "r"  # a blob of result rows
 DEAD = "d"  # a blob of dead-letter rows
+
+# Postgres truncates identifiers to 63 bytes: a longer staging name would be shared by two
+# runs and missed by the cleanup. 7 + 24 + 1 + 8 + 2 + 19 (any bigint run id) = 61 bytes.
+_NAME_CHARS = 24
+
+
+def staging_table(pipeline: str, run_id: int) -> str:
+    """The name of a run's staging table: the pipeline's name (cut short, for people) and a
+    digest of the whole name (so that pipelines sharing a long prefix never share one)."""
+    return f"{_staging_prefix(pipeline)}{run_id}"
+
+
+def staging_pattern(pipeline: str) -> str:
+    """A regular expression matching every staging table of this pipeline, including the
+    names that versions before bounded names used (``_stage_<name>_r<id>_blobs``)."""
+    return (rf"^{re.escape(_staging_prefix(pipeline))}\d+$"
+            rf"|^_stage_{re.escape(pipeline)}_r\d+_(rows|dead|blobs)$")
+
+
+def _staging_prefix(pipeline: str) -> str:
+    digest = hashlib.sha256(pipeline.encode()).hexdigest()[:8]
+    return f"_stage_{pipeline[:_NAME_CHARS]}_{digest}_r"
 
 # The staging table: one row per Arrow batch and kind, not per record.
 STAGING_COLUMNS = ["part", "attempt", "seq", "topic", "partition", "kind", "n", "min_offset",

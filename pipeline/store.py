@@ -18,7 +18,7 @@ from psycopg import sql
 from pipeline.config import Settings, SinkSettings
 from pipeline.errors import ConflictError, PipelineError, TransientError
 from pipeline.offsets import OffsetRange, PlannedPartition, TopicPartition
-from pipeline.stage import STAGING_DDL
+from pipeline.stage import STAGING_DDL, staging_pattern, staging_table
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,45 @@ class Store:
             raise ConfigError(f"tables missing in schema {self.settings.schema}: run "
                               f"'pipeline init-db --config {self.settings.source}' first")
 
+    def check_results_table(self) -> None:
+        """The results table must take the rows this config writes: compared before anything
+        is read, so that drift is one clear error, not a COPY that fails after the whole
+        read on every run. Extra columns are fine if they may stay NULL or have a default."""
+        from pipeline.errors import ConfigError
+
+        table = f'"{self.settings.schema}"."{self.settings.sink.table}"'
+        have = {name: (ftype, notnull, hasdef) for name, ftype, notnull, hasdef in self.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull, atthasdef "
+            "FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+            "AND NOT attisdropped", (table,)).fetchall()}
+        want = result_columns(self.settings.sink) + [("run_id", "bigint NOT NULL")]
+        fixes = []
+        for name, declared in want:
+            pg_type = declared.replace(" NOT NULL", "")
+            col = sql.Identifier(name).as_string(self.conn)
+            if name not in have:
+                fixes.append((f"column {name} is missing",
+                              f"ADD COLUMN {col} {pg_type}"))
+            elif _same_type(have[name][0]) != _same_type(pg_type):
+                fixes.append((f"column {name} is {have[name][0]}, the config writes {pg_type}",
+                              f"ALTER COLUMN {col} TYPE {pg_type}"))
+            elif have[name][1] and not declared.endswith("NOT NULL"):
+                fixes.append((f"column {name} is NOT NULL, the config allows nulls",
+                              f"ALTER COLUMN {col} DROP NOT NULL"))
+        written = {name for name, _ in want}
+        for name, (_, notnull, hasdef) in have.items():
+            if notnull and not hasdef and name not in written:
+                fixes.append((f"column {name} is NOT NULL without a default and the pipeline "
+                              "does not write it",
+                              f"ALTER COLUMN {sql.Identifier(name).as_string(self.conn)} "
+                              "DROP NOT NULL"))
+        if fixes:
+            raise ConfigError(
+                f"results table {table} does not match [sink] of {self.settings.source}: "
+                + "; ".join(why for why, _ in fixes) + f" - run 'ALTER TABLE {table} "
+                + ", ".join(fix for _, fix in fixes) + "' or change [sink.columns]; "
+                "nothing was read")
+
     # ---- the run lock ------------------------------------------------------------------
     def try_lock(self) -> bool:
         """Session advisory lock: one run (or offsets change) per pipeline at a time."""
@@ -203,7 +242,7 @@ class Store:
             .format(self.t("pipeline_runs")), (self.pipeline,)).fetchall()]
         leftovers = self.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename ~ %s",
-            (self.settings.schema, rf"^_stage_{self.pipeline}_r\d+_(rows|dead|blobs)$")).fetchall()
+            (self.settings.schema, staging_pattern(self.pipeline))).fetchall()
         for (name,) in leftovers:
             self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(name)))
         if stale or leftovers:
@@ -212,7 +251,7 @@ class Store:
 
     # ---- staging ----------------------------------------------------------------------
     def staging_name(self, run_id: int) -> str:
-        return f"_stage_{self.pipeline}_r{run_id}_blobs"
+        return staging_table(self.pipeline, run_id)
 
     def create_staging(self, run_id: int) -> str:
         name = self.staging_name(run_id)
@@ -287,18 +326,33 @@ class Store:
                     "written twice - rerun to plan from the stored offsets")
 
     # ---- offsets admin (used by ops commands) -------------------------------------------
-    def set_offsets(self, changes: dict[TopicPartition, int], run_id: int) -> None:
+    def set_offsets(self, changes: dict[TopicPartition, int | None], run_id: int) -> None:
+        """Set (or, for None, forget) stored offsets and mark the run that records the
+        change succeeded: one transaction, so a failure half-way changes nothing."""
+        table = self.t("pipeline_offsets")
         with self.transaction() as conn:
             for (topic, partition), offset in sorted(changes.items()):
+                if offset is None:
+                    conn.execute(sql.SQL(
+                        'DELETE FROM {} WHERE pipeline = %s AND topic = %s AND "partition" = %s')
+                        .format(table), (self.pipeline, topic, partition))
+                    continue
                 conn.execute(sql.SQL(
                     'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id) '
                     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pipeline, topic, \"partition\") "
                     "DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now(), "
-                    "run_id = EXCLUDED.run_id").format(self.t("pipeline_offsets")),
+                    "run_id = EXCLUDED.run_id").format(table),
                     (self.pipeline, topic, partition, offset, run_id))
             conn.execute(sql.SQL(
                 "UPDATE {} SET status = 'succeeded', finished_at = now(), exit_code = 0 "
                 "WHERE run_id = %s").format(self.t("pipeline_runs")), (run_id,))
+
+
+def _same_type(pg_type: str) -> str:
+    """Postgres's own name of a type (format_type) and ours, made comparable."""
+    t = pg_type.lower().replace(" ", "")
+    return {"timestamptz": "timestampwithtimezone", "int": "integer", "int4": "integer",
+            "int8": "bigint", "float8": "doubleprecision"}.get(t, t)
 
 
 def ranges_json(planned) -> list[dict]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.config import Settings
+from pipeline.stage import staging_table
 from tests.helpers import ROOT, init_db, query, unique  # noqa: F401 - init_db re-exported
 
 
@@ -88,9 +89,11 @@ def runs(pipeline: str, db_url: str) -> list[tuple]:
 
 
 def staging_tables(pipeline: str, db_url: str) -> list[str]:
+    """Tables that look like this pipeline's staging (broader than the cleanup's pattern:
+    what it misses is found here)."""
     return [r[0] for r in query(
-        "SELECT tablename FROM pg_tables WHERE tablename LIKE %s",
-        (f"_stage_{pipeline}_r%",), db_url=db_url)]
+        "SELECT tablename FROM pg_tables WHERE starts_with(tablename, %s)",
+        (f"_stage_{pipeline[:24]}",), db_url=db_url)]
 
 
 @dataclass
@@ -206,7 +209,7 @@ def held_publish_backend(settings: Settings) -> int | None:
 
 def staging_copy_active(settings: Settings) -> bool:
     """An executor is COPYing into this pipeline's staging table right now."""
-    prefix = f'COPY "{settings.schema}"."_stage_{settings.name}_r%'
+    prefix = f'COPY "{settings.schema}"."{staging_table(settings.name, 0)[:-1]}%'
     return bool(query("SELECT 1 FROM pg_stat_activity WHERE state = 'active' "
                       "AND query LIKE %s", (prefix,), db_url=settings.database_url))
 

@@ -10,13 +10,15 @@ import shlex
 import time
 from dataclasses import replace
 
+import psycopg
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from pipeline.cli import main as cli_main
-from pipeline.errors import DataError
+from pipeline.errors import ConfigError, DataError
 from pipeline.job import run_ingest
+from pipeline.store import Store
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,
@@ -410,6 +412,52 @@ def test_too_many_bad_records_exit_3_and_commit_nothing(spark):
     raised = replace(s, sink=replace(s.sink, max_bad_records=3))
     assert run_ingest(raised).dead_letters == 3
     assert_exactly_once(raised, topic, good=lambda r: r[0].startswith(b"order-"), bad=True)
+
+
+def test_a_crashed_runs_staging_is_dropped_for_the_longest_pipeline_name(spark):
+    """A 48-character name (the longest allowed) once made staging names over Postgres's
+    63 bytes: truncated, they escaped the cleanup and could collide between runs."""
+    topic = create_topic(unique("longname"), 1)
+    produce_orders(topic, range(50))
+    s = init_db(make_settings((unique("l") + "_" + "x" * 48)[:48], [topic]))
+    crashed = Store(s)  # a run that died after creating its staging table
+    crashed.create_staging(crashed.start_run("ingest", []))
+    crashed.close()
+
+    result = run_ingest(s)
+
+    assert (result.status, result.rows_written) == ("succeeded", 50)
+    assert staging_tables(s.name, s.database_url) == []
+    assert [r[1] for r in runs(s.name, s.database_url)] == ["abandoned", "succeeded"]
+
+
+def test_a_results_table_that_drifted_from_the_config_is_exit_2_before_reading(spark):
+    topic = create_topic(unique("drift"), 1)
+    produce_orders(topic, range(5))
+    s = init_db(make_settings(unique("drift"), [topic]))
+    alter(f"ALTER TABLE {s.sink.table} DROP COLUMN amount, ALTER COLUMN customer TYPE integer "
+          "USING 0, ADD COLUMN note text NOT NULL")
+
+    with pytest.raises(ConfigError) as e:
+        run_ingest(s)
+
+    assert e.value.exit_code == 2
+    assert "column amount is missing" in e.value.message
+    assert "column customer is integer, the config writes text" in e.value.message
+    assert "column note is NOT NULL without a default" in e.value.message
+    assert (f'ALTER TABLE "public"."{s.sink.table}" ADD COLUMN "amount" numeric(12,2), '
+            'ALTER COLUMN "customer" TYPE text, ALTER COLUMN "note" DROP NOT NULL'
+            ) in e.value.message
+    assert runs(s.name, s.database_url) == []  # refused before any run started
+    # The fix the error names works.
+    alter(f'ALTER TABLE "public"."{s.sink.table}" ADD COLUMN "amount" numeric(12,2), '
+          'ALTER COLUMN "customer" TYPE text, ALTER COLUMN "note" DROP NOT NULL')
+    assert run_ingest(s).rows_written == 5
+
+
+def alter(statement: str) -> None:
+    with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
+        conn.execute(statement)
 
 
 # ---- helpers -----------------------------------------------------------------------------

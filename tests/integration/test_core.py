@@ -17,6 +17,7 @@ from pipeline.errors import ConflictError, DataError
 from pipeline.job import Timer, execute_ranges, run_ingest
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import plan_ranges
+from pipeline.stage import staging_table
 from pipeline.store import Store
 from tests.helpers import (
     BOOTSTRAP,
@@ -148,8 +149,8 @@ def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_se
     status, error = query("SELECT status, error FROM pipeline_runs WHERE run_id = %s",
                           (run_id,))[0]
     assert status == "failed" and "stored next offset is" in error
-    assert query("SELECT count(*) FROM pg_tables WHERE tablename LIKE %s",
-                 (f"_stage_{s.name}_r{run_id}%",))[0][0] == 0
+    assert query("SELECT count(*) FROM pg_tables WHERE tablename = %s",
+                 (staging_table(s.name, run_id),))[0][0] == 0
 
 
 def test_two_runs_started_together_publish_each_range_once(stack, tmp_path):

@@ -401,6 +401,34 @@ def test_reset_forgets_partitions_kafka_no_longer_has(stack, tmp_path, capsys):
     assert [(x["partition"], x["stored"], x["from"], x["until"]) for x in plan] == [(0, 0, 0, 3)]
 
 
+def test_a_failed_offsets_change_changes_nothing(stack, tmp_path, capsys):
+    """Forgetting and setting are one transaction: a failure while setting (here a real
+    error raised by the database) leaves the forgotten partition's offset in place too."""
+    p = new_pipeline(tmp_path)
+    produce_orders(p.topic, range(3))
+    cli_json(capsys, "offsets", "set", "--config", p.config, "--topic", p.topic, "--to",
+             "latest", "--yes")
+    execute("INSERT INTO pipeline_offsets (pipeline, topic, \"partition\", next_offset) "
+            "VALUES (%s, %s, 5, 42)", (p.name, p.topic))
+    trigger = f"fail_{p.name}"
+    execute(f"CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.pipeline = '{p.name}' THEN RAISE EXCEPTION 'injected: disk full'; "
+            f"END IF; RETURN NEW; END $$")
+    execute(f"CREATE TRIGGER {trigger} BEFORE INSERT OR UPDATE ON pipeline_offsets "
+            f"FOR EACH ROW EXECUTE FUNCTION {trigger}()")
+    try:
+        rc, _, err = cli(capsys, "offsets", "reset", "--config", p.config, "--topic", p.topic,
+                         "--yes")
+    finally:
+        execute(f"DROP TRIGGER {trigger} ON pipeline_offsets")
+        execute(f"DROP FUNCTION {trigger}()")
+
+    assert rc != 0 and "injected: disk full" in err
+    assert stored_offsets(p.name) == {(p.topic, 0): 3, (p.topic, 5): 42}
+    assert [r["status"] for r in cli_json(capsys, "runs", "--config", p.config,
+                                          "--kind", "offsets")["runs"]][:1] == ["failed"]
+
+
 # ---- runs --------------------------------------------------------------------------------
 
 def test_runs_json_filters(stack, tmp_path, capsys):

@@ -89,6 +89,21 @@ def test_a_nul_character_makes_a_dead_letter_not_a_failed_copy():
     assert rows == [] and dead[0].split("\t")[7] == "unstorable"
 
 
+def test_a_lone_surrogate_escape_is_a_dead_letter_on_both_json_parsers():
+    """orjson refuses it (malformed); the standard library, used for wide decimals, lets it
+    into a string that cannot be written as UTF-8: a dead letter, not a failing task."""
+    value = b'{"order_id": 1, "customer": "a\\ud800b"}'
+    good = b'{"order_id": 2, "customer": "c"}'
+    wide = (("order_id", "long", True), ("customer", "string", True),
+            ("amount", "decimal(20,2)", False))
+    for columns, expected in ((COLUMNS, "malformed_json"), (wide, "unstorable")):
+        rows, dead = Encoder("json", columns, 1).encode("t", 0, [Record(0, value),
+                                                                 Record(1, good)])
+        assert [r.split("\t")[2] for r in rows] == ["1"]
+        assert [line.split("\t")[7] for line in dead] == [expected]
+        "".join(rows + dead).encode()  # what staging writes
+
+
 def test_the_original_bytes_of_a_dead_letter_are_kept_as_bytea_hex():
     _, dead = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(5, b"\xff", k=b"\x00k")])
     fields = dead[0].split("\t")
