@@ -196,6 +196,14 @@ def run_peer(peer: str, topic: str, n: int, run: int, env: dict) -> tuple[float,
     return seconds, rss
 
 
+def checkpoint() -> None:
+    """Every contender starts from a checkpointed server: otherwise the WAL written by the
+    one before (~5 GB per 20M rows) triggers a checkpoint, and its full-page writes, in the
+    middle of whoever runs next."""
+    with psycopg.connect(DB, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+
+
 def drop(table: str) -> None:
     with psycopg.connect(DB, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_offsets")
@@ -215,6 +223,7 @@ def bench_size(n: int, env: dict) -> list[Result]:
                if (not big or name in BIG_ONLY) and (not ONLY or name in ONLY)}
     for run in range(repeat):
         for name, result in results.items():
+            checkpoint()
             if name.startswith("pipeline_"):
                 seconds, rss, phases = run_pipeline(name.split("_")[1], topic, n, run, env)
                 result.phases.append(phases)

