@@ -155,7 +155,7 @@ def pipeline_config(path: Path, name: str, topic: str, fmt: str) -> None:
                'amount = "decimal(12,2)"\nplaced_at = "timestamp"\n') if fmt == "json" else ""
     path.write_text(
         f'[pipeline]\nname = "{name}"\n[kafka]\nbootstrap_servers = "{BOOTSTRAP}"\n'
-        f'topics = ["{topic}"]\nmax_records_per_partition = 0\n'
+        f'topics = ["{topic}"]\nmax_records_per_partition = 0\nmax_records_per_run = 0\n'
         f'[database]\nurl = "{DB}"\n[sink]\nformat = "{fmt}"\ntable = "{name}"\n'
         f'max_bad_records = 0\n{columns}')
 

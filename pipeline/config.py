@@ -24,6 +24,12 @@ COLUMN_TYPE = re.compile(
     r"( not null)?$"
 )
 SECRET_KEY = re.compile(r"(password|secret|token|sasl\.jaas|credentials)", re.I)
+# A run is one transaction: bounded by default, so that a large backlog (a new pipeline on
+# an old topic, a long outage) is drained by successive runs of bounded WAL, staging and
+# duration instead of one that a task timeout kills and retries forever. 20M records take
+# ~2 minutes on 2 cores (docs/benchmarks.md). 0 = no cap.
+DEFAULT_MAX_RECORDS_PER_PARTITION = 5_000_000
+DEFAULT_MAX_RECORDS_PER_RUN = 20_000_000
 RESERVED_COLUMNS = {"topic", "partition", "offset", "kafka_timestamp", "run_id", "ingested_at"}
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 ENV_DATABASE_URL = "PIPELINE_DATABASE_URL"
@@ -56,6 +62,7 @@ class KafkaSettings:
     starting_offsets: str = "earliest"
     isolation_level: str = "read_committed"
     max_records_per_partition: int = 0
+    max_records_per_run: int = 0
     on_data_loss: str = "fail"
     timeout_seconds: float = 15.0
     mirror_group: str | None = None
@@ -143,7 +150,8 @@ def secrets_of(settings: Settings) -> list[str]:
 _SECTIONS: dict[str, set[str]] = {
     "pipeline": {"name"},
     "kafka": {"bootstrap_servers", "topics", "starting_offsets", "isolation_level",
-              "max_records_per_partition", "on_data_loss", "timeout_seconds", "mirror_group",
+              "max_records_per_partition", "max_records_per_run", "on_data_loss",
+              "timeout_seconds", "mirror_group",
               "consumer", "spark_consumer", "admin_client"},
     "database": {"url", "schema"},
     "sink": {"format", "table", "max_bad_records", "transform", "columns"},
@@ -243,9 +251,13 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         raise ConfigError("'kafka.topics' must be a non-empty list of Kafka topic names")
     consumer, spark_consumer, admin_client = (
         _client_settings(k, name, env) for name in ("consumer", "spark_consumer", "admin_client"))
-    max_records = _get(k, "kafka", "max_records_per_partition", int, 0)
+    max_records = _get(k, "kafka", "max_records_per_partition", int,
+                       DEFAULT_MAX_RECORDS_PER_PARTITION)
     if max_records < 0:
         raise ConfigError("'kafka.max_records_per_partition' must be >= 0 (0 = no cap)")
+    max_run = _get(k, "kafka", "max_records_per_run", int, DEFAULT_MAX_RECORDS_PER_RUN)
+    if max_run < 0:
+        raise ConfigError("'kafka.max_records_per_run' must be >= 0 (0 = no cap)")
     timeout = _get(k, "kafka", "timeout_seconds", float, 15.0)
     if timeout <= 0:
         raise ConfigError("'kafka.timeout_seconds' must be > 0")
@@ -257,6 +269,7 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         isolation_level=_choice(_get(k, "kafka", "isolation_level", str, "read_committed"),
                                 "kafka.isolation_level", ("read_committed", "read_uncommitted")),
         max_records_per_partition=max_records,
+        max_records_per_run=max_run,
         on_data_loss=_choice(_get(k, "kafka", "on_data_loss", str, "fail"),
                              "kafka.on_data_loss", ("fail", "skip")),
         timeout_seconds=timeout,

@@ -174,6 +174,7 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
             stored, kafka,
             starting_offsets=settings.kafka.starting_offsets,
             max_records_per_partition=settings.kafka.max_records_per_partition,
+            max_records_per_run=settings.kafka.max_records_per_run,
             on_data_loss=settings.kafka.on_data_loss)
         timer.lap("plan")
         planned = [plan_item(p) for p in plan.partitions]

@@ -6,8 +6,8 @@ offset to read, and a range ``[from_offset, until_offset)`` excludes its end.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from pipeline.errors import DataError
 
@@ -97,9 +97,12 @@ def plan_ranges(
     *,
     starting_offsets: str = "earliest",
     max_records_per_partition: int = 0,
+    max_records_per_run: int = 0,
     on_data_loss: str = "fail",
 ) -> Plan:
-    """Plan one run: per partition ``[stored next offset, latest)``, capped.
+    """Plan one run: per partition ``[stored next offset, latest)``, capped per partition
+    and per run (0 = no cap): a backlog is drained by successive bounded runs, each one
+    transaction of bounded size.
 
     Partitions come from Kafka's metadata every run, so partitions added since the last
     run are picked up. ``starting_offsets`` applies to a topic's first run only: like
@@ -148,7 +151,36 @@ def plan_ranges(
         planned.append(PlannedPartition(OffsetRange(k.topic, k.partition, start, until),
                                         current, lost,
                                         pin_new=current is None and from_latest))
+    if max_records_per_run:
+        shares = share_budget([p.range.count for p in planned], max_records_per_run)
+        planned = [replace(p, range=replace(p.range, until_offset=p.range.from_offset + n))
+                   for p, n in zip(planned, shares, strict=True)]
     return Plan(tuple(planned))
+
+
+def share_budget(counts: Sequence[int], budget: int) -> list[int]:
+    """Split ``budget`` offsets over partitions that have ``counts`` to read: each gets at
+    most its count, and what one does not need goes to the others (max-min fair), so a
+    busy partition cannot starve a quiet one. The remainder of an uneven split goes to the
+    first partitions in plan order, so the same inputs give the same plan."""
+    shares = [0] * len(counts)
+    remaining = budget
+    open_ = [i for i, count in enumerate(counts) if count > 0]
+    while open_ and remaining > 0:
+        share, extra = divmod(remaining, len(open_))
+        if share == 0:
+            for i in open_[:extra]:
+                shares[i] += 1
+            break
+        still_open = []
+        for i in open_:
+            take = min(share, counts[i] - shares[i])
+            shares[i] += take
+            remaining -= take
+            if shares[i] < counts[i]:
+                still_open.append(i)
+        open_ = still_open
+    return shares
 
 
 def plan_backfill(

@@ -603,7 +603,9 @@ def json_default(value: Any) -> Any:
 BACKFILL_HELP = """\
 Re-read an explicit range of one topic and write its results idempotently. Rows already
 in the results table stay as they are (a re-read adds 0 rows) unless --reprocess, which
-overwrites them in place (new run_id and ingested_at), all in one transaction. The stored
+replaces what the range held: its rows and dead letters are rewritten (new run_id and
+ingested_at), and those this run no longer produces (a record now a dead letter, or
+filtered out by a changed transform) are removed, all in one transaction. The stored
 offsets do NOT move: the next scheduled run continues where it would have. The run is
 recorded in pipeline_runs as kind 'backfill' (or 'reprocess') with its ranges.
 
@@ -692,7 +694,9 @@ def add_commands(sub, add: Callable[[str, str], argparse.ArgumentParser]) -> Non
     bf.add_argument("--to-time", metavar="ISO8601",
                     help="stop before the first record at or after this time (exclusive)")
     bf.add_argument("--reprocess", action="store_true",
-                    help="overwrite rows that already exist (default: keep them, add missing)")
+                    help="replace what the range held: rewrite its rows and dead letters and "
+                         "remove those this run no longer produces (default: keep existing "
+                         "rows, add missing)")
     bf.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     bf.set_defaults(handler=cmd_backfill)
 

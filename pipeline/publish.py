@@ -157,6 +157,8 @@ class Publisher:
                 self._copy.write(BINARY_TRAILER)
             cm.__exit__(None, None, None)
             rows_written = self._cur.rowcount
+            if self.overwrite:
+                self._clear_ranges()
             if not self.direct:
                 rows_written = conn.execute(store._merge_rows_sql(
                     store.t(store.settings.sink.table), self.names, self.cols, KEY,
@@ -183,6 +185,25 @@ class Publisher:
         return {"records_read": records_read, "rows_written": rows_written,
                 "dead_letters": dead_written, "per_partition": per_partition,
                 "timings": timings}
+
+    def _clear_ranges(self) -> None:
+        """Reprocess replaces what the planned ranges held: a record that was a result and
+        is now a dead letter (or is filtered out by a transform) keeps no old row, and no
+        offset stays in both tables. Inside the publishing transaction, like the rest."""
+        if not self.ranges:
+            return
+        ranges = sql.SQL("(VALUES {}) AS r (topic, p, lo, hi)").format(sql.SQL(", ").join(
+            sql.SQL("({}::text, {}::int, {}::bigint, {}::bigint)").format(
+                sql.Literal(r.topic), sql.Literal(r.partition), sql.Literal(r.from_offset),
+                sql.Literal(r.until_offset)) for r in self.ranges))
+        inside = sql.SQL('t.topic = r.topic AND t."partition" = r.p AND t."offset" >= r.lo '
+                         'AND t."offset" < r.hi')
+        store = self.store
+        self.conn.execute(sql.SQL("DELETE FROM {} t USING {} WHERE {}").format(
+            store.t(store.settings.sink.table), ranges, inside))
+        self.conn.execute(sql.SQL("DELETE FROM {} t USING {} WHERE t.pipeline = %s AND {}")
+                          .format(store.t("pipeline_dead_letters"), ranges, inside),
+                          (store.pipeline,))
 
     def _dead_letters(self, staged_dead: int) -> int:
         if not staged_dead:

@@ -17,10 +17,12 @@ from confluent_kafka.admin import NewPartitions
 
 from pipeline.cli import main as cli_main
 from pipeline.errors import ConfigError, DataError
-from pipeline.job import run_ingest
+from pipeline.job import run_backfill, run_ingest
+from pipeline.offsets import OffsetRange
 from pipeline.store import Store
 from tests.helpers import (
     BOOTSTRAP,
+    JSON_COLUMNS,
     TEST_DB_URL,
     admin,
     create_topic,
@@ -461,6 +463,45 @@ def test_a_results_table_that_drifted_from_the_config_is_exit_2_before_reading(s
 def alter(statement: str) -> None:
     with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
         conn.execute(statement)
+
+
+def test_reprocess_replaces_what_the_range_held(spark):
+    """A record that was a result and is now a dead letter, or that a changed transform
+    filters out, keeps no old row; no offset is left in both tables."""
+    topic = create_topic(unique("reproc"), 1)
+    # Odd orders have no amount: results while amount is optional.
+    produce(topic, [(f"k{i}".encode(), json.dumps(
+        {"order_id": i, "customer": f"c{i}", **({"amount": 1.5} if i % 2 == 0 else {})}
+    ).encode()) for i in range(12)], partition=0)
+    name = unique("reproc")
+    s = init_db(make_settings(name, [topic]))
+    assert run_ingest(s).rows_written == 12
+    everything = [OffsetRange(topic, 0, 0, 12)]
+
+    # Now amount is required: the odd records become dead letters.
+    required = make_settings(name, [topic], sink={"columns": {
+        **JSON_COLUMNS, "amount": "decimal(12,2) not null"}})
+    result = run_backfill(required, everything, reprocess=True)
+
+    assert (result.rows_written, result.dead_letters) == (6, 6)
+    assert [r[0] for r in query(f"SELECT order_id FROM {s.sink.table} ORDER BY 1")] == list(
+        range(0, 12, 2))
+    dead = query('SELECT "offset", error_type FROM pipeline_dead_letters WHERE pipeline = %s '
+                 "ORDER BY 1", (name,))
+    assert dead == [(o, "missing_field") for o in range(1, 12, 2)]
+
+    # A changed transform drops order 10 and doubles amounts; amount optional again: the
+    # odd records are results once more and leave the dead letters.
+    transformed = make_settings(name, [topic], sink={
+        "transform": "tests.integration.transforms.orders:double_amount"})
+    run_backfill(transformed, everything, reprocess=True)
+
+    rows = query(f"SELECT order_id, amount FROM {s.sink.table} ORDER BY 1")
+    assert [r[0] for r in rows] == [i for i in range(12) if i % 10 != 0]
+    assert {str(r[1]) for r in rows if r[0] % 2 == 0} == {"3.00"}
+    assert query("SELECT count(*) FROM pipeline_dead_letters WHERE pipeline = %s",
+                 (name,)) == [(0,)]
+    assert stored(name, s.database_url) == {0: 12}  # reprocess never moves offsets
 
 
 # ---- helpers -----------------------------------------------------------------------------

@@ -98,6 +98,27 @@ def test_two_topics_several_partitions_then_only_new_records(spark):
     assert amount == Decimal("8.75") and placed.isoformat() == "2026-01-01T00:07:00+00:00"
 
 
+def test_a_backlog_ten_times_the_run_cap_drains_exactly_in_bounded_runs(spark):
+    topic = create_topic(unique("backlog"), 3)
+    produce_orders(topic, range(1000))
+    s = init_db(make_settings(unique("backlog"), [topic],
+                              kafka={"max_records_per_run": 100}))
+
+    results = []
+    while (result := run_ingest(s)).status == "succeeded":
+        assert result.records_read <= 100  # every run one bounded transaction
+        results.append(result)
+        assert len(results) <= 12
+
+    assert result.status == "noop" and len(results) == 10
+    assert sum(r.records_read for r in results) == 1000
+    assert result_keys(s.sink.table) == expected_keys([topic])
+    order_ids = [r[0] for r in query(f"SELECT order_id FROM {s.sink.table} ORDER BY 1")]
+    assert order_ids == list(range(1000))
+    assert stored_offsets(s.name) == {(topic, p): high
+                                      for p, (_, high) in watermarks(topic).items()}
+
+
 def test_partition_added_after_the_first_run_is_read_from_earliest_under_latest(spark):
     """starting_offsets = "latest" is where a topic's first run starts; records written to a
     partition added later, before the next run, must not be skipped."""

@@ -28,6 +28,7 @@ def test_shipped_config_is_valid():
     ({"kafka": {"topicz": ["t"]}}, "unknown key 'kafka.topicz'"),
     ({"kafka": {"max_records_per_partition": "10"}}, "'kafka.max_records_per_partition' must be "
                                                      "an integer"),
+    ({"kafka": {"max_records_per_run": -1}}, "'kafka.max_records_per_run' must be >= 0"),
     ({"kafka": {"on_data_loss": "ignore"}}, "must be one of fail, skip"),
     ({"sink": {"table": "events; drop table x"}}, "not a safe SQL identifier"),
     ({"database": {"schema": "Public"}}, "not a safe SQL identifier"),
@@ -45,6 +46,14 @@ def test_bad_config_is_one_line_error_naming_the_key(changes, message):
         parse_settings(doc(**changes), environ={})
     assert message in e.value.message
     assert "\n" not in e.value.message
+
+
+def test_runs_are_bounded_unless_a_cap_is_set_to_zero():
+    k = parse_settings(doc(), environ={}).kafka
+    assert (k.max_records_per_partition, k.max_records_per_run) == (5_000_000, 20_000_000)
+    k = parse_settings(doc(kafka={"max_records_per_partition": 0, "max_records_per_run": 0}),
+                       environ={}).kafka
+    assert (k.max_records_per_partition, k.max_records_per_run) == (0, 0)
 
 
 def test_environment_overrides_bootstrap_and_database_url():

@@ -3,7 +3,13 @@
 import pytest
 
 from pipeline.errors import DataError
-from pipeline.offsets import OffsetRange, PartitionOffsets, plan_backfill, plan_ranges
+from pipeline.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    plan_backfill,
+    plan_ranges,
+    share_budget,
+)
 
 
 def k(topic, partition, earliest, latest):
@@ -44,6 +50,47 @@ def test_every_topic_and_partition_is_planned_independently():
 def test_cap_limits_records_per_partition_per_run():
     plan = plan_ranges({("t", 0): 100}, [k("t", 0, 0, 1000)], max_records_per_partition=50)
     assert plan.ranges == [OffsetRange("t", 0, 100, 150)]
+
+
+def test_the_run_cap_is_shared_fairly_and_a_quiet_partition_is_not_starved():
+    plan = plan_ranges({("t", 0): 0, ("t", 1): 0, ("t", 2): 0},
+                       [k("t", 0, 0, 1000), k("t", 1, 0, 10), k("t", 2, 0, 1000)],
+                       max_records_per_run=101)
+    # 10 for the quiet partition, the rest split between the busy ones (remainder first).
+    assert plan.ranges == [OffsetRange("t", 0, 0, 46), OffsetRange("t", 1, 0, 10),
+                           OffsetRange("t", 2, 0, 45)]
+    assert plan.offset_span == 101
+
+
+@pytest.mark.parametrize("counts,budget", [
+    ([5, 0, 7, 1000, 3], 100), ([1, 1, 1], 2), ([0, 0], 10), ([10**9] * 4, 7), ([3, 4], 1000),
+])
+def test_share_budget_spends_the_budget_or_everything_and_no_more(counts, budget):
+    shares = share_budget(counts, budget)
+    assert sum(shares) == min(budget, sum(counts))
+    assert all(0 <= s <= c for s, c in zip(shares, counts, strict=True))
+    # Max-min fair: a partition below another's share got everything it had.
+    for s, c in zip(shares, counts, strict=True):
+        assert s == c or s >= max(shares) - 1
+
+
+def test_a_backlog_is_drained_exactly_by_successive_capped_plans():
+    stored: dict = {}
+    kafka = [k("t", p, 0, n) for p, n in enumerate([700, 5, 300])]
+    read = {p: [] for p in range(3)}
+    runs = 0
+    while not (plan := plan_ranges(stored, kafka, max_records_per_partition=60,
+                                   max_records_per_run=100)).is_empty:
+        runs += 1
+        assert runs < 50 and plan.offset_span <= 100
+        for r in plan.ranges:
+            assert r.count <= 60
+            read[r.partition].append((r.from_offset, r.until_offset))
+        stored.update({u.range.tp: u.range.until_offset for u in plan.offset_updates})
+    assert runs >= 12  # 700 records of partition 0, at most 60 a run
+    for p, n in enumerate([700, 5, 300]):
+        assert read[p][0][0] == 0 and read[p][-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(read[p], read[p][1:], strict=False))
 
 
 def test_nothing_new_is_an_empty_plan():
