@@ -200,9 +200,11 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
 
 
 def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess: bool = False,
-                 signals: StopSignals | None = None) -> RunResult:
-    """Re-read explicit ranges; results are written idempotently (or overwritten with
-    reprocess); the stored offsets do not move."""
+                 signals: StopSignals | None = None, requested: dict | None = None
+                 ) -> RunResult:
+    """Re-read explicit ranges; results are written idempotently (or replaced with
+    reprocess); the stored offsets do not move. ``requested``: what the operator asked
+    for (offsets or times), kept in the run row's details."""
     timer = Timer()
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
@@ -213,7 +215,7 @@ def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess
         store.lock_or_fail(kind)
         store.abandon_stale_runs()
         timer.lap("plan")
-        run_id = store.start_run(kind, ranges)
+        run_id = store.start_run(kind, ranges, {"requested": requested} if requested else None)
         return execute_ranges(settings, store, meta, run_id, kind, ranges, [], timer, signals,
                               overwrite=reprocess)
     finally:

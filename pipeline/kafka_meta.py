@@ -100,15 +100,20 @@ class KafkaMeta:
     def topic_offsets(self, topics: Iterable[str]) -> list[PartitionOffsets]:
         return self.offsets(self.partitions(topics))
 
-    def offsets_for_time(self, partitions: Iterable[tuple[str, int]],
-                         timestamp_ms: int) -> dict[tuple[str, int], int]:
-        """First offset whose timestamp is >= timestamp_ms; the latest offset if none."""
+    def offsets_for_time(self, partitions: Iterable[tuple[str, int]], timestamp_ms: int,
+                         latest: Mapping[tuple[str, int], int] | None = None
+                         ) -> dict[tuple[str, int], int]:
+        """First offset whose timestamp is >= timestamp_ms, as of the ``latest`` offsets
+        given (one snapshot for both ends of a range; read now if not given): no later
+        than them, and them where no record is that late yet."""
         tps = list(partitions)
         found = self._list_offsets(
             {TopicPartition(t, p): OffsetSpec.for_timestamp(timestamp_ms) for t, p in tps},
             self.settings.isolation_level)
-        latest = {(k.topic, k.partition): k.latest for k in self.offsets(tps)}
-        return {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}
+        if latest is None:
+            latest = {(k.topic, k.partition): k.latest for k in self.offsets(tps)}
+        return {tp: (min(off, latest[tp]) if off >= 0 else latest[tp])
+                for tp, off in found.items()}
 
     def mirror_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Best effort: commit our stored offsets to a consumer group for lag tooling.

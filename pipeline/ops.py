@@ -163,6 +163,16 @@ class BackfillBounds:
     def by_time(self) -> bool:
         return self.from_ms is not None
 
+    def as_dict(self) -> dict[str, Any]:
+        """What was asked, for the run row (times as ISO 8601 UTC)."""
+        if self.by_time:
+            return {"from_time": _iso(self.from_ms), "to_time": _iso(self.to_ms)}
+        return {"from_offset": self.from_offset, "to_offset": self.to_offset}
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
 
 def backfill_bounds(args: argparse.Namespace) -> BackfillBounds:
     offsets = (args.from_offset, args.to_offset)
@@ -194,8 +204,11 @@ def resolve_backfill(settings: Settings, meta, topic: str, partitions: Sequence[
     tps = [(topic, p) for p in chosen]
     kafka = meta.offsets(tps)
     if bounds.by_time:
-        from_offsets = meta.offsets_for_time(tps, bounds.from_ms)
-        until_offsets = meta.offsets_for_time(tps, bounds.to_ms)
+        # Both ends against this one snapshot: a time past the newest record resolves to
+        # the snapshot's latest offset, never to one written after it (refused as outside).
+        latest = {(k.topic, k.partition): k.latest for k in kafka}
+        from_offsets = meta.offsets_for_time(tps, bounds.from_ms, latest)
+        until_offsets = meta.offsets_for_time(tps, bounds.to_ms, latest)
     else:
         from_offsets = dict.fromkeys(tps, bounds.from_offset)
         until_offsets = dict.fromkeys(tps, bounds.to_offset)
@@ -213,7 +226,8 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     kind = "reprocess" if args.reprocess else "backfill"
     log.info("%s of %s (stored offsets will not move)", kind, describe(ranges))
     with StopSignals() as signals:
-        result = run_backfill(settings, ranges, reprocess=args.reprocess, signals=signals)
+        result = run_backfill(settings, ranges, reprocess=args.reprocess, signals=signals,
+                              requested=bounds.as_dict())
     if args.json:
         print(json.dumps(result.as_dict(), default=str))
     else:

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from pipeline.config import Settings, SinkSettings
-from pipeline.errors import ConflictError, PipelineError, TransientError
+from pipeline.errors import ConfigError, ConflictError, PipelineError, TransientError
 from pipeline.offsets import OffsetRange, PlannedPartition, TopicPartition
 from pipeline.stage import STAGING_DDL, staging_pattern, staging_table
 
@@ -137,7 +137,6 @@ class Store:
             f'"{self.settings.schema}".pipeline_offsets',
             f'"{self.settings.schema}"."{self.settings.sink.table}"')).fetchone()
         if row[0] is None or row[1] is None:
-            from pipeline.errors import ConfigError
             raise ConfigError(f"tables missing in schema {self.settings.schema}: run "
                               f"'pipeline init-db --config {self.settings.source}' first")
 
@@ -145,8 +144,6 @@ class Store:
         """The results table must take the rows this config writes: compared before anything
         is read, so that drift is one clear error, not a COPY that fails after the whole
         read on every run. Extra columns are fine if they may stay NULL or have a default."""
-        from pipeline.errors import ConfigError
-
         table = f'"{self.settings.schema}"."{self.settings.sink.table}"'
         have = {name: (ftype, notnull, hasdef) for name, ftype, notnull, hasdef in self.execute(
             "SELECT attname, format_type(atttypid, atttypmod), attnotnull, atthasdef "

@@ -16,6 +16,7 @@ import pty
 import select
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,9 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
 
 from pipeline.cli import main
+from pipeline.config import load_settings
+from pipeline.kafka_meta import KafkaMeta
+from pipeline.ops import BackfillBounds, resolve_backfill
 from pipeline.sample import order
 from pipeline.store import LOCK_CLASS
 from tests.helpers import (
@@ -173,6 +177,47 @@ def test_reprocess_by_time_overwrites_rows_in_place(ingested, capsys):
     assert p.rows(1) == p1_before
     assert stored_offsets(p.name) == offsets_before
     assert p.runs("reprocess")[-1][2] == "succeeded"
+    # The run row keeps what was asked, not only the offsets it resolved to.
+    [(details,)] = query("SELECT details FROM pipeline_runs WHERE run_id = %s",
+                         (result["run_id"],))
+    assert details["requested"] == {"from_time": start.isoformat().replace("+00:00", "Z"),
+                                    "to_time": end.isoformat().replace("+00:00", "Z")}
+
+
+def test_a_time_backfill_past_the_newest_record_of_a_live_topic_resolves(stack, tmp_path):
+    """Both ends resolve against one snapshot of the latest offsets: records written
+    meanwhile never push the end past the latest offset the check uses (exit 3 before)."""
+    p = new_pipeline(tmp_path, partitions=2)
+    settings = load_settings(p.config)
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        producer = Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 1})
+        i = 0
+        while not stop.is_set():
+            producer.produce(p.topic, value=order(i), partition=i % 2)
+            i += 1
+            if i % 200 == 0:
+                producer.poll(0)
+                time.sleep(0.001)
+        producer.flush(10)
+
+    producing = threading.Thread(target=keep_producing, daemon=True)
+    producing.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not all(high > 0 for _, high in watermarks(p.topic).values()):
+            assert time.monotonic() < deadline, "no records arrived"
+            time.sleep(0.2)
+        bounds = BackfillBounds(from_ms=0, to_ms=int(time.time() * 1000) + 3_600_000)
+        for _ in range(25):
+            ranges = resolve_backfill(settings, KafkaMeta(settings.kafka), p.topic, None,
+                                      bounds)
+            assert [r.partition for r in ranges] == [0, 1]
+            assert all(r.from_offset == 0 and r.until_offset > 0 for r in ranges)
+    finally:
+        stop.set()
+        producing.join(30)
 
 
 def test_backfill_outside_what_kafka_holds_exits_3_before_any_work(ingested, capsys):
@@ -377,15 +422,21 @@ def test_offsets_set_asks_on_a_terminal(stack, tmp_path):
     assert stored_offsets(p.name) == {(p.topic, 0): 3}
 
 
-def test_reset_forgets_partitions_kafka_no_longer_has(stack, tmp_path, capsys):
-    """The fix the planner's 'no partition N now' error points at actually works."""
+def with_a_gone_partition(tmp_path, capsys):
+    """A pipeline at the end of its 1-partition topic (offset 3) that also stores offset 42
+    for a partition 5 Kafka does not have, as if the topic had been recreated smaller."""
     p = new_pipeline(tmp_path)
     produce_orders(p.topic, range(3))
     cli_json(capsys, "offsets", "set", "--config", p.config, "--topic", p.topic, "--to",
              "latest", "--yes")
-    # As if the topic had been recreated with fewer partitions.
     execute("INSERT INTO pipeline_offsets (pipeline, topic, \"partition\", next_offset) "
-          "VALUES (%s, %s, 5, 42)", (p.name, p.topic))
+            "VALUES (%s, %s, 5, 42)", (p.name, p.topic))
+    return p
+
+
+def test_reset_forgets_partitions_kafka_no_longer_has(stack, tmp_path, capsys):
+    """The fix the planner's 'no partition N now' error points at actually works."""
+    p = with_a_gone_partition(tmp_path, capsys)
     rc, _, err = cli(capsys, "run", "--config", p.config, "--dry-run")
     assert rc == 3 and "has no partition 5 now" in err
 
@@ -404,12 +455,7 @@ def test_reset_forgets_partitions_kafka_no_longer_has(stack, tmp_path, capsys):
 def test_a_failed_offsets_change_changes_nothing(stack, tmp_path, capsys):
     """Forgetting and setting are one transaction: a failure while setting (here a real
     error raised by the database) leaves the forgotten partition's offset in place too."""
-    p = new_pipeline(tmp_path)
-    produce_orders(p.topic, range(3))
-    cli_json(capsys, "offsets", "set", "--config", p.config, "--topic", p.topic, "--to",
-             "latest", "--yes")
-    execute("INSERT INTO pipeline_offsets (pipeline, topic, \"partition\", next_offset) "
-            "VALUES (%s, %s, 5, 42)", (p.name, p.topic))
+    p = with_a_gone_partition(tmp_path, capsys)
     trigger = f"fail_{p.name}"
     execute(f"CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
             f"IF NEW.pipeline = '{p.name}' THEN RAISE EXCEPTION 'injected: disk full'; "
