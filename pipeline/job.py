@@ -19,7 +19,7 @@ from typing import Any
 from pipeline import faults
 from pipeline.config import Settings
 from pipeline.encode import binary_rows
-from pipeline.errors import DataError, PipelineError, Terminated, TransientError
+from pipeline.errors import ConfigError, DataError, PipelineError, Terminated, TransientError
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import OffsetRange, Plan, PlannedPartition, plan_ranges
 from pipeline.publish import Publisher
@@ -319,8 +319,27 @@ def start_spark(settings: Settings):
     """The SparkContext; Spark SQL's session is only built when a transform needs it."""
     from pipeline.spark import get_context
 
-    return get_context(settings.spark.master, settings.spark.conf,
-                       jvm="sql" if settings.sink.transform else "light")
+    try:
+        return get_context(settings.spark.master, settings.spark.conf,
+                           jvm="sql" if settings.sink.transform else "light")
+    except PipelineError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here
+        raise spark_start_error(e, settings) from None
+
+
+def spark_start_error(e: Exception, settings: Settings) -> ConfigError:
+    """Spark refusing to start is a configuration problem (a bad [spark.conf] value, an
+    unknown master, no Java): exit 2 naming what the user set, not an internal error. When
+    the JVM itself exits, its own message is on stderr just above ours."""
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()),
+                 type(e).__name__)
+    keys = sorted(settings.spark.conf)
+    where = f"master {settings.spark.master!r}" + (
+        f" and [spark.conf] {', '.join(keys)}" if keys else "")
+    return ConfigError(f"Spark did not start with {where}: {first[:300]} (the JVM's own "
+                       "error, if any, is printed above); fix the value or JAVA_HOME, then "
+                       "rerun; nothing was read")
 
 
 def stage(sc, settings: Settings, store: Store, run_id: int,
@@ -401,6 +420,8 @@ _KAFKA_UNREACHABLE = re.compile(
     r"org\.apache\.kafka\.common\.errors\.(?:Timeout|Disconnect|Network|LeaderNotAvailable"
     r"|NotLeaderOrFollower)Exception: [^\n]*")
 _RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT): ([^\n]*)")
+_KAFKA_CONFIG = re.compile(r"ConfigException: Invalid value (.*?) for configuration "
+                           r"([\w.]+)(?::[ ]?([^\n]*))?")
 _POSTGRES_UNREACHABLE = re.compile(r"psycopg\.(?:errors\.)?(?:OperationalError|AdminShutdown)"
                                    r": [^\n]*")
 
@@ -415,6 +436,13 @@ def classify_spark_error(e: Exception, settings: Settings) -> Exception:
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
     if m := _RANGE_READ.search(text):
         return (TransientError if m.group(1) == "TRANSIENT" else DataError)(m.group(2)[:600])
+    if m := _KAFKA_CONFIG.search(text):
+        value, key, why = m.groups()
+        section = next((f"kafka.{name}" for name in ("spark_consumer", "consumer")
+                        if key in getattr(settings.kafka, name)), "kafka.spark_consumer")
+        return ConfigError(f"Spark's Kafka client refused '{section}.{key}' = {value}"
+                           f"{': ' + why.rstrip('.') if why else ''}; fix it in [{section}]; "
+                           "nothing committed")
     if m := _KAFKA_UNREACHABLE.search(text):
         return TransientError(
             f"Kafka unreachable at {settings.kafka.bootstrap_servers} while Spark read the "

@@ -54,10 +54,22 @@ def _connect_error(url: str, e: Exception) -> TransientError:
                           "check the server and database.url / PIPELINE_DATABASE_URL, then retry")
 
 
+# The driver's connections live as long as a run, idle while Spark reads, and one holds
+# the run lock: keepalives on both ends. The client's keep a NAT or firewall from dropping
+# an idle connection; the server's (and tcp_user_timeout) end the session of a driver
+# host that vanished within about a minute and a half, instead of the kernel's two hours
+# during which every run of the pipeline would exit 75 on its lock.
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+               "keepalives_count": 5}
+_SESSION = ("-c TimeZone=UTC -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 "
+            "-c tcp_keepalives_count=5 -c tcp_user_timeout=60000")
+
+
 def connect(url: str, **kwargs: Any) -> psycopg.Connection:
     try:
-        return psycopg.connect(url, **{"connect_timeout": 10, "options": "-c TimeZone=UTC",
-                                       "application_name": "kafka-offset-pipeline", **kwargs})
+        return psycopg.connect(url, **{"connect_timeout": 10, "options": _SESSION,
+                                       "application_name": "kafka-offset-pipeline",
+                                       **_KEEPALIVES, **kwargs})
     except psycopg.OperationalError as e:
         raise _connect_error(url, e) from None
 

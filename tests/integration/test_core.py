@@ -328,6 +328,38 @@ def test_bad_config_fails_before_anything_runs_with_exit_2(tmp_path):
                                 "master, min_partitions")
 
 
+@pytest.mark.parametrize("setting,where,message", [
+    ('[spark.conf]\n"spark.executor.memory" = "lots"', "spark",
+     "error: Spark did not start with master 'local[2]' and [spark.conf] "
+     "spark.executor.memory: "),
+    ('[kafka.spark_consumer]\n"fetch.max.bytes" = "abc"', "kafka",
+     "error: Spark's Kafka client refused 'kafka.spark_consumer.fetch.max.bytes' = abc: Not "
+     "a number of type INT; fix it in [kafka.spark_consumer]; nothing committed"),
+], ids=["spark.conf", "kafka.spark_consumer"])
+def test_a_value_spark_or_its_kafka_client_refuses_is_exit_2_naming_the_key(
+        stack, tmp_path, setting, where, message):
+    topic, name, _ = cli_pipeline(tmp_path, "refused", 20)
+    config = tmp_path / "refused.toml"
+    # The Kafka client of Spark's source only runs with a transform.
+    text = toml_config(name, [topic], extra_sink='transform = '
+                       '"tests.integration.transforms.orders:identity"')
+    if where == "spark":
+        text += f"\n{setting}\n"
+    else:
+        text = text.replace("[database]", f"{setting}\n[database]")
+    config.write_text(text)
+
+    r = run_cli("run", "--config", config)
+
+    assert r.returncode == 2, r.stderr[-2000:]
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("error: ")]
+    assert line.startswith(message)
+    [(status, exit_code)] = query("SELECT status, exit_code FROM pipeline_runs WHERE "
+                                  "pipeline = %s", (name,))
+    assert (status, exit_code) == ("failed", 2)
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
+
+
 def test_spark_submit_runs_the_same_job(stack, tmp_path):
     topic, name, config = cli_pipeline(tmp_path, "submit", 40)
     command, env = spark_submit(config, "--json")
@@ -339,6 +371,23 @@ def test_spark_submit_runs_the_same_job(stack, tmp_path):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["status"] == "succeeded" and summary["rows_written"] == 40
     assert result_keys(name) == expected_keys([topic])
+
+
+def test_the_lock_holding_session_ends_within_minutes_when_its_driver_vanishes(stack):
+    """The server's keepalives (and tcp_user_timeout) on the session that holds the run
+    lock: a driver host that vanished releases it in ~1.5 min, not the kernel's 2 hours."""
+    s = init_db(make_settings(unique("alive"), ["t"]))
+    store = Store(s)
+    try:
+        store.lock_or_fail()
+        settings = {name: store.execute(f"SHOW {name}").fetchone()[0] for name in (
+            "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
+            "tcp_user_timeout")}
+        assert settings == {"tcp_keepalives_idle": "30", "tcp_keepalives_interval": "10",
+                            "tcp_keepalives_count": "5", "tcp_user_timeout": "60000"}
+        assert store.conn.info.get_parameters()["keepalives_idle"] == "30"  # client side
+    finally:
+        store.close()
 
 
 def test_init_db_is_idempotent(stack):
