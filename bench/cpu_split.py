@@ -5,8 +5,9 @@ broker), including the services the command only talks to.
     .venv/bin/python -m bench.cpu_split python -m pipeline run --config C --json
     PGSPLIT=1 .venv/bin/python -m bench.cpu_split ...   # Postgres by process title
 
-Used for docs/benchmarks.md ("where the CPU goes"). Processes that exit between two samples
-lose up to 0.2 s of CPU each; on this machine that is noise.
+Every process on the machine is counted (that is how the services are): run it on a
+quiet machine. Used for docs/benchmarks.md ("where the CPU goes"). Processes that exit
+between two samples lose up to 0.2 s of CPU each; on this machine that is noise.
 """
 
 from __future__ import annotations

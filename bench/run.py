@@ -196,6 +196,29 @@ def run_peer(peer: str, topic: str, n: int, run: int, env: dict) -> tuple[float,
     return seconds, rss
 
 
+def warm(topic: str) -> None:
+    """Read the whole topic once before each contender, so that every contender finds the
+    broker's log in the page cache. This machine's memory manager evicts pages that were
+    not used for a while (buff/cache stayed ~2 GB with 21 GB free): without this, the first
+    contender after a pause read a 20M topic partly from disk (a pipeline run of 94-104 s
+    took 114-172 s), and whoever ran next found it cached."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "bench-warm",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "fetch.queue.backoff.ms": 10})
+    try:
+        md = c.list_topics(topic, timeout=10)
+        c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
+        at_end: set[int] = set()
+        while len(at_end) < len(md.topics[topic].partitions):
+            for m in c.consume(num_messages=100_000, timeout=1.0):
+                if m.error() is not None and m.error().code() == m.error()._PARTITION_EOF:
+                    at_end.add(m.partition())
+    finally:
+        c.close()
+
+
 def checkpoint() -> None:
     """Every contender starts from a checkpointed server: otherwise the WAL written by the
     one before (~5 GB per 20M rows) triggers a checkpoint, and its full-page writes, in the
@@ -223,6 +246,7 @@ def bench_size(n: int, env: dict) -> list[Result]:
                if (not big or name in BIG_ONLY) and (not ONLY or name in ONLY)}
     for run in range(repeat):
         for name, result in results.items():
+            warm(topic)
             checkpoint()
             if name.startswith("pipeline_"):
                 seconds, rss, phases = run_pipeline(name.split("_")[1], topic, n, run, env)
