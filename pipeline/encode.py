@@ -274,16 +274,17 @@ def converter(declared: str) -> Callable:
 def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]:
     """orjson for speed; the standard library with exact decimals when a decimal column is
     wider than a double's 15 exact digits."""
-    wide = any(t.startswith("decimal(") and int(t[8:].split(",")[0]) > 15 for _, t in columns)
-    if wide:
+    if wide_decimals(columns):
         return lambda v: json.loads(v, parse_float=Decimal)
-    return _orjson_loads()
-
-
-def _orjson_loads() -> Callable[[bytes], object]:
     import orjson
 
     return orjson.loads
+
+
+def wide_decimals(columns: Sequence[tuple[str, str]]) -> bool:
+    """A decimal column wider than a double's 15 exact digits: parsed by the standard
+    library (exact decimals), which, unlike orjson, lets a lone surrogate into a string."""
+    return any(t.startswith("decimal(") and int(t[8:].split(",")[0]) > 15 for _, t in columns)
 
 
 # ---- whole records ---------------------------------------------------------------------
@@ -389,7 +390,7 @@ class Encoder:
         self.rows = row_encoder(columns) if not self.raw else None
         # orjson refuses a lone surrogate escape ("\ud800"); the standard library's parser
         # (wide decimals) lets it into a string that cannot be written as UTF-8.
-        self.surrogates_possible = not self.raw and self.loads is not _orjson_loads()
+        self.surrogates_possible = not self.raw and wide_decimals(self.declared)
 
     def encode(self, topic: str, partition: int, records
                ) -> tuple[list[str] | list[bytes], list[str]]:
