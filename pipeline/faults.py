@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 POINTS = (
@@ -48,6 +49,8 @@ def inject(point: str) -> None:
             os.killpg(pgid, signal.SIGKILL)
         os.killpg(own, signal.SIGKILL)
     elif action.startswith("sleep="):
+        # Tests wait for this line to act at this moment.
+        print(f"fault injection: sleeping at {point}", file=sys.stderr, flush=True)
         time.sleep(float(action.split("=", 1)[1]))
     else:
         raise InjectedFault(f"injected fault at {point}")

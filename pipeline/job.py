@@ -21,7 +21,7 @@ from pipeline.config import Settings
 from pipeline.encode import binary_rows
 from pipeline.errors import ConfigError, DataError, PipelineError, Terminated, TransientError
 from pipeline.kafka_meta import KafkaMeta
-from pipeline.offsets import OffsetRange, Plan, PlannedPartition, plan_ranges
+from pipeline.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.publish import Publisher
 from pipeline.store import DEAD_LETTER_TYPES, Store, result_columns
 
@@ -171,7 +171,7 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
         stored = store.load_offsets(settings.kafka.topics)
         kafka = meta.topic_offsets(settings.kafka.topics)
         plan = plan_ranges(
-            stored, kafka,
+            stored, kafka, stored_topic_ids=store.load_topic_ids(settings.kafka.topics),
             starting_offsets=settings.kafka.starting_offsets,
             max_records_per_partition=settings.kafka.max_records_per_partition,
             max_records_per_run=settings.kafka.max_records_per_run,
@@ -190,9 +190,9 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
             run_id = store.record_noop("ingest", plan.partitions, timer.as_dict())
             log.info("run %s: nothing new to read", run_id)
             return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
-        run_id = store.start_run("ingest", plan.partitions)
+        run_id = store.start_run("ingest", plan.partitions, {"topic_ids": plan.topic_ids})
         result = execute_ranges(settings, store, meta, run_id, "ingest", plan.ranges,
-                                plan.offset_updates, timer, signals)
+                                plan.offset_updates, timer, signals, topic_ids=plan.topic_ids)
         result.plan, result.lost = planned, lost_items(plan)
         return result
     finally:
@@ -214,18 +214,26 @@ def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess
         store.check_results_table()
         store.lock_or_fail(kind)
         store.abandon_stale_runs()
+        topics = sorted({r.topic for r in ranges})
+        topic_ids = meta.topic_ids(topics)
+        # Rows of a recreated topic that was not reset would mix two topics' records.
+        check_topic_ids(store.load_topic_ids(topics), topic_ids,
+                        f"this pipeline's offsets and rows of '{'/'.join(topics)}'")
         timer.lap("plan")
-        run_id = store.start_run(kind, ranges, {"requested": requested} if requested else None)
+        details = {"topic_ids": topic_ids, **({"requested": requested} if requested else {})}
+        run_id = store.start_run(kind, ranges, details)
         return execute_ranges(settings, store, meta, run_id, kind, ranges, [], timer, signals,
-                              overwrite=reprocess)
+                              overwrite=reprocess, topic_ids=topic_ids)
     finally:
         store.close()
 
 
 def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: int, kind: str,
                    ranges: Sequence[OffsetRange], offset_updates: Sequence[PlannedPartition],
-                   timer: Timer, signals: StopSignals | None, overwrite: bool = False
-                   ) -> RunResult:
+                   timer: Timer, signals: StopSignals | None, overwrite: bool = False,
+                   topic_ids: dict[str, str] | None = None) -> RunResult:
+    """Read and stage ``ranges``, then publish them with ``offset_updates``; ``topic_ids``:
+    the Kafka topic IDs the ranges were planned on, checked again after the read."""
     signals = signals or StopSignals()
     try:
         store.create_staging(run_id)
@@ -250,8 +258,12 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
                     f"sink.max_bad_records = {limit}; nothing committed - inspect the topic "
                     "or raise the limit")
             faults.inject("after_stage")
+            if topic_ids and ranges:
+                # A topic recreated after the plan: what was read may be either topic's.
+                check_topic_ids({t: {i} for t, i in topic_ids.items()},
+                                meta.topic_ids(list(topic_ids)), "the planned ranges")
             with signals.shielded():
-                published = publisher.finish(offset_updates, timer.as_dict())
+                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids)
         timer.lap("publish")
         log.info("run %s %s: published %d rows, %d dead letters from %d records; offsets %s",
                  run_id, kind, published["rows_written"], published["dead_letters"],

@@ -5,6 +5,7 @@ times, and the optional mirror of our offsets to a consumer group. confluent-kaf
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import (
@@ -12,6 +13,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -49,25 +51,43 @@ class KafkaMeta:
             f"Kafka unreachable at {self.settings.bootstrap_servers} while {what} ({err}); "
             "check the broker and kafka.bootstrap_servers / KAFKA_BOOTSTRAP_SERVERS, then retry")
 
-    def partitions(self, topics: Iterable[str]) -> list[tuple[str, int]]:
-        """Every partition of the topics, from fresh metadata (new partitions included)."""
+    def describe(self, topics: Iterable[str]) -> dict[str, tuple[str, list[int]]]:
+        """Each topic's Kafka ID and partitions, from fresh metadata (new partitions
+        included)."""
+        topics = list(dict.fromkeys(topics))
+        if not topics:
+            return {}
         try:
-            md = self.admin.list_topics(timeout=self.timeout)
+            futures = self.admin.describe_topics(TopicCollection(topics),
+                                                 request_timeout=self.timeout)
         except KafkaException as e:
             raise self._unreachable("reading metadata", e.args[0]) from None
-        if not md.brokers:
-            raise self._unreachable("reading metadata", "no brokers")
-        out = []
+        out = {}
         for topic in topics:
-            t = md.topics.get(topic)
-            if t is None or (t.error is not None
-                             and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-                raise DataError(f"topic '{topic}' does not exist on "
-                                f"{self.settings.bootstrap_servers}; create it or fix kafka.topics")
-            if t.error is not None:
-                raise TransientError(f"topic '{topic}': metadata error {t.error}; retry later")
-            out.extend((topic, p) for p in sorted(t.partitions))
+            try:
+                d = futures[topic].result()
+            except KafkaException as e:
+                err = e.args[0]
+                if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise DataError(f"topic '{topic}' does not exist on "
+                                    f"{self.settings.bootstrap_servers}; create it or fix "
+                                    "kafka.topics") from None
+                if isinstance(err, KafkaError) and err.code() in (
+                        KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                        KafkaError._ALL_BROKERS_DOWN):
+                    raise self._unreachable("reading metadata", err) from None
+                raise TransientError(f"topic '{topic}': metadata error {err}; retry "
+                                     "later") from None
+            out[topic] = (str(d.topic_id), sorted(p.id for p in d.partitions))
         return out
+
+    def partitions(self, topics: Iterable[str]) -> list[tuple[str, int]]:
+        """Every partition of the topics, from fresh metadata (new partitions included)."""
+        return [(topic, p) for topic, (_, parts) in self.describe(topics).items()
+                for p in parts]
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        return {topic: topic_id for topic, (topic_id, _) in self.describe(topics).items()}
 
     def _list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec],
                       isolation_level: str) -> dict[tuple[str, int], int]:
@@ -98,7 +118,11 @@ class KafkaMeta:
                 for t, p in sorted(earliest)]
 
     def topic_offsets(self, topics: Iterable[str]) -> list[PartitionOffsets]:
-        return self.offsets(self.partitions(topics))
+        """Every partition's offsets, with its topic's Kafka ID."""
+        described = self.describe(topics)
+        ids = {topic: topic_id for topic, (topic_id, _) in described.items()}
+        return [replace(k, topic_id=ids[k.topic]) for k in self.offsets(
+            [(topic, p) for topic, (_, parts) in described.items() for p in parts])]
 
     def offsets_for_time(self, partitions: Iterable[tuple[str, int]], timestamp_ms: int,
                          latest: Mapping[tuple[str, int], int] | None = None

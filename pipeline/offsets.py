@@ -7,7 +7,7 @@ offset to read, and a range ``[from_offset, until_offset)`` excludes its end.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pipeline.errors import DataError
 
@@ -46,6 +46,7 @@ class PartitionOffsets:
     partition: int
     earliest: int
     latest: int  # high watermark, or last stable offset under read_committed
+    topic_id: str | None = None  # Kafka's topic ID: a recreated topic gets a new one
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class PlannedPartition:
 @dataclass(frozen=True)
 class Plan:
     partitions: tuple[PlannedPartition, ...]
+    # Each planned topic's Kafka topic ID, stored with the offsets the plan moves.
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ranges(self) -> list[OffsetRange]:
@@ -91,10 +94,31 @@ class Plan:
         return sum(r.count for r in self.ranges)
 
 
+def topic_ids_of(kafka: Iterable[PartitionOffsets]) -> dict[str, str]:
+    return {k.topic: k.topic_id for k in kafka if k.topic_id}
+
+
+def check_topic_ids(stored_ids: Mapping[str, Iterable[str]], kafka_ids: Mapping[str, str],
+                    what: str = "the stored offsets") -> None:
+    """Offsets (and rows) belong to one incarnation of a topic. A topic deleted and created
+    again under the same name has a new ID and starts again at offset 0: reading it from
+    the old offsets would skip its records, or drop them as "already there". Legacy rows
+    without an ID (stored before IDs were) are not compared."""
+    for topic in sorted(kafka_ids):
+        old = sorted(set(stored_ids.get(topic, ())) - {kafka_ids[topic]})
+        if old:
+            raise DataError(
+                f"topic '{topic}' was deleted and recreated: {what} belong to topic ID "
+                f"{', '.join(old)}, Kafka's '{topic}' is now {kafka_ids[topic]}; run "
+                f"'pipeline offsets reset --topic {topic} --to earliest' to archive the old "
+                "topic's rows and read the new one from its start; nothing committed")
+
+
 def plan_ranges(
     stored: Mapping[TopicPartition, int],
     kafka: Iterable[PartitionOffsets],
     *,
+    stored_topic_ids: Mapping[str, Iterable[str]] | None = None,
     starting_offsets: str = "earliest",
     max_records_per_partition: int = 0,
     max_records_per_run: int = 0,
@@ -104,12 +128,16 @@ def plan_ranges(
     and per run (0 = no cap): a backlog is drained by successive bounded runs, each one
     transaction of bounded size.
 
-    Partitions come from Kafka's metadata every run, so partitions added since the last
-    run are picked up. ``starting_offsets`` applies to a topic's first run only: like
-    Spark's own Kafka source, a partition added to a topic we already read starts at its
-    earliest offset, or records written to it before the next run would be skipped.
+    A topic whose Kafka ID differs from the stored one was recreated: an error before
+    anything is planned (``check_topic_ids``). Partitions come from Kafka's metadata
+    every run, so partitions added since the last run are picked up. ``starting_offsets``
+    applies to a topic's first run only: like Spark's own Kafka source, a partition added
+    to a topic we already read starts at its earliest offset, or records written to it
+    before the next run would be skipped.
     """
     kafka = sorted(kafka, key=lambda k: (k.topic, k.partition))
+    topic_ids = topic_ids_of(kafka)
+    check_topic_ids(stored_topic_ids or {}, topic_ids)
     seen = {(k.topic, k.partition) for k in kafka}
     topics = {k.topic for k in kafka}
     for (topic, partition), next_offset in sorted(stored.items()):
@@ -155,7 +183,7 @@ def plan_ranges(
         shares = share_budget([p.range.count for p in planned], max_records_per_run)
         planned = [replace(p, range=replace(p.range, until_offset=p.range.from_offset + n))
                    for p, n in zip(planned, shares, strict=True)]
-    return Plan(tuple(planned))
+    return Plan(tuple(planned), topic_ids)
 
 
 def share_budget(counts: Sequence[int], budget: int) -> list[int]:

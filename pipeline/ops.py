@@ -294,12 +294,12 @@ def lag_totals(rows: Sequence[PartitionLag]) -> dict[str, dict[str, int]]:
 def stored_offset_rows(store) -> list[dict[str, Any]]:
     """pipeline_offsets of this pipeline, with the run that last moved each offset."""
     cur = store.execute(sql.SQL(
-        'SELECT o.topic, o."partition", o.next_offset, o.updated_at, o.run_id, r.kind, '
-        "r.finished_at FROM {offsets} o LEFT JOIN {runs} r ON r.run_id = o.run_id "
+        'SELECT o.topic, o."partition", o.next_offset, o.topic_id, o.updated_at, o.run_id, '
+        "r.kind, r.finished_at FROM {offsets} o LEFT JOIN {runs} r ON r.run_id = o.run_id "
         'WHERE o.pipeline = %s ORDER BY o.topic, o."partition"').format(
         offsets=store.t("pipeline_offsets"), runs=store.t("pipeline_runs")), (store.pipeline,))
-    names = ["topic", "partition", "next_offset", "updated_at", "run_id", "run_kind",
-             "run_finished_at"]
+    names = ["topic", "partition", "next_offset", "topic_id", "updated_at", "run_id",
+             "run_kind", "run_finished_at"]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
@@ -327,10 +327,15 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
     stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows_db}
     rows = compute_lag(stored, kafka, topics, settings.kafka.starting_offsets)
     by_tp = {(r["topic"], r["partition"]): r for r in rows_db}
+    ids = {k.topic: k.topic_id for k in kafka}
     for r in rows:
         db = by_tp.get((r.topic, r.partition))
         if db:
             r.last_run_id, r.last_run_finished_at = db["run_id"], db["run_finished_at"]
+            if db["topic_id"] and ids.get(r.topic) and db["topic_id"] != ids[r.topic]:
+                r.lag, r.note = None, (f"topic recreated (ID {db['topic_id']} -> "
+                                       f"{ids[r.topic]}): run 'pipeline offsets reset "
+                                       f"--topic {r.topic} --to earliest'")
     totals = lag_totals(rows)
     if args.json:
         print(json.dumps({
@@ -428,19 +433,22 @@ def confirm(question: str, yes: bool, stdin=None, out=None) -> bool:
 
 
 def apply_offset_changes(store, changes: Sequence[OffsetChange], target: Target,
-                         command: str) -> int:
-    """Record the change as a run of kind 'offsets', then write it. Caller holds the lock."""
-    details = {"command": command, "to": str(target),
+                         command: str, topic_ids: dict[str, str] | None = None,
+                         archive: dict[str, list[str]] | None = None) -> tuple[int, dict]:
+    """Record the change as a run of kind 'offsets', then write it (archiving the rows of
+    recreated topics in the same transaction). Caller holds the lock."""
+    details = {"command": command, "to": str(target), "topic_ids": topic_ids or {},
                "changes": [{"topic": c.topic, "partition": c.partition, "old": c.old,
                             "new": c.new} for c in changes]}
     run_id = store.start_run("offsets", [], details)
     try:
-        store.set_offsets({(c.topic, c.partition): c.new for c in changes}, run_id)
+        archived = store.set_offsets({(c.topic, c.partition): c.new for c in changes}, run_id,
+                                     topic_ids, archive)
     except BaseException as e:
         store.fail_run(run_id, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
                        getattr(e, "exit_code", 1), {})
         raise
-    return run_id
+    return run_id, archived
 
 
 def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
@@ -457,8 +465,15 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
         # Held until we exit: no run can start (or be half-way) while offsets change.
         store.lock_or_fail(f"offsets {command}")
         stored = store.load_offsets([args.topic])
-        chosen, gone = select_partitions(args.topic, meta.partitions([args.topic]),
+        [(topic_id, parts)] = meta.describe([args.topic]).values()
+        old_ids = sorted(store.load_topic_ids([args.topic]).get(args.topic, set()) - {topic_id})
+        chosen, gone = select_partitions(args.topic, [(args.topic, p) for p in parts],
                                          args.partition, stored)
+        if old_ids and args.partition is not None:
+            raise ConfigError(
+                f"topic '{args.topic}' was deleted and recreated (ID {', '.join(old_ids)} -> "
+                f"{topic_id}): every stored offset of it belongs to the old topic; change "
+                "them all at once: drop --partition")
         tps = [(args.topic, p) for p in chosen]
         kafka = meta.offsets(tps)
         for_time = meta.offsets_for_time(tps, target.value) if target.kind == "time" else None
@@ -466,7 +481,14 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
                                       [(args.topic, p) for p in gone])
         out = sys.stderr if args.json else sys.stdout
         print(change_table(changes), file=out)
-        effective = [c for c in changes if c.changes]
+        # A recreated topic: every row is rewritten, with the new topic ID.
+        effective = [c for c in changes if c.changes or old_ids]
+        if old_ids:
+            print(f"topic '{args.topic}' was deleted and recreated (ID {', '.join(old_ids)} -> "
+                  f"{topic_id}): its result rows and dead letters of pipeline "
+                  f"'{settings.name}' will be moved to {store.archive_table()} and "
+                  "pipeline_dead_letters_archived, so that the new topic's records are "
+                  "written", file=out)
         if not effective:
             print("nothing to change: the stored offsets already are the target", file=out)
             if args.json:
@@ -476,7 +498,9 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
                        f"'{settings.name}'?", args.yes):
             print("cancelled: nothing changed", file=out)
             return EXIT_OK
-        run_id = apply_offset_changes(store, effective, target, command)
+        run_id, archived = apply_offset_changes(
+            store, effective, target, command, {args.topic: topic_id},
+            {args.topic: old_ids} if old_ids else None)
         # Still under the lock: a run that starts after us cannot have its newer offsets
         # overwritten in the mirror by ours.
         if settings.kafka.mirror_group:
@@ -486,8 +510,12 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps({"run_id": run_id, "changes": [asdict(c) for c in effective]}))
+        print(json.dumps({"run_id": run_id, "changes": [asdict(c) for c in effective],
+                          "archived": archived}))
     else:
+        for topic, a in archived.items():
+            print(f"archived {a['rows']} result rows and {a['dead_letters']} dead letters of "
+                  f"'{topic}' (topic ID {a['topic_id']})")
         print(f"run {run_id}: {len(effective)} offsets changed; the next run reads from the "
               "new offsets")
     return EXIT_OK
@@ -509,9 +537,10 @@ def cmd_offsets_show(args: argparse.Namespace, settings: Settings) -> int:
         print(f"pipeline '{settings.name}' has no stored offsets yet: the first run starts at "
               f"{settings.kafka.starting_offsets}")
         return EXIT_OK
-    print(render_table(["topic", "partition", "next_offset", "updated_at", "run_id", "run_kind"],
-                       [[r["topic"], r["partition"], r["next_offset"], r["updated_at"],
-                         r["run_id"], r["run_kind"]] for r in rows]))
+    print(render_table(["topic", "partition", "next_offset", "topic_id", "updated_at", "run_id",
+                        "run_kind"],
+                       [[r["topic"], r["partition"], r["next_offset"], r["topic_id"],
+                         r["updated_at"], r["run_id"], r["run_kind"]] for r in rows]))
     return EXIT_OK
 
 

@@ -143,8 +143,8 @@ class Publisher:
         return out
 
     # ---- after Spark: the rest of the transaction ---------------------------------------
-    def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict
-               ) -> dict[str, Any]:
+    def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
+               topic_ids: dict[str, str] | None = None) -> dict[str, Any]:
         """Everything after the read: the last blobs, the merge if needed, dead letters,
         the offsets compare-and-set and the run row, then COMMIT."""
         store, conn, run_id = self.store, self.conn, self.run_id
@@ -167,7 +167,7 @@ class Publisher:
             per_partition = {f"{t}[{p}]": {"rows": v["rows"], "dead": v["dead"]}
                              for (t, p), v in sorted(staged.items())}
             records_read = sum(v["rows"] + v["dead"] for v in staged.values())
-            store._compare_and_set_offsets(conn, run_id, offset_updates)
+            store._compare_and_set_offsets(conn, run_id, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.
             publish = round(time.monotonic() - tail_started, 3)

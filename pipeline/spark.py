@@ -39,26 +39,37 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
     """The job's SparkConf: ours first, then the user's ``[spark.conf]`` over it."""
     from pyspark import SparkConf
 
-    # Workers must run the job's interpreter (psycopg lives there), and Spark must not
-    # bind to an external interface.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = dict(conf or {})
+    master = os.environ.get("PIPELINE_SPARK_MASTER", master)
+    local = master.startswith("local") if not submitted() else _submitted_master_is_local()
+    # Workers must run the job's interpreter (psycopg lives there): on one machine that is
+    # ours; on a cluster, the packed environment named by spark.pyspark.python (see
+    # docs/cluster.md). pyspark reads PYSPARK_PYTHON only, spark-submit maps the conf to it.
+    if conf.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+    elif local:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark_conf = SparkConf().setAppName(app_name)
     if not submitted():
         # Under spark-submit, --master and --jars decide; otherwise we do.
-        spark_conf.setMaster(os.environ.get("PIPELINE_SPARK_MASTER", master))
+        spark_conf.setMaster(master)
         spark_conf.set("spark.jars", ",".join(connector_jars()))
-    for key, value in {
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+    defaults = {
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
         "spark.log.level": "WARN",  # also under spark-submit, whose JVM is up already
-    }.items():
+    }
+    if local:
+        # One machine: nothing outside it needs to reach the driver, so never bind to an
+        # external interface. On a cluster, executors connect back to the driver: its
+        # address is Spark's (or spark-submit's, or [spark.conf]'s) to choose.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        defaults.update({"spark.driver.host": "127.0.0.1",
+                         "spark.driver.bindAddress": "127.0.0.1"})
+    for key, value in defaults.items():
         spark_conf.set(key, value)
-    conf = dict(conf or {})
     if not submitted():
         conf.setdefault("spark.driver.extraJavaOptions", JVM_FLAGS[jvm])
     for key, value in conf.items():
@@ -87,6 +98,14 @@ def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
         conf=spark_conf(master, conf, app_name, jvm)).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _submitted_master_is_local() -> bool:
+    """spark-submit passes its --master to the driver JVM as the spark.master property."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    return SparkConf().get("spark.master", "local").startswith("local")
 
 
 def submitted() -> bool:

@@ -145,12 +145,19 @@ class Store:
             self.t(self.settings.sink.table), sql.SQL(", ").join(cols))
 
     def check_schema(self) -> None:
-        row = self.execute("SELECT to_regclass(%s), to_regclass(%s)", (
-            f'"{self.settings.schema}".pipeline_offsets',
-            f'"{self.settings.schema}"."{self.settings.sink.table}"')).fetchone()
+        offsets = f'"{self.settings.schema}".pipeline_offsets'
+        row = self.execute(
+            "SELECT to_regclass(%s), to_regclass(%s), EXISTS (SELECT 1 FROM pg_attribute "
+            "WHERE attrelid = to_regclass(%s) AND attname = 'topic_id' AND NOT attisdropped)",
+            (offsets, f'"{self.settings.schema}"."{self.settings.sink.table}"',
+             offsets)).fetchone()
         if row[0] is None or row[1] is None:
             raise ConfigError(f"tables missing in schema {self.settings.schema}: run "
                               f"'pipeline init-db --config {self.settings.source}' first")
+        if not row[2]:
+            raise ConfigError(f"schema {self.settings.schema} is older than this version "
+                              f"(no topic IDs): run 'pipeline init-db --config "
+                              f"{self.settings.source}' to upgrade it (keeps all data)")
 
     def check_results_table(self) -> None:
         """The results table must take the rows this config writes: compared before anything
@@ -212,6 +219,17 @@ class Store:
             sql.SQL('SELECT topic, "partition", next_offset FROM {} WHERE pipeline = %s')
             .format(self.t("pipeline_offsets")), (self.pipeline,)).fetchall()
         return {(t, p): o for t, p, o in rows if topics is None or t in topics}
+
+    def load_topic_ids(self, topics: Sequence[str]) -> dict[str, set[str]]:
+        """The Kafka topic IDs the stored offsets of each topic belong to (one, normally;
+        rows stored before IDs were have none)."""
+        out: dict[str, set[str]] = {}
+        for topic, topic_id in self.execute(
+                sql.SQL("SELECT DISTINCT topic, topic_id FROM {} WHERE pipeline = %s AND "
+                        "topic = ANY(%s) AND topic_id IS NOT NULL")
+                .format(self.t("pipeline_offsets")), (self.pipeline, list(topics))).fetchall():
+            out.setdefault(topic, set()).add(topic_id)
+        return out
 
     # ---- run rows ----------------------------------------------------------------------
     def start_run(self, kind: str, planned: Sequence[PlannedPartition] | Sequence[OffsetRange],
@@ -309,8 +327,8 @@ class Store:
             "ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()").format(
             res=results, cols=cols, key=key, upd=updates)
 
-    def _compare_and_set_offsets(self, conn, run_id: int,
-                                 updates: Sequence[PlannedPartition]) -> None:
+    def _compare_and_set_offsets(self, conn, run_id: int, updates: Sequence[PlannedPartition],
+                                 topic_ids: dict[str, str] | None = None) -> None:
         """Invariant 2: move each offset only from the value the plan started from. A stale
         plan, a zombie or a concurrent run matches no row, and the whole transaction rolls
         back."""
@@ -319,16 +337,19 @@ class Store:
             r = u.range
             if u.stored is None:
                 n = conn.execute(sql.SQL(
-                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id) '
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING").format(table),
-                    (self.pipeline, r.topic, r.partition, r.until_offset, run_id)).rowcount
+                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id, '
+                    "topic_id) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
+                    .format(table), (self.pipeline, r.topic, r.partition, r.until_offset,
+                                     run_id, (topic_ids or {}).get(r.topic))).rowcount
             else:
+                # The plan checked the stored ID against Kafka's; a legacy row gets it here.
                 n = conn.execute(sql.SQL(
-                    "UPDATE {} SET next_offset = %s, updated_at = now(), run_id = %s "
+                    "UPDATE {} SET next_offset = %s, updated_at = now(), run_id = %s, "
+                    "topic_id = coalesce(%s, topic_id) "
                     'WHERE pipeline = %s AND topic = %s AND "partition" = %s '
                     "AND next_offset = %s").format(table),
-                    (r.until_offset, run_id, self.pipeline, r.topic, r.partition,
-                     u.stored)).rowcount
+                    (r.until_offset, run_id, (topic_ids or {}).get(r.topic), self.pipeline,
+                     r.topic, r.partition, u.stored)).rowcount
             if n != 1:
                 current = conn.execute(sql.SQL(
                     'SELECT next_offset FROM {} WHERE pipeline = %s AND topic = %s '
@@ -342,11 +363,19 @@ class Store:
                     "written twice - rerun to plan from the stored offsets")
 
     # ---- offsets admin (used by ops commands) -------------------------------------------
-    def set_offsets(self, changes: dict[TopicPartition, int | None], run_id: int) -> None:
-        """Set (or, for None, forget) stored offsets and mark the run that records the
-        change succeeded: one transaction, so a failure half-way changes nothing."""
+    def set_offsets(self, changes: dict[TopicPartition, int | None], run_id: int,
+                    topic_ids: dict[str, str] | None = None,
+                    archive: dict[str, list[str]] | None = None) -> dict[str, dict[str, int]]:
+        """Set (or, for None, forget) stored offsets, with their topic's Kafka ID, and mark
+        the run that records the change succeeded: one transaction, so a failure half-way
+        changes nothing. ``archive``: topics recreated under the same name (old IDs) whose
+        result rows and dead letters move to the archive tables in the same transaction,
+        so the new topic's records at reused offsets are written, not taken as present."""
         table = self.t("pipeline_offsets")
+        archived = {}
         with self.transaction() as conn:
+            for topic, old_ids in sorted((archive or {}).items()):
+                archived[topic] = self._archive_topic(conn, topic, ", ".join(old_ids), run_id)
             for (topic, partition), offset in sorted(changes.items()):
                 if offset is None:
                     conn.execute(sql.SQL(
@@ -354,14 +383,58 @@ class Store:
                         .format(table), (self.pipeline, topic, partition))
                     continue
                 conn.execute(sql.SQL(
-                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id) '
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pipeline, topic, \"partition\") "
+                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id, '
+                    "topic_id) VALUES (%s, %s, %s, %s, %s, %s) "
+                    'ON CONFLICT (pipeline, topic, "partition") '
                     "DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now(), "
-                    "run_id = EXCLUDED.run_id").format(table),
-                    (self.pipeline, topic, partition, offset, run_id))
+                    "run_id = EXCLUDED.run_id, topic_id = EXCLUDED.topic_id").format(table),
+                    (self.pipeline, topic, partition, offset, run_id,
+                     (topic_ids or {}).get(topic)))
             conn.execute(sql.SQL(
-                "UPDATE {} SET status = 'succeeded', finished_at = now(), exit_code = 0 "
-                "WHERE run_id = %s").format(self.t("pipeline_runs")), (run_id,))
+                "UPDATE {} SET status = 'succeeded', finished_at = now(), exit_code = 0, "
+                "details = coalesce(details, '{{}}') || %s::jsonb WHERE run_id = %s").format(self.t("pipeline_runs")),
+                (json.dumps({"archived": archived} if archived else {}), run_id))
+        return archived
+
+    def archive_table(self) -> str:
+        return f"{self.settings.sink.table}_archived"
+
+    def _archive_topic(self, conn, topic: str, old_id: str, run_id: int) -> dict[str, int]:
+        """Move a recreated topic's result rows and dead letters to the archive tables."""
+        results = self.t(self.settings.sink.table)
+        archive = self.t(self.archive_table())
+        columns = [(name, ftype) for name, ftype in conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+            "attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (f'"{self.settings.schema}"."{self.settings.sink.table}"',)).fetchall()]
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS)")
+                     .format(archive, results))
+        # A column added to the results table since the archive was created is added here.
+        conn.execute(sql.SQL("ALTER TABLE {} {}").format(archive, sql.SQL(", ").join(
+            [sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(sql.Identifier(n), sql.SQL(t))
+             for n, t in columns] + [sql.SQL(
+                 "ADD COLUMN IF NOT EXISTS topic_id text, ADD COLUMN IF NOT EXISTS "
+                 "archived_at timestamptz NOT NULL DEFAULT now(), ADD COLUMN IF NOT EXISTS "
+                 "archived_by_run bigint")])))
+        cols = sql.SQL(", ").join(sql.Identifier(n) for n, _ in columns)
+        rows = conn.execute(sql.SQL(
+            "WITH moved AS (DELETE FROM {res} WHERE topic = %s RETURNING {cols}) "
+            "INSERT INTO {arc} ({cols}, topic_id, archived_by_run) "
+            "SELECT {cols}, %s, %s FROM moved").format(res=results, arc=archive, cols=cols),
+            (topic, old_id, run_id)).rowcount
+        dead = self.t("pipeline_dead_letters")
+        dcols = sql.SQL(", ").join(sql.Identifier(n) for n in
+                                   ["pipeline", *DEAD_COLUMNS, "run_id", "failed_at"])
+        dead_rows = conn.execute(sql.SQL(
+            "WITH moved AS (DELETE FROM {dl} WHERE pipeline = %s AND topic = %s "
+            "RETURNING {cols}) INSERT INTO {arc} ({cols}, topic_id, archived_by_run) "
+            "SELECT {cols}, %s, %s FROM moved").format(
+            dl=dead, arc=self.t("pipeline_dead_letters_archived"), cols=dcols),
+            (self.pipeline, topic, old_id, run_id)).rowcount
+        log.warning("topic '%s' was recreated: archived %d result rows to %s and %d dead "
+                    "letters to pipeline_dead_letters_archived (old topic ID %s)", topic, rows,
+                    self.archive_table(), dead_rows, old_id)
+        return {"topic_id": old_id, "rows": rows, "dead_letters": dead_rows}
 
 
 def _same_type(pg_type: str) -> str:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shlex
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -23,6 +26,7 @@ from pipeline.store import Store
 from tests.helpers import (
     BOOTSTRAP,
     JSON_COLUMNS,
+    ROOT,
     TEST_DB_URL,
     admin,
     create_topic,
@@ -237,47 +241,54 @@ def test_partitions_added_between_runs_are_read_from_earliest(spark):
         range(100))
 
 
-def recreated_pipeline():
+def recreated_pipeline(new_records: int = 10):
     """A pipeline that read 30 records of a topic, which was then deleted and created again
-    with 10 new records."""
+    with ``new_records`` new records (order ids from 100)."""
     topic = create_topic(unique("recreated"), 1)
     produce_orders(topic, range(30))
     s = init_db(make_settings(unique("recreated"), [topic]))
     run_ingest(s)
     assert stored(s.name, s.database_url) == {0: 30}
+    old_id = topic_id(topic)
     recreate_topic(topic, 1)
-    produce_orders(topic, range(100, 110))
-    return s, topic
+    produce_orders(topic, range(100, 100 + new_records))
+    return s, topic, old_id
 
 
-def test_topic_deleted_and_recreated_is_a_clear_error_naming_the_fix(spark):
-    s, topic = recreated_pipeline()
+def topic_id(topic: str) -> str:
+    from confluent_kafka import TopicCollection
+
+    client = admin()  # kept alive until the answer is in
+    return str(client.describe_topics(TopicCollection([topic]))[topic].result().topic_id)
+
+
+# 10 new records: fewer than the stored offset 30 (they used to be dropped as "already
+# there" after the reset); 50: more (offsets [0, 30) of the new topic used to be skipped
+# with no error at all).
+@pytest.mark.parametrize("new_records", [10, 50])
+def test_topic_deleted_and_recreated_is_a_clear_error_naming_the_fix(spark, new_records):
+    s, topic, old_id = recreated_pipeline(new_records)
 
     with pytest.raises(DataError) as e:
         run_ingest(s)
 
     assert e.value.exit_code == 3
     message = e.value.message
-    assert f"{topic}[0]: stored next offset 30 is beyond the latest offset 10" in message
-    assert "deleted and recreated" in message
-    assert (f"reset it with 'pipeline offsets reset --topic {topic} --partition 0 "
-            "--to earliest'") in message
+    assert (f"topic '{topic}' was deleted and recreated: the stored offsets belong to topic "
+            f"ID {old_id}, Kafka's '{topic}' is now {topic_id(topic)}") in message
+    assert f"run 'pipeline offsets reset --topic {topic} --to earliest'" in message
     assert stored(s.name, s.database_url) == {0: 30}  # nothing moved
     assert [r[1:3] for r in runs(s.name, s.database_url)] == [("succeeded", 0)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "results are keyed by (topic, partition, offset) only: after a topic is recreated and "
-    "its offsets reset as the error says, the new records at offsets the old topic used are "
-    "dropped by ON CONFLICT DO NOTHING (rows_written < records_read, silently)"))
 def test_following_the_named_fix_after_a_recreated_topic_ingests_the_new_records(
         spark, tmp_path, monkeypatch):
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", BOOTSTRAP)
     monkeypatch.delenv("PIPELINE_DATABASE_URL", raising=False)
-    s, topic = recreated_pipeline()
+    s, topic, old_id = recreated_pipeline()
     with pytest.raises(DataError) as e:
         run_ingest(s)
-    fix = e.value.message.split("reset it with '", 1)[1].rstrip("'")
+    fix = e.value.message.split("run '", 1)[1].split("'", 1)[0]
     config = tmp_path / "c.toml"
     config.write_text(toml_config(s.name, [topic]))
 
@@ -287,6 +298,41 @@ def test_following_the_named_fix_after_a_recreated_topic_ingests_the_new_records
     assert stored(s.name, s.database_url) == {0: 10}
     assert result.records_read == 10
     assert result.rows_written == 10, "the recreated topic's records were not written"
+    # The new topic's rows, each the record at its offset; the old topic's rows archived
+    # (reachable, with the topic ID they came from), not mixed with the new ones.
+    assert query(f'SELECT "offset", order_id FROM {s.sink.table} ORDER BY 1') == [
+        (i, 100 + i) for i in range(10)]
+    assert query(f'SELECT "offset", order_id, topic_id FROM {s.sink.table}_archived '
+                 "ORDER BY 1") == [(i, i, old_id) for i in range(30)]
+    [(ids,)] = query("SELECT details->'topic_ids' FROM pipeline_runs WHERE run_id = %s",
+                     (result.run_id,))
+    assert ids == {topic: topic_id(topic)}
+
+
+def test_a_topic_recreated_while_the_run_read_it_commits_nothing(stack, tmp_path):
+    topic = create_topic(unique("recreated_mid"), 1)
+    produce_orders(topic, range(20))
+    name = unique("recreated_mid")
+    init_db(make_settings(name, [topic]))
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic]))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", "--config", str(config)], cwd=ROOT,
+        env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=15"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Read, staged, about to publish: the topic is recreated with other records meanwhile.
+    for line in run.stderr:
+        if "fault injection: sleeping at after_stage" in line:
+            break
+    recreate_topic(topic, 1)
+    produce_orders(topic, range(200, 220))
+    err = run.stderr.read()
+    run.wait(timeout=120)
+
+    assert run.returncode == 3, err
+    assert f"topic '{topic}' was deleted and recreated: the planned ranges belong" in err
+    assert stored(name, TEST_DB_URL) == {}
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
 
 
 def test_records_deleted_before_they_were_read_fail_or_are_skipped_and_recorded(spark):

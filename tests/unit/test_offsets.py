@@ -6,6 +6,7 @@ from pipeline.errors import DataError
 from pipeline.offsets import (
     OffsetRange,
     PartitionOffsets,
+    check_topic_ids,
     plan_backfill,
     plan_ranges,
     share_budget,
@@ -165,3 +166,34 @@ def test_latest_applies_to_a_topics_first_run_only_added_partitions_start_at_ear
     other = plan_ranges({("t", 0): 9}, [k("t", 0, 3, 9), k("u", 0, 2, 7)],
                         starting_offsets="latest")
     assert other.ranges == [] and [p.range.from_offset for p in other.partitions] == [9, 7]
+
+
+def test_a_recreated_topic_is_an_error_before_any_range_is_planned():
+    # The new topic already holds more records than the stored offset: without the topic
+    # ID this plan would read [30, 50) and skip the new topic's [0, 30).
+    kafka = [PartitionOffsets("t", 0, 0, 50, topic_id="NEW")]
+    with pytest.raises(DataError) as e:
+        plan_ranges({("t", 0): 30}, kafka, stored_topic_ids={"t": {"OLD"}})
+    assert e.value.exit_code == 3
+    assert ("topic 't' was deleted and recreated: the stored offsets belong to topic ID OLD, "
+            "Kafka's 't' is now NEW") in e.value.message
+    assert "'pipeline offsets reset --topic t --to earliest'" in e.value.message
+
+
+def test_the_same_topic_id_plans_as_usual_and_the_plan_carries_it():
+    kafka = [PartitionOffsets("t", 0, 0, 50, topic_id="ID1"),
+             PartitionOffsets("u", 0, 0, 5, topic_id="ID2")]
+    plan = plan_ranges({("t", 0): 30}, kafka, stored_topic_ids={"t": {"ID1"}})
+    assert plan.ranges == [OffsetRange("t", 0, 30, 50), OffsetRange("u", 0, 0, 5)]
+    assert plan.topic_ids == {"t": "ID1", "u": "ID2"}
+
+
+def test_offsets_stored_before_topic_ids_were_are_not_compared():
+    plan = plan_ranges({("t", 0): 30}, [PartitionOffsets("t", 0, 0, 50, topic_id="NEW")],
+                       stored_topic_ids={})
+    assert plan.ranges == [OffsetRange("t", 0, 30, 50)]
+
+
+def test_one_stale_id_among_a_topics_partitions_is_enough_to_stop():
+    with pytest.raises(DataError, match="belong to topic ID OLD"):
+        check_topic_ids({"t": {"OLD", "NEW"}}, {"t": "NEW"})
