@@ -2,8 +2,9 @@
 
 Off unless PIPELINE_FAULT is set (read once at import: no cost when off). Format:
 ``PIPELINE_FAULT=<point>:<action>`` with action ``kill`` (SIGKILL our whole process
-group, like an OOM killer or a pulled plug), ``raise`` (an exception at that point) or
-``sleep=<seconds>`` (to let a test send a signal at that moment).
+group, like an OOM killer or a pulled plug), ``raise`` (an exception at that point),
+``crash`` (SIGSEGV of this process alone: inside a Spark task, a Python worker that dies)
+or ``sleep=<seconds>`` (to let a test send a signal at that moment).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def inject(point: str) -> None:
         for pgid in {int(os.environ.get(_DRIVER_PGID, own))} - {own}:
             os.killpg(pgid, signal.SIGKILL)
         os.killpg(own, signal.SIGKILL)
+    elif action == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
     elif action.startswith("sleep="):
         # Tests wait for this line to act at this moment.
         print(f"fault injection: sleeping at {point}", file=sys.stderr, flush=True)

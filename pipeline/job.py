@@ -369,7 +369,7 @@ def stage(sc, settings: Settings, store: Store, run_id: int,
         else:
             stage_ranges(sc, settings, store, run_id, ranges)
     except Exception as e:
-        raise classify_spark_error(e, settings) from None
+        raise classify_spark_error(e, settings, ranges) from None
 
 
 def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
@@ -434,11 +434,23 @@ _KAFKA_UNREACHABLE = re.compile(
 _RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT): ([^\n]*)")
 _KAFKA_CONFIG = re.compile(r"ConfigException: Invalid value (.*?) for configuration "
                            r"([\w.]+)(?::[ ]?([^\n]*))?")
+# On executors: the job's Python or one of its modules is not there (a cluster whose workers
+# were not sent the packed environment), or a Python worker died.
+_NO_PYTHON = re.compile(r'Cannot run program "([^"]*)": error=2')
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+_WORKER_DIED = re.compile(r"Python worker exited unexpectedly \(crashed\)")
+_FATAL_PYTHON = re.compile(r"Fatal Python error: ([^\n]*)")
+SHIP_ENVIRONMENT = (
+    "build the job's environment with 'scripts/package' and ship it: [spark.conf] "
+    '"spark.archives" = "<repo>/dist/pipeline-env.tar.gz#job" and "spark.pyspark.python" = '
+    '"./job/bin/python" (spark-submit: --archives dist/pipeline-env.tar.gz#job --conf '
+    "spark.pyspark.python=./job/bin/python); see docs/cluster.md; nothing committed")
 _POSTGRES_UNREACHABLE = re.compile(r"psycopg\.(?:errors\.)?(?:OperationalError|AdminShutdown)"
                                    r": [^\n]*")
 
 
-def classify_spark_error(e: Exception, settings: Settings) -> Exception:
+def classify_spark_error(e: Exception, settings: Settings,
+                         ranges: Sequence[OffsetRange] = ()) -> Exception:
     from pipeline.config import redact_url
     from pipeline.errors import PipelineError
 
@@ -455,6 +467,22 @@ def classify_spark_error(e: Exception, settings: Settings) -> Exception:
         return ConfigError(f"Spark's Kafka client refused '{section}.{key}' = {value}"
                            f"{': ' + why.rstrip('.') if why else ''}; fix it in [{section}]; "
                            "nothing committed")
+    if m := _NO_PYTHON.search(text):
+        return ConfigError(f"Spark's executors cannot run the job's Python '{m.group(1)}' "
+                           f"(not on the workers); {SHIP_ENVIRONMENT}")
+    if m := _NO_MODULE.search(text):
+        return ConfigError(f"Spark's executors lack the Python module '{m.group(1)}' the job "
+                           f"needs; {SHIP_ENVIRONMENT}")
+    if _WORKER_DIED.search(text):
+        fatal = _FATAL_PYTHON.search(text)
+        how = (f"crashed: Fatal Python error: {fatal.group(1).strip()[:200]}" if fatal else
+               "killed, e.g. by the kernel's OOM killer, or crashed")
+        return PipelineError(
+            f"a Spark Python worker died while the run read {describe(ranges)[:300]} ({how}); "
+            "nothing committed - if the executors ran out of memory give them more "
+            "(spark.executor.memory, spark.executor.memoryOverhead) or lower "
+            "kafka.max_records_per_partition, then rerun; otherwise rerun with -v and report "
+            "it")
     if m := _KAFKA_UNREACHABLE.search(text):
         return TransientError(
             f"Kafka unreachable at {settings.kafka.bootstrap_servers} while Spark read the "

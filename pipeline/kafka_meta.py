@@ -5,8 +5,8 @@ times, and the optional mirror of our offsets to a consumer group. confluent-kaf
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,

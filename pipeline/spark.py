@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -41,7 +42,10 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
 
     conf = dict(conf or {})
     master = os.environ.get("PIPELINE_SPARK_MASTER", master)
-    local = master.startswith("local") if not submitted() else _submitted_master_is_local()
+    if submitted():
+        master = _submitted_master()
+    local = master.startswith("local")
+    check_master_reachable(master)
     # Workers must run the job's interpreter (psycopg lives there): on one machine that is
     # ours; on a cluster, the packed environment named by spark.pyspark.python (see
     # docs/cluster.md). pyspark reads PYSPARK_PYTHON only, spark-submit maps the conf to it.
@@ -60,6 +64,8 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
         "spark.log.level": "WARN",  # also under spark-submit, whose JVM is up already
+        # A Python worker that crashes leaves its traceback in the error (no cost until then).
+        "spark.python.worker.faulthandler.enabled": "true",
     }
     if local:
         # One machine: nothing outside it needs to reach the driver, so never bind to an
@@ -100,12 +106,33 @@ def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
     return spark
 
 
-def _submitted_master_is_local() -> bool:
+def _submitted_master() -> str:
     """spark-submit passes its --master to the driver JVM as the spark.master property."""
     from pyspark import SparkConf, SparkContext
 
     SparkContext._ensure_initialized()  # connects to spark-submit's JVM
-    return SparkConf().get("spark.master", "local").startswith("local")
+    return SparkConf().get("spark.master", "local")
+
+
+def check_master_reachable(master: str, timeout: float = 5.0) -> None:
+    """A standalone master that does not answer: Spark would retry for a minute and then
+    fail with an internal error; say it at once (transient: the cluster may come back)."""
+    from pipeline.errors import TransientError
+
+    if not master.startswith("spark://"):
+        return
+    errors = []
+    for hostport in master[len("spark://"):].split(","):  # several masters: HA standby
+        host, _, port = hostport.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else e
+            errors.append(f"{hostport}: {why}")
+    raise TransientError(f"Spark master {master} unreachable ({'; '.join(errors)}); check the "
+                         "cluster (scripts/cluster status) and [spark] master, then retry; "
+                         "nothing was read")
 
 
 def submitted() -> bool:

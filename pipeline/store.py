@@ -392,7 +392,8 @@ class Store:
                      (topic_ids or {}).get(topic)))
             conn.execute(sql.SQL(
                 "UPDATE {} SET status = 'succeeded', finished_at = now(), exit_code = 0, "
-                "details = coalesce(details, '{{}}') || %s::jsonb WHERE run_id = %s").format(self.t("pipeline_runs")),
+                "details = coalesce(details, '{{}}') || %s::jsonb WHERE run_id = %s")
+                .format(self.t("pipeline_runs")),
                 (json.dumps({"archived": archived} if archived else {}), run_id))
         return archived
 

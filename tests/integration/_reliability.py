@@ -3,6 +3,7 @@ versus what Postgres holds, held transactions, leftover processes, a second stac
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,6 +14,8 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -25,8 +28,8 @@ from tests.helpers import ROOT, init_db, query, unique  # noqa: F401 - init_db r
 # ---- what Kafka holds --------------------------------------------------------------------
 def kafka_records(topic: str, bootstrap: str,
                   isolation: str = "read_committed") -> dict[tuple[int, int], tuple]:
-    """Every readable record: {(partition, offset): (key, value, headers)}, read from the
-    beginning to the end (the last stable offset under read_committed)."""
+    """Every readable record: {(partition, offset): (key, value, headers, timestamp ms)},
+    read from the beginning to the end (the last stable offset under read_committed)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("verify"),
                   "enable.auto.commit": False, "enable.partition.eof": True,
                   "isolation.level": isolation, "auto.offset.reset": "earliest",
@@ -46,7 +49,8 @@ def kafka_records(topic: str, bootstrap: str,
                         continue
                     raise AssertionError(f"reading {topic}: {m.error()}")
                 eof.discard(m.partition())
-                out[(m.partition(), m.offset())] = (m.key(), m.value(), m.headers())
+                out[(m.partition(), m.offset())] = (m.key(), m.value(), m.headers(),
+                                                    m.timestamp()[1])
         return out
     finally:
         c.close()
@@ -122,17 +126,25 @@ def compare(expected: set[tuple[int, int]], actual: list[tuple[int, int]]) -> Co
 
 
 def assert_exactly_once(settings: Settings, topic: str, *, good=None, bad=None) -> None:
-    """Results (and dead letters) hold each record Kafka holds exactly once, and the stored
-    offsets are the planned ends. `good`/`bad` split Kafka's records for a json sink."""
+    """Results (and dead letters) hold each record Kafka holds exactly once, each row made
+    of its own record (typed columns or raw bytes, and the record's timestamp; a dead
+    letter its original value), and the stored offsets are the planned ends. `good`/`bad`
+    split Kafka's records for a json sink."""
     bootstrap, db = settings.kafka.bootstrap_servers, settings.database_url
     held = kafka_records(topic, bootstrap, settings.kafka.isolation_level)
     good = set(held) if good is None else {k for k, v in held.items() if good(v)}
     rows = compare(good, pg_coordinates(settings.sink.table, db))
     assert rows.exact, f"results: {rows}"
+    wrong = wrong_content(settings, {c: held[c] for c in good})
+    assert not wrong, f"results: {len(wrong)} rows differ from their records, first {wrong[:3]}"
     if bad is not None:
         dead = compare({k for k in held if k not in good},
                        pg_dead_coordinates(settings.name, db))
         assert dead.exact, f"dead letters: {dead}"
+        wrong = [(p, o) for p, o, value in query(
+            'SELECT "partition", "offset", value FROM pipeline_dead_letters WHERE pipeline = '
+            "%s", (settings.name,), db_url=db) if value != held[(p, o)][1]]
+        assert not wrong, f"dead letters whose value is not their record's: {wrong[:5]}"
     offsets = stored(settings.name, db)
     ends = end_offsets(topic, bootstrap, settings.kafka.isolation_level)
     assert offsets == ends, f"stored offsets {offsets} != planned ends {ends}"
@@ -140,6 +152,42 @@ def assert_exactly_once(settings: Settings, topic: str, *, good=None, bad=None) 
     assert left == [], f"staging tables left: {left}"
     running = [r for r in runs(settings.name, db) if r[1] == "running"]
     assert running == [], f"runs left running: {running}"
+
+
+def wrong_content(settings: Settings, records: dict[tuple[int, int], tuple]) -> list:
+    """Rows that are not what their own Kafka record says: [(coordinates, row, expected)].
+    json: each declared column as the record's field, typed; raw: key and value bytes;
+    both: kafka_timestamp = the record's timestamp, in UTC."""
+    if settings.sink.format == "raw":
+        names = ["key", "value"]
+    else:
+        names = [c.name for c in settings.sink.columns]
+    cols = ", ".join(f'"{n}"' for n in names)
+    out = []
+    for p, o, *row in query(f'SELECT "partition", "offset", {cols}, kafka_timestamp FROM '
+                            f'"{settings.sink.table}"', db_url=settings.database_url):
+        key, value, _headers, ts = records[(p, o)]
+        when = datetime.fromtimestamp(ts / 1000, UTC)
+        if settings.sink.format == "raw":
+            expected = [key, value, when]
+        else:
+            doc = json.loads(value)
+            expected = [typed(doc.get(c.name), c.type) for c in settings.sink.columns] + [when]
+        if list(row) != expected:
+            out.append(((p, o), row, expected))
+    return out
+
+
+def typed(value, declared: str):
+    """A JSON field as Postgres returns its declared column (the types the tests use)."""
+    if value is None:
+        return None
+    if declared.startswith("decimal"):
+        scale = int(declared.rstrip(")").split(",")[1]) if "," in declared else 0
+        return Decimal(str(value)).quantize(Decimal(1).scaleb(-scale))
+    if declared.startswith("timestamp"):
+        return datetime.fromisoformat(value).astimezone(UTC)
+    return value
 
 
 def assert_nothing_committed(settings: Settings) -> None:

@@ -299,3 +299,21 @@ def test_connection_lost_inside_the_publishing_transaction_commits_nothing(
     rerun_is_exact(settings, topic)
     assert [r[1] for r in runs(settings.name, settings.database_url)] == [
         "abandoned", "succeeded"]
+
+
+# ---- 5. a Python worker that dies --------------------------------------------------------------
+def test_a_crashed_python_worker_is_one_trimmed_error_and_commits_nothing(spark, tmp_path):
+    settings, topic, config = new_pipeline(tmp_path, "crash", orders=300, partitions=1)
+
+    r = run_cli("run", "--config", config, env=cli_env(settings, "during_read:crash"))
+
+    assert r.returncode == 1, r.stderr[-3000:]
+    line = one_error_line(r.stderr)
+    assert line.startswith(f"error: a Spark Python worker died while the run read {topic}[0] "
+                           "[0, 304) (crashed: Fatal Python error: Segmentation fault)"), line
+    assert "internal error" not in line and "Py4J" not in line
+    [(_, status, code, error)] = runs(settings.name, settings.database_url)
+    assert (status, code) == ("failed", 1)
+    assert error == line.removeprefix("error: ") and len(error) < 700
+    assert_nothing_committed(settings)
+    rerun_is_exact(settings, topic)
