@@ -52,12 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     init = add("init-db", "Create the pipeline's tables (idempotent: applies sql/*.sql in "
                "order, then the results table).")
     init.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    try:
-        from pipeline import ops
-    except ImportError:  # ops commands are optional wiring
-        ops = None
-    if ops is not None and hasattr(ops, "add_commands"):
-        ops.add_commands(sub, add)
+    from pipeline import ops, unlock
+
+    ops.add_commands(sub, add)
+    unlock.add_command(add)
     return parser
 
 

@@ -104,6 +104,11 @@ class Settings:
     sink: SinkSettings
     spark: SparkSettings
     source: str = "<defaults>"
+    # The publishing transaction's waits (0 = none): for a lock another session holds on
+    # our tables (a DBA's ALTER or VACUUM FULL), and for any one statement - note the COPY
+    # that streams results lasts as long as Spark's read.
+    lock_timeout_seconds: float = 60.0
+    statement_timeout_seconds: float = 0.0
 
     def redacted(self) -> dict[str, Any]:
         """What may be printed or stored: no password, no SASL secret."""
@@ -153,7 +158,7 @@ _SECTIONS: dict[str, set[str]] = {
               "max_records_per_partition", "max_records_per_run", "on_data_loss",
               "timeout_seconds", "mirror_group",
               "consumer", "spark_consumer", "admin_client"},
-    "database": {"url", "schema"},
+    "database": {"url", "schema", "lock_timeout_seconds", "statement_timeout_seconds"},
     "sink": {"format", "table", "max_bad_records", "transform", "columns"},
     "spark": {"master", "min_partitions", "conf"},
 }
@@ -290,6 +295,12 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         raise ConfigError("'database.url' is not a valid URL: write "
                           "postgresql://user:password@host:port/database") from None
     schema = _identifier(_get(d, "database", "schema", str, "public"), "database.schema")
+    timeouts = {}
+    for key, default in (("lock_timeout_seconds", 60.0), ("statement_timeout_seconds", 0.0)):
+        value = _get(d, "database", key, float, default)
+        if value < 0:
+            raise ConfigError(f"'database.{key}' must be >= 0 seconds (0 = no limit)")
+        timeouts[key] = float(value)
 
     s = doc.get("sink", {})
     fmt = _choice(_get(s, "sink", "format", str, "raw"), "sink.format", ("raw", "json"))
@@ -323,7 +334,7 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         min_partitions=_get(sp, "spark", "min_partitions", int, 0),
         conf={ck: str(cv) for ck, cv in spark_conf.items()},
     )
-    return Settings(name, kafka, url, schema, sink, spark, source)
+    return Settings(name, kafka, url, schema, sink, spark, source, **timeouts)
 
 
 def load_settings(path: str | Path, environ: dict[str, str] | None = None) -> Settings:

@@ -62,6 +62,7 @@ class Publisher:
         self._tx = store.transaction()
         self.conn = self._tx.__enter__()
         try:
+            store.set_timeouts(self.conn)
             results = store.t(store.settings.sink.table)
             # Plain COPY into the keyed table when the planned ranges hold no row yet (the
             # usual case); through a temp table and ON CONFLICT otherwise.

@@ -81,8 +81,16 @@ def db_errors(url: str) -> Iterator[None]:
         yield
     except PipelineError:
         raise
-    except (psycopg.OperationalError, psycopg.errors.AdminShutdown,
-            psycopg.errors.QueryCanceled) as e:
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as e:
+        from pipeline.config import redact_url
+
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TransientError(
+            f"Postgres at {redact_url(url)} cancelled the run's statement ({first}): a lock "
+            "held by another session past database.lock_timeout_seconds, a statement longer "
+            "than database.statement_timeout_seconds, or an operator; nothing committed - "
+            "retry (see pg_locks / pg_stat_activity), or raise the timeout") from None
+    except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as e:
         raise _connect_error(url, e) from None
 
 
@@ -120,6 +128,13 @@ class Store:
         """Commits on exit, rolls back on any error (including KeyboardInterrupt)."""
         with db_errors(self.url), self.conn.transaction():
             yield self.conn
+
+    def set_timeouts(self, conn) -> None:
+        """The configured lock and statement timeouts, for the current transaction only."""
+        for name, seconds in (("lock_timeout", self.settings.lock_timeout_seconds),
+                              ("statement_timeout", self.settings.statement_timeout_seconds)):
+            conn.execute(sql.SQL("SET LOCAL {} = {}").format(
+                sql.Identifier(name), sql.Literal(f"{int(seconds * 1000)}ms")))
 
     # ---- schema ------------------------------------------------------------------------
     def init_db(self) -> list[str]:
@@ -211,7 +226,8 @@ class Store:
             who = (f"run {holder[0]} ({holder[1]}, {holder[2]} pid {holder[3]}, started "
                    f"{holder[4]:%Y-%m-%d %H:%M:%S})" if holder else "another process")
             raise ConflictError(f"pipeline '{self.pipeline}' is busy: {who} holds its lock; "
-                                f"this {what} did nothing - retry when it has finished")
+                                f"this {what} did nothing - retry when it has finished "
+                                "('pipeline unlock' shows the holder, and frees a dead one)")
 
     # ---- reads -------------------------------------------------------------------------
     def load_offsets(self, topics: Sequence[str] | None = None) -> dict[TopicPartition, int]:
@@ -374,6 +390,7 @@ class Store:
         table = self.t("pipeline_offsets")
         archived = {}
         with self.transaction() as conn:
+            self.set_timeouts(conn)
             for topic, old_ids in sorted((archive or {}).items()):
                 archived[topic] = self._archive_topic(conn, topic, ", ".join(old_ids), run_id)
             for (topic, partition), offset in sorted(changes.items()):

@@ -19,9 +19,11 @@ MASTER_URL = f"spark://127.0.0.1:{MASTER_PORT}"
 CLUSTER_DIR = Path(os.environ.get("SPARK_CLUSTER_DIR")
                    or f"/var/tmp/pipeline-cluster-{MASTER_PORT}")
 WORKERS = int(os.environ.get("SPARK_WORKER_INSTANCES", "2"))
+# scripts/cluster's pid files and daemon logs (worker-N.pid holds the Worker JVM's pid).
+STATE_DIR = Path(os.environ.get("STACK_DIR") or ROOT / ".stack") / "cluster" / MASTER_PORT
 
 
-def _cluster(command: str) -> subprocess.CompletedProcess:
+def cluster_command(command: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(ROOT / "scripts" / "cluster"), command], capture_output=True,
                           text=True, timeout=300)
 
@@ -30,12 +32,12 @@ def _cluster(command: str) -> subprocess.CompletedProcess:
 def cluster(stack):
     """The standalone cluster's master URL. Stopped at the end only if this session started
     it (a cluster someone had up already is left as it was)."""
-    was_up = _cluster("status").stdout.startswith("master    up")
-    up = _cluster("up")
+    was_up = cluster_command("status").stdout.startswith("master    up")
+    up = cluster_command("up")
     assert up.returncode == 0, f"scripts/cluster up failed:\n{up.stderr}"
     yield MASTER_URL
     if not was_up:
-        down = _cluster("down")
+        down = cluster_command("down")
         assert down.returncode == 0, down.stderr
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.sample import order
-from tests.cluster.conftest import CLUSTER_DIR, WORKERS
+from tests.cluster.conftest import CLUSTER_DIR, STATE_DIR, WORKERS, cluster_command
 from tests.helpers import (
     ROOT,
     create_topic,
@@ -52,34 +55,45 @@ def driver_env() -> dict[str, str]:
     return env
 
 
-def spark_conf_lines(master: str, archive: Path | None) -> str:
+def spark_conf_lines(master: str, archive: Path | None,
+                     extra: dict[str, str] | None = None) -> str:
     """[spark] for the cluster. spark.cores.max + minRegisteredResourcesRatio: the first
-    tasks wait until both executors are registered, so both workers get tasks."""
+    tasks wait until both executors are registered, so both workers get tasks. ``extra``:
+    more [spark.conf] keys (e.g. spark.executorEnv.PIPELINE_FAULT)."""
     conf = {"spark.driver.host": "127.0.0.1", "spark.cores.max": str(WORKERS),
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
             "spark.executor.memory": "1g"}
     if archive is not None:
         conf.update({"spark.archives": f"{archive}#job",
                      "spark.pyspark.python": "./job/bin/python"})
+    conf.update(extra or {})
     return f'[spark]\nmaster = "{master}"\n[spark.conf]\n' + "".join(
         f'"{k}" = "{v}"\n' for k, v in conf.items())
 
 
-def setup_pipeline(tmp_path: Path, master: str, archive: Path | None):
-    """A fresh topic with PARTITIONS x PER_PARTITION orders, its tables and a config file.
+def setup_pipeline(tmp_path: Path, master: str, archive: Path | None, *,
+                   per_partition: int = PER_PARTITION, extra: dict[str, str] | None = None):
+    """A fresh topic with PARTITIONS x per_partition orders, its tables and a config file.
     Returns (name, topic, config path, order ids per partition in offset order)."""
     name, topic = unique("cl"), unique("cl_orders")
     create_topic(topic, PARTITIONS)
-    ids = {p: list(range(p * 10_000, p * 10_000 + PER_PARTITION)) for p in range(PARTITIONS)}
+    ids = {p: list(range(p * 1_000_000, p * 1_000_000 + per_partition))
+           for p in range(PARTITIONS)}
     for p, part_ids in ids.items():
         produce_orders(topic, part_ids, partition=p)
     init_db(make_settings(name, [topic]))
-    text = toml_config(name, [topic]).replace('[spark]\nmaster = "local[2]"\n',
-                                              spark_conf_lines(master, archive))
-    assert "local[2]" not in text
     path = tmp_path / f"{name}.toml"
-    path.write_text(text)
+    write_config(path, name, topic, master, archive, extra)
     return name, topic, path, ids
+
+
+def write_config(path: Path, name: str, topic: str, master: str, archive: Path | None,
+                 extra: dict[str, str] | None = None) -> Path:
+    text = toml_config(name, [topic]).replace('[spark]\nmaster = "local[2]"\n',
+                                              spark_conf_lines(master, archive, extra))
+    assert "local[2]" not in text
+    path.write_text(text)
+    return path
 
 
 def expected_rows(topic: str, ids: dict[int, list[int]]) -> list[tuple]:

@@ -317,3 +317,26 @@ def test_a_crashed_python_worker_is_one_trimmed_error_and_commits_nothing(spark,
     assert error == line.removeprefix("error: ") and len(error) < 700
     assert_nothing_committed(settings)
     rerun_is_exact(settings, topic)
+
+
+# ---- 6. a table lock held by someone else ------------------------------------------------------
+def test_a_table_lock_held_elsewhere_fails_the_publish_after_lock_timeout(spark, tmp_path):
+    from dataclasses import replace
+
+    import psycopg
+
+    from pipeline.errors import TransientError
+
+    settings, topic, _ = new_pipeline(tmp_path, "locked", orders=200, partitions=1)
+    settings = replace(settings, lock_timeout_seconds=1)
+    with psycopg.connect(settings.database_url) as dba:  # e.g. a long ALTER TABLE
+        dba.execute(f"LOCK TABLE {settings.sink.table} IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(TransientError) as e:
+            run_ingest(settings)  # without lock_timeout: waits as long as the DBA does
+        dba.rollback()
+
+    assert e.value.exit_code == 75
+    assert "canceling statement due to lock timeout" in e.value.message
+    assert "database.lock_timeout_seconds" in e.value.message
+    assert_nothing_committed(settings)
+    rerun_is_exact(settings, topic)

@@ -505,3 +505,69 @@ def test_runs_json_filters(stack, tmp_path, capsys):
 
     rc, out, _ = cli(capsys, "runs", "--config", p.config, "--kind", "offsets")
     assert rc == 0 and f"{p.topic}[0] 0->3" in out
+
+
+# ---- unlock ------------------------------------------------------------------------------
+def hold_lock_as_run(p: Pipeline, host: str, pid: int) -> tuple[psycopg.Connection, int]:
+    """A real session holding the pipeline's lock, with a 'running' run row naming the
+    host and pid of its driver (the one thing faked: which process the run says it is)."""
+    holder = psycopg.connect(TEST_DB_URL, autocommit=True)
+    assert holder.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                          (LOCK_CLASS, p.name)).fetchone()[0]
+    run_id = holder.execute(
+        "INSERT INTO pipeline_runs (pipeline, kind, status, host, pid) VALUES "
+        "(%s, 'ingest', 'running', %s, %s) RETURNING run_id", (p.name, host, pid)).fetchone()[0]
+    return holder, run_id
+
+
+def _reaped_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_unlock_ends_the_session_of_a_run_whose_process_is_gone(stack, tmp_path, capsys):
+    import socket
+
+    p = new_pipeline(tmp_path)
+    produce_orders(p.topic, range(5))
+    holder, run_id = hold_lock_as_run(p, socket.gethostname(), _reaped_pid())
+    rc, _, err = cli(capsys, "run", "--config", p.config)
+    assert rc == 75 and "'pipeline unlock' shows the holder" in err, err
+
+    result = cli_json(capsys, "unlock", "--config", p.config)
+
+    assert (result["ended"], result["abandoned"]) == (True, [run_id])
+    assert "no longer exists on this host" in result["why"]
+    assert result["holder"]["run_id"] == run_id
+    with pytest.raises(psycopg.OperationalError):
+        holder.execute("SELECT 1")
+    assert query("SELECT status FROM pipeline_runs WHERE run_id = %s", (run_id,)) == [
+        ("abandoned",)]
+    assert cli_json(capsys, "run", "--config", p.config)["rows_written"] == 5
+
+
+def test_unlock_leaves_a_live_or_unverifiable_holder_alone_unless_forced(stack, tmp_path,
+                                                                        capsys):
+    import socket
+
+    p = new_pipeline(tmp_path)
+    assert cli_json(capsys, "unlock", "--config", p.config)["locked"] is False
+    holder, run_id = hold_lock_as_run(p, socket.gethostname(), os.getpid())  # alive: us
+
+    rc, out, err = cli(capsys, "unlock", "--config", p.config)
+    assert rc == 75, err
+    assert f"run {run_id} (ingest, {socket.gethostname()} pid {os.getpid()}" in out
+    assert f"pid {os.getpid()} is still alive on this host" in err
+    assert holder.execute("SELECT 1").fetchone() == (1,)
+
+    holder.execute("UPDATE pipeline_runs SET host = 'gone-host' WHERE run_id = %s", (run_id,))
+    rc, _, err = cli(capsys, "unlock", "--config", p.config)
+    assert rc == 75 and "on host gone-host, which cannot be checked from here" in err, err
+    assert holder.execute("SELECT 1").fetchone() == (1,)
+
+    result = cli_json(capsys, "unlock", "--config", p.config, "--force")
+    assert (result["ended"], result["why"], result["abandoned"]) == (True, "--force given",
+                                                                     [run_id])
+    with pytest.raises(psycopg.OperationalError):
+        holder.execute("SELECT 1")

@@ -34,6 +34,8 @@ def test_shipped_config_is_valid():
     ({"database": {"schema": "Public"}}, "not a safe SQL identifier"),
     ({"pipeline": {"name": "1abc"}}, "not a safe SQL identifier"),
     ({"database": {"url": "mysql://x"}}, "postgresql:// URL"),
+    ({"database": {"lock_timeout_seconds": -1}}, "'database.lock_timeout_seconds' must be >= 0"),
+    ({"database": {"statement_timeout_seconds": "1m"}}, "must be a number"),
     ({"sink": {"format": "json"}}, "needs at least one column"),
     ({"sink": {"format": "json", "columns": {"a": "varchar"}}}, "'sink.columns.a'"),
     ({"sink": {"format": "json", "columns": {"offset": "long"}}}, "reserved"),
@@ -119,3 +121,11 @@ def test_settings_confluent_kafka_rejects_are_a_config_error():
     s = parse_settings(doc(kafka={"consumer": {"no.such.setting": "1"}}), environ={})
     with pytest.raises(ConfigError, match="no.such.setting"):
         KafkaMeta(s.kafka)
+
+
+def test_publish_timeouts_default_to_a_minute_for_locks_and_none_for_statements():
+    s = parse_settings(doc(), "x")
+    assert (s.lock_timeout_seconds, s.statement_timeout_seconds) == (60.0, 0.0)
+    s = parse_settings(doc(database={"lock_timeout_seconds": 5, "statement_timeout_seconds": 1.5}),
+                       "x")
+    assert (s.lock_timeout_seconds, s.statement_timeout_seconds) == (5.0, 1.5)

@@ -1,0 +1,179 @@
+"""Who holds a pipeline's run lock, and ``pipeline unlock``: end that session only when the
+run behind it is really gone.
+
+The lock is a session advisory lock (store.Store.try_lock): it lasts as long as the
+connection of the run that took it. A driver that crashes closes that connection and
+frees the lock at once. A driver host that vanishes (power, network) leaves it open until
+the server's keepalives give up (about 90 s with our settings; hours with the kernel's
+defaults on a connection opened by something else), and every run meanwhile exits 75.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from pipeline.config import Settings
+from pipeline.errors import EXIT_OK, ConfigError, ConflictError
+
+
+@dataclass
+class LockHolder:
+    """The Postgres session holding the lock and, if it is a run's, that run's row."""
+
+    session_pid: int
+    application: str
+    client: str  # address:port, or "local socket"
+    session_started: datetime
+    state: str
+    state_since: datetime | None
+    run_id: int | None = None
+    kind: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    run_started: datetime | None = None
+
+    def describe(self) -> str:
+        run = (f"run {self.run_id} ({self.kind}, {self.host} pid {self.pid}, started "
+               f"{self.run_started:%Y-%m-%d %H:%M:%S})" if self.run_id is not None
+               else "no running run recorded")
+        since = f" since {self.state_since:%Y-%m-%d %H:%M:%S}" if self.state_since else ""
+        return (f"Postgres session {self.session_pid} ({self.application or 'unnamed'} from "
+                f"{self.client}, {self.state}{since}): {run}")
+
+
+def lock_holder(store) -> LockHolder | None:
+    from pipeline.store import LOCK_CLASS
+
+    row = store.execute(
+        "SELECT a.pid, a.application_name, coalesce(host(a.client_addr) || ':' || "
+        "a.client_port, 'local socket'), a.backend_start, coalesce(a.state, 'unknown'), "
+        "a.state_change FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+        "AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (LOCK_CLASS, store.pipeline)).fetchone()
+    if row is None:
+        return None
+    holder = LockHolder(*row)
+    run = store.execute(
+        sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
+                "AND status = 'running' ORDER BY run_id DESC LIMIT 1")
+        .format(store.t("pipeline_runs")), (store.pipeline,)).fetchone()
+    if run is not None:
+        holder.run_id, holder.kind, holder.host, holder.pid, holder.run_started = run
+    return holder
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
+def verdict(holder: LockHolder, this_host: str, force: bool) -> tuple[bool, str]:
+    """(may end the session, why). Only a run on this host can be checked for being gone;
+    anything else needs a person's word (--force)."""
+    if holder.run_id is None:
+        if force:
+            return True, "--force given"
+        return False, ("no running run is recorded for it (a run still planning, an "
+                       "'offsets' command, or another tool): if its process is gone, rerun "
+                       "with --force")
+    if holder.host != this_host:
+        if force:
+            return True, "--force given"
+        return False, (f"its run is on host {holder.host}, which cannot be checked from "
+                       f"here: if pid {holder.pid} is gone there, rerun with --force (the "
+                       "server also ends the session itself once its keepalives fail)")
+    if process_alive(holder.pid):
+        return False, (f"pid {holder.pid} is still alive on this host: let the run finish, "
+                       f"or stop it with 'kill -TERM {holder.pid}' (it rolls back)")
+    return True, f"pid {holder.pid} no longer exists on this host"
+
+
+def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.store import Store
+
+    store = Store(settings)
+    try:
+        store.check_schema()
+        holder = lock_holder(store)
+        if holder is None:
+            return _report(args, {"pipeline": settings.name, "locked": False,
+                                  "ended": False}, f"pipeline '{settings.name}' is not locked")
+        ok, why = verdict(holder, socket.gethostname(), args.force)
+        print(f"lock of pipeline '{settings.name}' held by {holder.describe()}",
+              file=_out(args))
+        if not ok:
+            raise ConflictError(f"pipeline '{settings.name}' stays locked: {why}")
+        try:
+            ended = store.execute("SELECT pg_terminate_backend(%s, 10000)",
+                                  (holder.session_pid,)).fetchone()[0]
+        except Exception as e:  # noqa: BLE001 - a privilege is the usual cause
+            raise ConfigError(f"could not end Postgres session {holder.session_pid} "
+                              f"({str(e).strip().splitlines()[0]}): connect as its owner, a "
+                              "superuser or a member of pg_signal_backend") from None
+        # Now the lock is ours to take: mark the dead run abandoned and drop its staging.
+        abandoned = []
+        if ended and store.try_lock():
+            abandoned = store.abandon_stale_runs()
+        return _report(args, {"pipeline": settings.name, "locked": True, "ended": bool(ended),
+                              "why": why, "holder": asdict(holder), "abandoned": abandoned},
+                       f"ended session {holder.session_pid} ({why}); runs marked abandoned: "
+                       f"{abandoned or 'none'}; the next run can start")
+    finally:
+        store.close()
+
+
+def _out(args):
+    import sys
+
+    return sys.stderr if args.json else sys.stdout
+
+
+def _report(args, doc: dict[str, Any], text: str) -> int:
+    from pipeline.ops import json_default
+
+    print(json.dumps(doc, default=json_default) if args.json else text)
+    return EXIT_OK
+
+
+UNLOCK_HELP = """\
+Show who holds the pipeline's run lock and, when the run behind it is really gone, end
+its Postgres session so the next run can start. A run on this host is checked (its pid no
+longer exists); a run on another host, or a holder with no running run, is ended only
+with --force, after you have checked yourself. A live run is never ended here: stop it
+with SIGTERM (it rolls back). Ending the session rolls back whatever it had not committed;
+its run is marked abandoned and its staging table dropped. Usually not needed: a crashed
+driver frees the lock at once, and a vanished host's session is ended by the server's
+keepalives within about 90 s."""
+
+UNLOCK_EXAMPLES = """\
+examples:
+  pipeline unlock --config conf/local.toml            # who holds it; end it if dead
+  pipeline unlock --config conf/local.toml --force    # the holder's host is gone for good
+"""
+
+
+def add_command(add) -> None:
+    from pipeline.ops import _epilog
+
+    p = add("unlock", "Show who holds the pipeline's run lock; end that session if its run "
+            "is gone.")
+    p.description, p.epilog = UNLOCK_HELP, _epilog(UNLOCK_EXAMPLES)
+    p.add_argument("--force", action="store_true",
+                   help="end the session even when its run cannot be checked from here")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(handler=cmd_unlock)
