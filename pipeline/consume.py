@@ -7,8 +7,10 @@ Python row (see docs/benchmarks.md). Spark still schedules, retries and ships th
 Exactly ``[from_offset, until_offset)``, whatever lies inside: gaps left by compaction,
 transaction markers or aborted records (under read_committed) are passed; the read ends at
 the first offset >= ``until_offset`` or when the partition's end is reached past it. Loss
-(retention deleting offsets while we read) is not guessed from gaps here: the driver checks
-each partition's earliest offset after the read (``job.check_not_deleted_during_read``).
+is decided from what was read, never guessed from a gap: a gap at the range's start is
+loss only if the log no longer covers it (``_check_not_deleted``), an offset deleted ahead
+of the reader is OFFSET_OUT_OF_RANGE, and a log that ends before the planned end is a
+truncation. Retention that deletes records after they were read changes nothing.
 """
 
 from __future__ import annotations

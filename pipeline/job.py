@@ -365,7 +365,6 @@ def stage(sc, settings: Settings, store: Store, run_id: int,
     try:
         if settings.sink.transform:
             stage_transformed(sc, settings, store, run_id, ranges)
-            check_not_deleted_during_read(KafkaMeta(settings.kafka), ranges)
         else:
             stage_ranges(sc, settings, store, run_id, ranges)
     except Exception as e:
@@ -431,6 +430,8 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
 _KAFKA_UNREACHABLE = re.compile(
     r"org\.apache\.kafka\.common\.errors\.(?:Timeout|Disconnect|Network|LeaderNotAvailable"
     r"|NotLeaderOrFollower)Exception: [^\n]*")
+_SPARK_DATA_LOSS = re.compile(r"Could not read records in offset \[\d+, \d+\) for topic "
+                              r"partition \S+")
 _RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT): ([^\n]*)")
 _KAFKA_CONFIG = re.compile(r"ConfigException: Invalid value (.*?) for configuration "
                            r"([\w.]+)(?::[ ]?([^\n]*))?")
@@ -460,6 +461,8 @@ def classify_spark_error(e: Exception, settings: Settings,
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
     if m := _RANGE_READ.search(text):
         return (TransientError if m.group(1) == "TRANSIENT" else DataError)(m.group(2)[:600])
+    if m := _SPARK_DATA_LOSS.search(text):
+        return explain_data_loss(settings, ranges, m.group(0))
     if m := _KAFKA_CONFIG.search(text):
         value, key, why = m.groups()
         section = next((f"kafka.{name}" for name in ("spark_consumer", "consumer")
@@ -504,14 +507,32 @@ def classify_spark_error(e: Exception, settings: Settings,
     return e
 
 
-def check_not_deleted_during_read(meta: KafkaMeta, ranges: Sequence[OffsetRange]) -> None:
-    """Spark skips records that vanish between planning and reading; catch that here."""
-    now = {(k.topic, k.partition): k.earliest for k in meta.offsets([r.tp for r in ranges])}
+def explain_data_loss(settings: Settings, ranges: Sequence[OffsetRange], seen: str
+                      ) -> PipelineError:
+    """Spark's Kafka source could not read an offset of the plan that the log no longer
+    covers. Which end moved decides: the start (retention while the run read: transient,
+    the next run applies kafka.on_data_loss) or the end (the log truncated below the planned
+    end, e.g. an unclean leader election: permanent, someone must look)."""
+    try:
+        now = {(k.topic, k.partition): k for k in
+               KafkaMeta(settings.kafka).offsets([r.tp for r in ranges])}
+    except PipelineError:
+        now = {}
     for r in ranges:
-        if now[r.tp] > r.from_offset:
-            raise TransientError(
-                f"{r}: retention deleted offsets up to {now[r.tp]} while the run was reading; "
-                "nothing committed - the next run applies kafka.on_data_loss")
+        k = now.get(r.tp)
+        if k is not None and k.latest < r.until_offset:
+            return DataError(
+                f"{r}: the partition now ends at offset {k.latest}, before the planned end "
+                "(log truncated, e.g. by an unclean leader election); nothing committed - "
+                "inspect with 'pipeline lag' and 'pipeline offsets show'")
+    for r in ranges:
+        k = now.get(r.tp)
+        if k is not None and k.earliest > r.from_offset:
+            return TransientError(
+                f"{r}: offsets up to {k.earliest} were deleted by retention while the run "
+                "read them; nothing committed - the next run applies kafka.on_data_loss")
+    return TransientError(f"Spark could not read planned offsets ({seen[:300]}); nothing "
+                          "committed - retry")
 
 
 def plan_item(p: PlannedPartition) -> dict:

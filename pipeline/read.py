@@ -35,10 +35,15 @@ def read_ranges(spark, kafka: KafkaSettings, ranges: Sequence[OffsetRange],
         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
         .option("kafka.isolation.level", kafka.isolation_level)
         .option("includeHeaders", "true")
-        # Loss is checked by the planner before reading and again after; within the
-        # planned range, gaps are transaction markers, aborted records or compaction.
-        .option("failOnDataLoss", "false")
+        # Decided from what is read: Spark passes an offset the log still covers but holds
+        # no record for (transaction markers, aborted records, compaction) and fails on one
+        # it no longer covers (retention, a truncated log) - job.explain_data_loss says which.
+        .option("failOnDataLoss", "true")
     )
+    # One poll that returns nothing waits this long (Spark's default: spark.network.timeout,
+    # 120 s): a truncated log or an unreachable broker is then found as fast as by the
+    # built-in reader.
+    reader = reader.option("kafkaConsumer.pollTimeoutMs", str(int(kafka.timeout_seconds * 1000)))
     # Larger fetches than the Java client's defaults (1 MB per partition): fewer round trips
     # per record; [kafka.spark_consumer] may override them.
     reader = (reader.option("kafka.max.partition.fetch.bytes", str(16 << 20))

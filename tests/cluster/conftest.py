@@ -28,6 +28,22 @@ def cluster_command(command: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+def app_dirs() -> dict[int, set[Path]]:
+    return {n: set((CLUSTER_DIR / f"worker-{n}" / "work").glob("app-*"))
+            for n in range(1, WORKERS + 1)}
+
+
+def workers_with_tasks(before: dict[int, set[Path]]) -> set[int]:
+    """Workers whose executors of the application(s) started since `before` ran a task."""
+    ran = set()
+    for n, dirs in app_dirs().items():
+        for app in dirs - before[n]:
+            if any("Finished task" in f.read_text(errors="replace")
+                   for f in app.glob("*/stderr")):
+                ran.add(n)
+    return ran
+
+
 @pytest.fixture(scope="session")
 def cluster(stack):
     """The standalone cluster's master URL. Stopped at the end only if this session started

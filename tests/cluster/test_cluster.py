@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.sample import order
-from tests.cluster.conftest import CLUSTER_DIR, STATE_DIR, WORKERS, cluster_command
+from tests.cluster.conftest import (
+    STATE_DIR,
+    WORKERS,
+    app_dirs,
+    cluster_command,
+    workers_with_tasks,
+)
 from tests.helpers import (
     ROOT,
     create_topic,
@@ -120,22 +127,6 @@ def summary(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def app_dirs() -> dict[int, set[Path]]:
-    return {n: set((CLUSTER_DIR / f"worker-{n}" / "work").glob("app-*"))
-            for n in range(1, WORKERS + 1)}
-
-
-def workers_with_tasks(before: dict[int, set[Path]]) -> set[int]:
-    """Workers whose executors of the application(s) started since `before` ran a task."""
-    ran = set()
-    for n, dirs in app_dirs().items():
-        for app in dirs - before[n]:
-            if any("Finished task" in f.read_text(errors="replace")
-                   for f in app.glob("*/stderr")):
-                ran.add(n)
-    return ran
-
-
 def run_cli_submit(master: str, archive: Path, config: Path):
     """spark-submit in client mode, the environment shipped with --archives."""
     cmd = [str(VENV_BIN / "spark-submit"), "--master", master, "--jars", jars(),
@@ -177,19 +168,256 @@ def test_pipeline_run_with_a_cluster_master_lands_every_record_once(cluster, job
     assert workers_with_tasks(before) == set(range(1, WORKERS + 1))
 
 
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
 def test_without_the_shipped_environment_the_run_fails_and_commits_nothing(cluster, tmp_path):
-    """The workers cannot see the repository's .venv (what PYSPARK_PYTHON names here)."""
-    # Today (to become one error: line): every task attempt fails with
-    #   java.io.IOException: Cannot run program "<repo>/.venv/bin/python": error=2,
-    #   No such file or directory
-    # and the job exits 1 with
-    #   error: internal error (Py4JJavaError: An error occurred while calling
-    #   z:org.apache.spark.api.python.PythonRDD.collectAndServe.); nothing committed; rerun
-    #   with -v for the traceback and report it
-    # With no PYSPARK_PYTHON at all, the workers' own python3 runs instead and each task
-    # fails with "ModuleNotFoundError: No module named 'pipeline'".
+    """The workers cannot see the repository's .venv (what PYSPARK_PYTHON names here):
+    every task fails with 'Cannot run program "<repo>/.venv/bin/python": error=2'. That is
+    a configuration problem (exit 2) whose one error line says how to ship the job's
+    environment. (With no PYSPARK_PYTHON at all the workers' own python3 runs instead and
+    fails with "ModuleNotFoundError: No module named 'pipeline'": the same exit and advice.)"""
     name, topic, config, _ids = setup_pipeline(tmp_path, cluster, archive=None)
     done = run_cli("run", "--config", str(config), env=driver_env())
-    assert done.returncode != 0, done.stdout
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    [error] = error_lines(done.stderr)
+    assert "scripts/package" in error, error
+    assert "python" in error, error
     assert query(f"SELECT count(*) FROM {name}") == [(0,)]
     assert stored_offsets(name) == {}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_master_that_cannot_be_reached_is_one_error_and_exit_75(stack, tmp_path):
+    """A wrong master URL (or a master that is down): one error line naming it, exit 75
+    (transient: the cluster may come back), at once rather than after Spark's minute of
+    retries; nothing read, nothing committed. Needs no cluster."""
+    master = f"spark://127.0.0.1:{free_port()}"
+    name, _topic, config, _ids = setup_pipeline(tmp_path, master, archive=None,
+                                                per_partition=5)
+    t0 = time.monotonic()
+    done = run_cli("run", "--config", str(config), env=driver_env(), timeout=120)
+    elapsed = time.monotonic() - t0
+    assert done.returncode == 75, (done.returncode, done.stderr[-3000:])
+    [error] = error_lines(done.stderr)
+    assert master in error, error
+    assert elapsed < 30, f"{elapsed:.1f} s"
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
+    assert stored_offsets(name) == {}
+
+
+# ---- failures on the cluster while a run reads -----------------------------------------
+# PIPELINE_FAULT=<point>:sleep=N (pipeline/faults.py) reaches the executors' Python workers
+# through spark.executorEnv; each prints "fault injection: sleeping at <point>" to its
+# stderr, which the worker writes to work/<app id>/<executor id>/stderr. That is when a test
+# kills something: the task is then provably inside the read or right after its commit.
+FAULT_SLEEP = 6
+KILL_PER_PARTITION = 25_000  # > consume.BATCH: the during_read fault lands mid-range
+
+
+def runs_of(name: str) -> list[tuple]:
+    return query("SELECT kind, status, records_read, rows_written, dead_letters, exit_code "
+                 "FROM pipeline_runs WHERE pipeline = %s ORDER BY run_id", (name,))
+
+
+class Background:
+    """`pipeline run --json` in its own process group; output in files (a pipe could fill
+    up with Spark's warnings while the test waits for something else)."""
+
+    def __init__(self, config: Path, tmp_path: Path):
+        self.out = (tmp_path / "run.stdout").open("w+")
+        self.err = (tmp_path / "run.stderr").open("w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "run", "--config", str(config), "--json"],
+            cwd=ROOT, env=driver_env(), stdout=self.out, stderr=self.err, text=True,
+            start_new_session=True)
+
+    def wait(self, timeout: float = 240) -> tuple[int, str, str]:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise
+        finally:
+            self.out.seek(0)
+            self.err.seek(0)
+        return code, self.out.read(), self.err.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def wait_for_fault(before: dict[int, set[Path]], point: str, proc: subprocess.Popen,
+                   timeout: float = 120) -> tuple[int, Path]:
+    """(worker number, executor folder) of the first executor of the new application whose
+    task reached the fault point."""
+    line = f"fault injection: sleeping at {point}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before any task reached the fault point"
+        for n, dirs in app_dirs().items():
+            for app in dirs - before[n]:
+                for stderr in sorted(app.glob("*/stderr")):
+                    if line in stderr.read_text(errors="replace"):
+                        return n, stderr.parent
+        time.sleep(0.1)
+    raise AssertionError(f"no executor reached {point} within {timeout} s")
+
+
+def process_args(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def executor_pid(executor_dir: Path) -> int:
+    """The executor JVM of <work>/<app id>/<executor id>: its command line names both."""
+    app, executor = executor_dir.parent.name, executor_dir.name
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        args = process_args(int(entry.name))
+        if ("org.apache.spark.executor.CoarseGrainedExecutorBackend" in args
+                and app in args and "--executor-id" in args
+                and args[args.index("--executor-id") + 1] == executor):
+            return int(entry.name)
+    raise AssertionError(f"no executor process for {executor_dir}")
+
+
+def worker_pid(n: int) -> int:
+    """worker-N's Worker JVM (scripts/cluster's pid file; its command line says so)."""
+    pid = int((STATE_DIR / f"worker-{n}.pid").read_text())
+    assert "org.apache.spark.deploy.worker.Worker" in process_args(pid), process_args(pid)
+    return pid
+
+
+def wait_gone(pid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        # A zombie until its parent reaps it: dead all the same.
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still alive after SIGKILL")
+
+
+def staged_attempts(name: str, proc: subprocess.Popen) -> set[tuple[int, int]]:
+    """While the run lasts: every (Spark partition, task attempt) committed to its staging
+    table (pipeline/stage.py; dropped by the publishing transaction)."""
+    import psycopg
+
+    from pipeline.stage import staging_table
+    from tests.helpers import TEST_DB_URL
+
+    seen: set[tuple[int, int]] = set()
+    with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '200ms'")  # the publisher's DROP holds a lock
+        while proc.poll() is None:
+            [(run_id,)] = conn.execute("SELECT max(run_id) FROM pipeline_runs WHERE "
+                                       "pipeline = %s", (name,)).fetchall()
+            try:
+                seen |= set(conn.execute(
+                    f"SELECT DISTINCT part, attempt FROM {staging_table(name, run_id)}"))
+            except psycopg.Error:  # not created yet, or dropped
+                pass
+            time.sleep(0.2)
+    return seen
+
+
+def assert_counted_once(name: str, result: dict, total: int) -> None:
+    """The --json summary and the run row count each record once, although a task ran
+    twice."""
+    assert (result["status"], result["records_read"], result["rows_written"],
+            result["dead_letters"]) == ("succeeded", total, total, 0), result
+    assert runs_of(name) == [("ingest", "succeeded", total, total, 0, 0)]
+
+
+@pytest.mark.parametrize("point", ["during_read", "after_task_commit"])
+def test_an_executor_killed_mid_run_is_replaced_and_every_record_counted_once(
+        cluster, job_archive, tmp_path, point):
+    """SIGKILL of one executor JVM while its task stages: Spark reruns the task (on the
+    other executor or on the one its worker starts instead) and the run succeeds exactly.
+    during_read: the task is inside its staging COPY, rows sent but not committed.
+    after_task_commit: its first attempt has committed its rows to the staging table and
+    Spark has not yet heard of it; the rerun stages the same rows again and the publisher
+    must use one attempt only."""
+    name, topic, config, ids = setup_pipeline(
+        tmp_path, cluster, job_archive, per_partition=KILL_PER_PARTITION,
+        extra={"spark.executorEnv.PIPELINE_FAULT": f"{point}:sleep={FAULT_SLEEP}"})
+    before = app_dirs()
+    run = Background(config, tmp_path)
+    try:
+        _n, executor_dir = wait_for_fault(before, point, run.proc)
+        victim = executor_pid(executor_dir)
+        os.kill(victim, signal.SIGKILL)
+        wait_gone(victim)
+        staged = staged_attempts(name, run.proc)
+        code, out, err = run.wait()
+    finally:
+        run.stop()
+    assert code == 0, err[-4000:]
+    # Spark saw the executor go and ran its task again.
+    lost = re.findall(r"Lost task (\d+)\.0 in stage \S+ \(TID \d+\) \(\S+ executor \d+\): "
+                      r"ExecutorLostFailure", err)
+    assert lost, err[-4000:]
+    if point == "after_task_commit":
+        # Both attempts of the lost task committed their rows to the staging table.
+        assert {(int(lost[0]), 0), (int(lost[0]), 1)} <= staged, (lost, sorted(staged))
+    total = PARTITIONS * KILL_PER_PARTITION
+    assert_counted_once(name, summary(out), total)
+    assert_landed_exactly(name, topic, ids)
+
+
+def test_a_worker_lost_mid_run_leaves_an_exact_result_or_nothing(cluster, job_archive,
+                                                                 tmp_path):
+    """A whole worker dies mid-read (its Worker JVM and its executor SIGKILLed, as when a
+    host goes away): the run either succeeds exactly on the worker that is left or exits
+    75 with nothing committed; either way a rerun leaves Kafka's records in Postgres
+    exactly once. The worker is started again afterwards (scripts/cluster up)."""
+    name, topic, config, ids = setup_pipeline(
+        tmp_path, cluster, job_archive, per_partition=KILL_PER_PARTITION,
+        extra={"spark.executorEnv.PIPELINE_FAULT": f"during_read:sleep={FAULT_SLEEP}"})
+    total = PARTITIONS * KILL_PER_PARTITION
+    before = app_dirs()
+    run = Background(config, tmp_path)
+    try:
+        n, executor_dir = wait_for_fault(before, "during_read", run.proc)
+        victims = [worker_pid(n), executor_pid(executor_dir)]
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        for pid in victims:
+            wait_gone(pid)
+        code, out, err = run.wait()
+    finally:
+        run.stop()
+        up = cluster_command("up")  # later tests need both workers
+        assert up.returncode == 0, up.stderr
+    assert code in (0, 75), (code, err[-4000:])
+    if code == 0:
+        assert_counted_once(name, summary(out), total)
+    else:
+        assert len(error_lines(err)) == 1, err[-4000:]
+        assert query(f"SELECT count(*) FROM {name}") == [(0,)]
+        assert stored_offsets(name) == {}
+    # The rerun, on the whole cluster again and without the fault: a no-op after a
+    # success, the whole topic after a failure.
+    write_config(config, name, topic, cluster, job_archive)
+    again = run_cli("run", "--config", str(config), "--json", env=driver_env())
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert summary(again.stdout)["status"] == ("noop" if code == 0 else "succeeded")
+    assert_landed_exactly(name, topic, ids)

@@ -47,6 +47,7 @@ from tests.integration._reliability import (
     runs,
     staging_tables,
     stored,
+    wrong_content,
 )
 
 MB = 1024 * 1024
@@ -367,7 +368,10 @@ def test_records_deleted_before_they_were_read_fail_or_are_skipped_and_recorded(
     assert stored(skip.name, skip.database_url) == {0: 40}
 
 
-def test_compacted_topic_gaps_are_passed_and_offsets_end_at_the_plan(spark):
+@pytest.fixture(scope="module")
+def compacted_topic(stack):
+    """A topic the log cleaner really compacted (shared: waiting for the cleaner is the
+    slow part): (topic, its end offset, the offsets that survived the first compaction)."""
     topic = create_topic(unique("compact"), 1, **{
         "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
         "delete.retention.ms": "100", "min.compaction.lag.ms": "0"})
@@ -380,12 +384,19 @@ def test_compacted_topic_gaps_are_passed_and_offsets_end_at_the_plan(spark):
     assert end == 181
     held = wait_until(lambda: (r := kafka_records(topic, BOOTSTRAP)) and len(r) < end and r,
                       "the log cleaner to compact the topic", timeout=90)
-    offsets = sorted(o for _, o in held)
+    return topic, end, sorted(o for _, o in held)
+
+
+@pytest.mark.parametrize("transform", PATHS, ids=["builtin", "transform"])
+def test_compacted_topic_gaps_are_passed_and_offsets_end_at_the_plan(spark, transform,
+                                                                     compacted_topic):
+    topic, end, offsets = compacted_topic
     gaps = [o for o in range(end) if o not in set(offsets)]
     assert gaps
     # Small runs, so that ranges start and end inside compacted gaps.
     s = init_db(make_settings(unique("compact"), [topic],
-                              kafka={"max_records_per_partition": 7}))
+                              kafka={"max_records_per_partition": 15},
+                              sink={"transform": transform} if transform else None))
 
     ends = []
     while (result := run_ingest(s)).status != "noop":
@@ -399,7 +410,9 @@ def test_compacted_topic_gaps_are_passed_and_offsets_end_at_the_plan(spark):
     assert len(rows) == len(query(f"SELECT 1 FROM {s.sink.table}"))
 
 
-def test_transactions_only_committed_records_land_and_offsets_stop_at_the_lso(spark):
+@pytest.mark.parametrize("transform", PATHS, ids=["builtin", "transform"])
+def test_transactions_only_committed_records_land_and_offsets_stop_at_the_lso(spark,
+                                                                             transform):
     topic = create_topic(unique("txn"), 1)
     p = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": unique("txid")})
     p.init_transactions(30)
@@ -418,7 +431,8 @@ def test_transactions_only_committed_records_land_and_offsets_stop_at_the_lso(sp
     txn(range(100, 110), False)  # aborted: never lands
     txn(range(10, 20), True)
     txn(range(20, 30), None)  # still open: the last stable offset stops before it
-    s = init_db(make_settings(unique("txn"), [topic]))
+    s = init_db(make_settings(unique("txn"), [topic],
+                              sink={"transform": transform} if transform else None))
 
     first = run_ingest(s)
 
@@ -441,6 +455,92 @@ def test_transactions_only_committed_records_land_and_offsets_stop_at_the_lso(sp
     assert sorted(r[0] for r in query(f"SELECT order_id FROM {s.sink.table}")) == list(
         range(30))
     assert_exactly_once(s, topic, bad=True)
+
+
+@pytest.mark.parametrize("transform", PATHS, ids=["builtin", "transform"])
+def test_retention_right_after_a_complete_read_keeps_what_was_read(stack, tmp_path,
+                                                                   transform):
+    """Records read in full and then deleted by retention before the publish were read:
+    the run commits them (it used to be discarded as "deleted during the read", and the next
+    run then reported a loss of data it had read)."""
+    topic = create_topic(unique("retained"), 1)
+    produce_orders(topic, range(60))
+    records = kafka_records(topic, BOOTSTRAP)
+    name = unique("retained")
+    init_db(make_settings(name, [topic]))
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic], extra_sink=(
+        f'transform = "{transform}"' if transform else "")))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", "--config", str(config), "--json"],
+        cwd=ROOT, env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=8"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in run.stderr:  # read and staged; not yet published
+        if "fault injection: sleeping at after_stage" in line:
+            break
+    delete_records(topic, 0, 50)
+    out, err = run.communicate(timeout=120)
+
+    assert run.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["rows_written"] == 60
+    assert stored(name, TEST_DB_URL) == {0: 60}
+    s = make_settings(name, [topic])
+    assert wrong_content(s, records) == []
+    assert len(query(f"SELECT 1 FROM {name}")) == 60
+
+
+def test_records_deleted_ahead_of_the_reader_fail_the_read_and_the_loss_is_reported(
+        spark, tmp_path):
+    """Retention deletes offsets the reader has not reached yet (tiny fetches, and the task
+    paused after its first batch): the read stops (exit 75, nothing committed) instead of
+    jumping over them, and the next run reports exactly the offsets that were lost."""
+    topic = create_topic(unique("ahead"), 1)
+    produce_orders(topic, range(100))
+    s = init_db(make_settings(unique("ahead"), [topic]))
+    run_ingest(s)
+    produce_orders(topic, range(100, 50_100))  # far more than one batch of the reader
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(s.name, [topic], extra_kafka=(
+        '[kafka.consumer]\n"queued.min.messages" = "1"\n"fetch.max.bytes" = "1024"\n'
+        '"max.partition.fetch.bytes" = "1024"\n"message.max.bytes" = "1000"\n')))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", "--config", str(config)], cwd=ROOT,
+        env={**os.environ, "PIPELINE_FAULT": "during_read:sleep=10"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in run.stderr:  # the task staged its first batch and sleeps
+        if "fault injection: sleeping at during_read" in line:
+            break
+    delete_records(topic, 0, 40_000)
+    err = run.stderr.read()
+    run.wait(timeout=120)
+
+    assert run.returncode == 75, err[-3000:]
+    assert f"{topic}[0] [100, 50100): offset" in err and "is no longer in Kafka" in err
+    assert stored(s.name, s.database_url) == {0: 100}
+    with pytest.raises(DataError) as e:
+        run_ingest(s)
+    assert f"data loss: {topic}[0] offsets [100, 40000) were deleted" in e.value.message
+
+
+@pytest.mark.parametrize("transform", PATHS, ids=["builtin", "transform"])
+def test_a_log_that_ends_before_the_planned_end_is_exit_3_and_commits_nothing(spark,
+                                                                             transform):
+    """A truncated log (an unclean leader election moves the end back below what was
+    planned; one broker cannot do that, so the plan is made beyond the end instead): the
+    read is a permanent error naming the range, never a silent short read."""
+    topic = create_topic(unique("truncated"), 1)
+    produce_orders(topic, range(20))
+    s = init_db(make_settings(unique("truncated"), [topic], kafka={"timeout_seconds": 3},
+                              sink={"transform": transform} if transform else None))
+
+    with pytest.raises(DataError) as e:
+        run_backfill(s, [OffsetRange(topic, 0, 10, 30)])
+
+    assert e.value.exit_code == 3
+    assert (f"{topic}[0] [10, 30): the partition now ends at offset 20, before the planned "
+            "end") in e.value.message
+    assert query(f"SELECT count(*) FROM {s.sink.table}") == [(0,)]
+    assert [r[1:3] for r in runs(s.name, s.database_url)] == [("failed", 3)]
 
 
 def test_too_many_bad_records_exit_3_and_commit_nothing(spark):
