@@ -212,8 +212,8 @@ def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess
     try:
         store.check_schema()
         store.check_results_table()
-        store.lock_or_fail(kind)
-        store.abandon_stale_runs()
+        store.lock_or_fail(kind, families=("backfill",))
+        store.abandon_stale_runs(("backfill",))
         topics = sorted({r.topic for r in ranges})
         topic_ids = meta.topic_ids(topics)
         # Rows of a recreated topic that was not reset would mix two topics' records.

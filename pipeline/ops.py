@@ -463,7 +463,7 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     try:
         store.check_schema()
         # Held until we exit: no run can start (or be half-way) while offsets change.
-        store.lock_or_fail(f"offsets {command}")
+        store.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
         stored = store.load_offsets([args.topic])
         [(topic_id, parts)] = meta.describe([args.topic]).values()
         old_ids = sorted(store.load_topic_ids([args.topic]).get(args.topic, set()) - {topic_id})

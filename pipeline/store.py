@@ -81,6 +81,12 @@ def db_errors(url: str) -> Iterator[None]:
         yield
     except PipelineError:
         raise
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConflictError(
+            f"another run (a backfill beside the ingest) published rows of the same offsets "
+            f"first ({first}); rolled back, nothing written twice - rerun: it keeps those rows "
+            "and adds the rest") from None
     except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as e:
         from pipeline.config import redact_url
 
@@ -211,23 +217,45 @@ class Store:
                 + ", ".join(fix for _, fix in fixes) + "' or change [sink.columns]; "
                 "nothing was read")
 
-    # ---- the run lock ------------------------------------------------------------------
-    def try_lock(self) -> bool:
-        """Session advisory lock: one run (or offsets change) per pipeline at a time."""
-        return self.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                            (LOCK_CLASS, self.pipeline)).fetchone()[0]
+    # ---- the run locks -----------------------------------------------------------------
+    # Two per pipeline. "ingest" serialises what moves the offsets (scheduled runs); a
+    # "backfill" or reprocess, which never moves them, takes its own, so a long backfill
+    # runs beside the scheduled ingest instead of making it exit 75 for hours. Both write
+    # results idempotently; two runs writing the same offsets at once are told apart by the
+    # results table's key (one waits, then conflicts and retries: see db_errors). 'offsets'
+    # changes take both.
+    FAMILIES = {"ingest": ("ingest",), "backfill": ("backfill", "reprocess"),
+                "offsets": ("offsets",)}
 
-    def lock_or_fail(self, what: str = "run") -> None:
-        if not self.try_lock():
+    @staticmethod
+    def family(kind: str) -> str:
+        return "backfill" if kind in ("backfill", "reprocess") else "ingest"
+
+    def lock_key(self, family: str) -> str:
+        return self.pipeline if family == "ingest" else f"{self.pipeline}:{family}"
+
+    def try_lock(self, family: str = "ingest") -> bool:
+        """Session advisory lock: one run per pipeline and family at a time."""
+        return self.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                            (LOCK_CLASS, self.lock_key(family))).fetchone()[0]
+
+    def lock_or_fail(self, what: str = "run", families: Sequence[str] = ("ingest",)) -> None:
+        for family in families:
+            if self.try_lock(family):
+                continue
+            kinds = [k for f in (family, "offsets") for k in self.FAMILIES[f]]
             holder = self.execute(
                 sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
-                        "AND status = 'running' ORDER BY run_id DESC LIMIT 1")
-                .format(self.t("pipeline_runs")), (self.pipeline,)).fetchone()
+                        "AND status = 'running' AND kind = ANY(%s) ORDER BY run_id DESC "
+                        "LIMIT 1").format(self.t("pipeline_runs")),
+                (self.pipeline, kinds)).fetchone()
             who = (f"run {holder[0]} ({holder[1]}, {holder[2]} pid {holder[3]}, started "
                    f"{holder[4]:%Y-%m-%d %H:%M:%S})" if holder else "another process")
-            raise ConflictError(f"pipeline '{self.pipeline}' is busy: {who} holds its lock; "
-                                f"this {what} did nothing - retry when it has finished "
-                                "('pipeline unlock' shows the holder, and frees a dead one)")
+            self.execute("SELECT pg_advisory_unlock_all()")  # none of them, then
+            raise ConflictError(f"pipeline '{self.pipeline}' is busy: {who} holds its "
+                                f"{family} lock; this {what} did nothing - retry when it has "
+                                "finished ('pipeline unlock' shows the holder, and frees a "
+                                "dead one)")
 
     # ---- reads -------------------------------------------------------------------------
     def load_offsets(self, topics: Sequence[str] | None = None) -> dict[TopicPartition, int]:
@@ -274,19 +302,27 @@ class Store:
                     "exit_code = %s, timings = %s WHERE run_id = %s AND status = 'running'")
             .format(self.t("pipeline_runs")), (error, exit_code, json.dumps(timings), run_id))
 
-    def abandon_stale_runs(self) -> list[int]:
-        """Runs left 'running' by a crash (we hold the lock, so none is alive): mark them
-        abandoned and drop their staging tables."""
+    def abandon_stale_runs(self, families: Sequence[str] = ("ingest",)) -> list[int]:
+        """Runs of the families whose locks we hold, left 'running' by a crash (none of them
+        is alive): mark them abandoned and drop their staging tables. A staging table of a
+        run of another family that is still running is left alone: it is in use."""
+        kinds = [k for f in families for k in self.FAMILIES[f]] + (
+            list(self.FAMILIES["offsets"]) if "ingest" in families else [])
         stale = [r[0] for r in self.execute(
             sql.SQL("UPDATE {} SET status = 'abandoned', finished_at = now(), "
                     "error = coalesce(error, 'process died before finishing (crash, kill or "
                     "lost connection); nothing was published') "
-                    "WHERE pipeline = %s AND status = 'running' RETURNING run_id")
-            .format(self.t("pipeline_runs")), (self.pipeline,)).fetchall()]
-        leftovers = self.execute(
+                    "WHERE pipeline = %s AND status = 'running' AND kind = ANY(%s) "
+                    "RETURNING run_id").format(self.t("pipeline_runs")),
+            (self.pipeline, kinds)).fetchall()]
+        in_use = {self.staging_name(r[0]) for r in self.execute(
+            sql.SQL("SELECT run_id FROM {} WHERE pipeline = %s AND status = 'running'")
+            .format(self.t("pipeline_runs")), (self.pipeline,)).fetchall()}
+        leftovers = [name for (name,) in self.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename ~ %s",
             (self.settings.schema, staging_pattern(self.pipeline))).fetchall()
-        for (name,) in leftovers:
+            if name not in in_use]
+        for name in leftovers:
             self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(name)))
         if stale or leftovers:
             log.info("cleaned up after crashed runs %s (%d staging tables)", stale, len(leftovers))

@@ -34,6 +34,7 @@ class LockHolder:
     session_started: datetime
     state: str
     state_since: datetime | None
+    family: str = "ingest"  # which of the pipeline's locks (store.Store.FAMILIES)
     run_id: int | None = None
     kind: str | None = None
     host: str | None = None
@@ -49,27 +50,32 @@ class LockHolder:
                 f"{self.client}, {self.state}{since}): {run}")
 
 
-def lock_holder(store) -> LockHolder | None:
+def lock_holders(store) -> list[LockHolder]:
+    """The sessions holding the pipeline's locks (ingest, backfill), with their runs."""
     from pipeline.store import LOCK_CLASS
 
-    row = store.execute(
-        "SELECT a.pid, a.application_name, coalesce(host(a.client_addr) || ':' || "
-        "a.client_port, 'local socket'), a.backend_start, coalesce(a.state, 'unknown'), "
-        "a.state_change FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
-        "AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid "
-        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-        (LOCK_CLASS, store.pipeline)).fetchone()
-    if row is None:
-        return None
-    holder = LockHolder(*row)
-    run = store.execute(
-        sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
-                "AND status = 'running' ORDER BY run_id DESC LIMIT 1")
-        .format(store.t("pipeline_runs")), (store.pipeline,)).fetchone()
-    if run is not None:
-        holder.run_id, holder.kind, holder.host, holder.pid, holder.run_started = run
-    return holder
+    holders = []
+    for family in ("ingest", "backfill"):
+        row = store.execute(
+            "SELECT a.pid, a.application_name, coalesce(host(a.client_addr) || ':' || "
+            "a.client_port, 'local socket'), a.backend_start, coalesce(a.state, 'unknown'), "
+            "a.state_change FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+            "AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid AND l.database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())",
+            (LOCK_CLASS, store.lock_key(family))).fetchone()
+        if row is None or any(h.session_pid == row[0] for h in holders):
+            continue  # an 'offsets' change holds both: one holder
+        holder = LockHolder(*row, family=family)
+        kinds = list(store.FAMILIES[family] + store.FAMILIES["offsets"])
+        run = store.execute(
+            sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
+                    "AND status = 'running' AND kind = ANY(%s) ORDER BY run_id DESC LIMIT 1")
+            .format(store.t("pipeline_runs")), (store.pipeline, kinds)).fetchone()
+        if run is not None:
+            holder.run_id, holder.kind, holder.host, holder.pid, holder.run_started = run
+        holders.append(holder)
+    return holders
 
 
 def process_alive(pid: int) -> bool:
@@ -109,29 +115,36 @@ def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
     store = Store(settings)
     try:
         store.check_schema()
-        holder = lock_holder(store)
-        if holder is None:
-            return _report(args, {"pipeline": settings.name, "locked": False,
-                                  "ended": False}, f"pipeline '{settings.name}' is not locked")
-        ok, why = verdict(holder, socket.gethostname(), args.force)
-        print(f"lock of pipeline '{settings.name}' held by {holder.describe()}",
-              file=_out(args))
-        if not ok:
-            raise ConflictError(f"pipeline '{settings.name}' stays locked: {why}")
-        try:
-            ended = store.execute("SELECT pg_terminate_backend(%s, 10000)",
-                                  (holder.session_pid,)).fetchone()[0]
-        except Exception as e:  # noqa: BLE001 - a privilege is the usual cause
-            raise ConfigError(f"could not end Postgres session {holder.session_pid} "
-                              f"({str(e).strip().splitlines()[0]}): connect as its owner, a "
-                              "superuser or a member of pg_signal_backend") from None
-        # Now the lock is ours to take: mark the dead run abandoned and drop its staging.
-        abandoned = []
-        if ended and store.try_lock():
-            abandoned = store.abandon_stale_runs()
-        return _report(args, {"pipeline": settings.name, "locked": True, "ended": bool(ended),
-                              "why": why, "holder": asdict(holder), "abandoned": abandoned},
-                       f"ended session {holder.session_pid} ({why}); runs marked abandoned: "
+        holders = lock_holders(store)
+        if not holders:
+            return _report(args, {"pipeline": settings.name, "locked": False, "ended": []},
+                           f"pipeline '{settings.name}' is not locked")
+        refused, ended, abandoned = [], [], []
+        for holder in holders:
+            ok, why = verdict(holder, socket.gethostname(), args.force)
+            print(f"{holder.family} lock of pipeline '{settings.name}' held by "
+                  f"{holder.describe()}", file=_out(args))
+            if not ok:
+                refused.append(f"its {holder.family} lock stays: {why}")
+                continue
+            try:
+                done = store.execute("SELECT pg_terminate_backend(%s, 10000)",
+                                     (holder.session_pid,)).fetchone()[0]
+            except Exception as e:  # noqa: BLE001 - a privilege is the usual cause
+                raise ConfigError(f"could not end Postgres session {holder.session_pid} "
+                                  f"({str(e).strip().splitlines()[0]}): connect as its owner, "
+                                  "a superuser or a member of pg_signal_backend") from None
+            if done:
+                ended.append({**asdict(holder), "why": why})
+                # The lock is ours to take now: mark the dead run abandoned, drop its staging.
+                if store.try_lock(holder.family):
+                    abandoned += store.abandon_stale_runs((holder.family,))
+        if refused:
+            raise ConflictError(f"pipeline '{settings.name}': " + "; ".join(refused))
+        return _report(args, {"pipeline": settings.name, "locked": True, "ended": ended,
+                              "abandoned": abandoned},
+                       "; ".join(f"ended session {e['session_pid']} ({e['why']})"
+                                 for e in ended) + f"; runs marked abandoned: "
                        f"{abandoned or 'none'}; the next run can start")
     finally:
         store.close()

@@ -537,9 +537,10 @@ def test_unlock_ends_the_session_of_a_run_whose_process_is_gone(stack, tmp_path,
 
     result = cli_json(capsys, "unlock", "--config", p.config)
 
-    assert (result["ended"], result["abandoned"]) == (True, [run_id])
-    assert "no longer exists on this host" in result["why"]
-    assert result["holder"]["run_id"] == run_id
+    [ended] = result["ended"]
+    assert (ended["run_id"], ended["family"], result["abandoned"]) == (run_id, "ingest",
+                                                                       [run_id])
+    assert "no longer exists on this host" in ended["why"]
     with pytest.raises(psycopg.OperationalError):
         holder.execute("SELECT 1")
     assert query("SELECT status FROM pipeline_runs WHERE run_id = %s", (run_id,)) == [
@@ -558,7 +559,7 @@ def test_unlock_leaves_a_live_or_unverifiable_holder_alone_unless_forced(stack, 
     rc, out, err = cli(capsys, "unlock", "--config", p.config)
     assert rc == 75, err
     assert f"run {run_id} (ingest, {socket.gethostname()} pid {os.getpid()}" in out
-    assert f"pid {os.getpid()} is still alive on this host" in err
+    assert f"its ingest lock stays: pid {os.getpid()} is still alive on this host" in err
     assert holder.execute("SELECT 1").fetchone() == (1,)
 
     holder.execute("UPDATE pipeline_runs SET host = 'gone-host' WHERE run_id = %s", (run_id,))
@@ -567,7 +568,71 @@ def test_unlock_leaves_a_live_or_unverifiable_holder_alone_unless_forced(stack, 
     assert holder.execute("SELECT 1").fetchone() == (1,)
 
     result = cli_json(capsys, "unlock", "--config", p.config, "--force")
-    assert (result["ended"], result["why"], result["abandoned"]) == (True, "--force given",
-                                                                     [run_id])
+    assert [(e["run_id"], e["why"]) for e in result["ended"]] == [(run_id, "--force given")]
+    assert result["abandoned"] == [run_id]
     with pytest.raises(psycopg.OperationalError):
         holder.execute("SELECT 1")
+
+
+# ---- a backfill beside the scheduled ingest --------------------------------------------------
+def paused_backfill(p: Pipeline, *range_args: str) -> subprocess.Popen:
+    """`pipeline backfill` in its own process, paused after its read (staged, not
+    published) until the test has done what it wants beside it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "backfill", "--config", p.config, "--topic",
+         p.topic, *range_args, "--json"], cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=10"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "fault injection: sleeping at after_stage" in line:
+            return proc
+    raise AssertionError(f"the backfill ended before its read: {proc.communicate()}")
+
+
+def test_a_backfill_runs_beside_the_scheduled_ingest(stack, tmp_path, capsys):
+    from tests.integration._reliability import assert_exactly_once
+
+    p = new_pipeline(tmp_path, partitions=2)
+    produce_orders(p.topic, range(100))
+    assert cli_json(capsys, "run", "--config", p.config)["rows_written"] == 100
+    produce_orders(p.topic, range(100, 160))
+    backfill = paused_backfill(p, "--partition", "0", "--from-offset", "0", "--to-offset",
+                               "20")
+
+    # While the backfill holds its lock: the scheduled run goes ahead (it used to exit 75
+    # for as long as the backfill took); a second backfill, or an offsets change, waits.
+    assert cli_json(capsys, "run", "--config", p.config)["rows_written"] == 60
+    rc, _, err = cli(capsys, "backfill", "--config", p.config, "--topic", p.topic,
+                     "--from-offset", "0", "--to-offset", "1", "--partition", "1")
+    assert rc == 75 and "holds its backfill lock" in err, err
+    rc, _, err = cli(capsys, "offsets", "set", "--config", p.config, "--topic", p.topic,
+                     "--to", "earliest", "--yes")
+    assert rc == 75 and "holds its backfill lock" in err, err
+    out, err = backfill.communicate(timeout=120)
+
+    assert backfill.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["rows_written"] == 0  # all present
+    assert [r[2] for r in p.runs()] == ["succeeded"] * 3
+    assert_exactly_once(load_settings(p.config, environ={}), p.topic)
+
+
+def test_a_backfill_and_an_ingest_of_the_same_new_offsets_publish_them_once(stack, tmp_path,
+                                                                            capsys):
+    from tests.integration._reliability import assert_exactly_once
+
+    p = new_pipeline(tmp_path)
+    produce_orders(p.topic, range(50))
+    # The backfill reads offsets no ingest has published yet, and pauses before publishing.
+    backfill = paused_backfill(p, "--from-offset", "10", "--to-offset", "50")
+    assert cli_json(capsys, "run", "--config", p.config)["rows_written"] == 50
+    out, err = backfill.communicate(timeout=120)
+
+    # Its COPY meets the ingest's committed rows under the results table's key: nothing
+    # written twice, the backfill rolls back with a retryable error...
+    assert backfill.returncode == 75, err[-3000:]
+    assert "another run (a backfill beside the ingest) published rows of the same offsets" \
+        in err
+    # ...and its retry keeps those rows.
+    assert cli_json(capsys, "backfill", "--config", p.config, "--topic", p.topic,
+                    "--from-offset", "10", "--to-offset", "50")["rows_written"] == 0
+    assert_exactly_once(load_settings(p.config, environ={}), p.topic)
