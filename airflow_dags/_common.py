@@ -9,6 +9,11 @@ Environment (read when the DAG files are parsed; see docs/airflow.md):
   PIPELINE_CONFIG        default config file of a run (default: conf/local.toml, relative
                          paths are taken from PIPELINE_HOME)
   PIPELINE_SPARK_CONN_ID Airflow connection of conn_type spark (default: spark_local)
+  PIPELINE_ARCHIVE       the job's packed environment for a cluster's executors (default:
+                         $PIPELINE_HOME/dist/pipeline-env.tar.gz, built by scripts/package)
+  PIPELINE_SHIP_ENV      auto (default: ship PIPELINE_ARCHIVE when the connection's master
+                         is spark://...), always (e.g. YARN client mode), never (the
+                         workers have the job's environment installed)
   PIPELINE_RETRIES, PIPELINE_RETRY_DELAY_SECONDS, PIPELINE_MAX_RETRY_DELAY_SECONDS
                          retries of transient failures (default 3, 60 s doubling, 900 s cap)
   PIPELINE_TASK_TIMEOUT_SECONDS
@@ -36,6 +41,13 @@ JARS_DIR = Path(os.environ.get("PIPELINE_JARS_DIR") or PIPELINE_HOME / ".jars" /
 DEFAULT_CONFIG = str(PIPELINE_HOME / os.environ.get("PIPELINE_CONFIG", "conf/local.toml"))
 SPARK_CONN_ID = os.environ.get("PIPELINE_SPARK_CONN_ID", "spark_local")
 APPLICATION = PIPELINE_HOME / "pipeline" / "submit.py"
+ARCHIVE = Path(os.environ.get("PIPELINE_ARCHIVE")
+               or PIPELINE_HOME / "dist" / "pipeline-env.tar.gz")
+SHIP_ENV = os.environ.get("PIPELINE_SHIP_ENV", "auto")
+if SHIP_ENV not in ("auto", "always", "never"):
+    raise ValueError(f"PIPELINE_SHIP_ENV={SHIP_ENV!r}: use auto, always or never")
+# Where Spark unpacks the archive in each executor's working directory (<archive>#job).
+ARCHIVE_ALIAS = "job"
 
 
 def _load_exit_codes():
@@ -70,6 +82,24 @@ def job_env() -> dict[str, str]:
     return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
             "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             "PIPELINE_JARS_DIR": str(JARS_DIR)}
+
+
+def ships_environment(master: str) -> bool:
+    """Whether a submission to ``master`` ships the packed environment: the executors of a
+    standalone cluster (spark://) run on hosts that have neither the job venv nor the
+    repository (docs/cluster.md); local[*] runs on this worker, where the venv is."""
+    if SHIP_ENV != "auto":
+        return SHIP_ENV == "always"
+    return master.startswith("spark://")
+
+
+def shipped_conf() -> dict[str, str]:
+    """What makes the executors' Python workers run the shipped environment. The driver
+    runs here, in client mode, with the job venv's python: without
+    spark.pyspark.driver.python spark-submit would start it with ./job/bin/python, which
+    only exists on the executors."""
+    return {"spark.pyspark.python": f"./{ARCHIVE_ALIAS}/bin/python",
+            "spark.pyspark.driver.python": str(PIPELINE_VENV / "bin" / "python")}
 
 
 def default_args() -> dict[str, Any]:
@@ -129,6 +159,25 @@ class PipelineSubmitOperator(SparkSubmitOperator):
             application=str(APPLICATION), application_args=application_args,
             jars=connector_jars(), spark_binary=str(PIPELINE_VENV / "bin" / "spark-submit"),
             env_vars=job_env(), **kwargs)
+
+    def _get_hook(self):
+        """The provider's hook, plus the packed environment when the connection's master
+        runs executors elsewhere (ships_environment). The master is only known here: the
+        hook resolves the connection when the task runs, not when the DAG is parsed."""
+        hook = super()._get_hook()
+        master = hook._connection["master"]
+        if ships_environment(master):
+            if not ARCHIVE.is_file():
+                raise AirflowFailException(
+                    f"the Spark master {master} runs executors on other hosts, which need "
+                    f"the job's packed environment, and {ARCHIVE} does not exist: build it "
+                    f"with 'scripts/package' in {PIPELINE_HOME} (or set PIPELINE_ARCHIVE), "
+                    "then clear the task - not retried")
+            shipped = f"{ARCHIVE}#{ARCHIVE_ALIAS}"
+            hook._archives = ",".join(a for a in (hook._archives, shipped) if a)
+            hook._conf = {**shipped_conf(), **hook._conf}  # a task's own conf wins
+            self.log.info("master %s: shipping the job's environment %s", master, shipped)
+        return hook
 
     def _output(self, error: BaseException | None = None) -> list[str]:
         lines = list(getattr(self._hook, "_last_submit_log_lines", None) or [])

@@ -4,6 +4,9 @@
     scripts/bench 200000             # any sizes; BENCH_REPEAT=3 for more runs
     scripts/bench 2000000 20000000   # at 20M only this pipeline and Spark Structured
                                      # Streaming run (once each), plus peak RSS
+    scripts/bench --scaling 2000000  # only the scaling line: the same json run on a Spark
+                                     # standalone cluster of 1, then 2 one-core workers
+                                     # (scripts/cluster on its own ports), local[2] beside
 
 Each size is produced once (JSON orders, 4 partitions). Every contender runs as its own
 process, as a user would start it (the pipeline through its CLI, so each run pays its own
@@ -11,7 +14,9 @@ JVM start), reads the whole topic into a fresh table keyed by (topic, partition,
 and is checked afterwards: row count and checksums of the typed columns must equal what
 was produced, or the bench fails. The peak RSS of each contender's whole process tree
 (driver, JVM, Python workers) is sampled from /proc. Results: docs/benchmarks.md and
-docs/benchmarks.png; the pipeline's phase split is printed for every run.
+docs/benchmarks.png; the pipeline's phase split is printed for every run. ``--scaling``
+writes its own table (between the bench-scaling markers of docs/benchmarks.md) and leaves
+the main one alone.
 """
 
 from __future__ import annotations
@@ -150,21 +155,23 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
     return seconds, peak, out
 
 
-def pipeline_config(path: Path, name: str, topic: str, fmt: str) -> None:
+def pipeline_config(path: Path, name: str, topic: str, fmt: str, spark: str = "") -> None:
+    """``spark``: a [spark] section (e.g. a cluster master); none = the default local[2]."""
     columns = ('[sink.columns]\norder_id = "long not null"\ncustomer = "string not null"\n'
                'amount = "decimal(12,2)"\nplaced_at = "timestamp"\n') if fmt == "json" else ""
     path.write_text(
         f'[pipeline]\nname = "{name}"\n[kafka]\nbootstrap_servers = "{BOOTSTRAP}"\n'
         f'topics = ["{topic}"]\nmax_records_per_partition = 0\nmax_records_per_run = 0\n'
         f'[database]\nurl = "{DB}"\n[sink]\nformat = "{fmt}"\ntable = "{name}"\n'
-        f'max_bad_records = 0\n{columns}')
+        f'max_bad_records = 0\n{columns}{spark}')
 
 
-def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict) -> tuple[float, float, dict]:
-    name = f"b_{fmt}_{STAMP}_{n}_{run}"
+def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict, *, spark: str = "",
+                 tag: str = "") -> tuple[float, float, dict]:
+    name = f"b_{fmt}{tag}_{STAMP}_{n}_{run}"
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
-        pipeline_config(config, name, topic, fmt)
+        pipeline_config(config, name, topic, fmt, spark)
         cli = [PY, "-m", "pipeline"]
         subprocess.run([*cli, "init-db", "--config", str(config)], env=env, check=True,
                        capture_output=True, cwd=ROOT)
@@ -238,13 +245,19 @@ def drop(table: str) -> None:
         conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_offsets")
 
 
-def bench_size(n: int, env: dict) -> list[Result]:
+def bench_topic(n: int) -> str:
+    """A topic of n records: one of BENCH_TOPIC, or a new one."""
     matching = [t for t in TOPICS if t.endswith(f"_{n}")] or TOPICS[:1] * (len(TOPICS) == 1)
     topic = matching[0] if matching else f"bench_{STAMP}_{n}"
     if not matching:
         print(f"bench: producing {n:,} records to {topic} ({PARTITIONS} partitions)",
               flush=True)
         produce(topic, n)
+    return topic
+
+
+def bench_size(n: int, env: dict) -> list[Result]:
+    topic = bench_topic(n)
     big = n >= 10_000_000
     repeat = 1 if big else REPEAT
     names = ["pipeline_json", "pipeline_raw", *PEERS]
@@ -283,6 +296,105 @@ def empty_run(env: dict) -> float:
         seconds, _, _ = timed([*cli, "run", "--config", str(config), "--json"], env)
     drop(name)
     return seconds
+
+
+# ---- scaling: the same json run on a standalone cluster of 1, then 2 workers -------------
+# Its own cluster (scripts/cluster) on ports of its own, so a test cluster on 7077 or
+# someone's demo cluster is never touched; stopped at the end.
+SCALING_PORTS = {"SPARK_MASTER_PORT": os.environ.get("BENCH_SPARK_MASTER_PORT", "7177"),
+                 "SPARK_MASTER_WEBUI_PORT": os.environ.get("BENCH_SPARK_MASTER_WEBUI_PORT",
+                                                           "8180"),
+                 "SPARK_WORKER_WEBUI_PORT": os.environ.get("BENCH_SPARK_WORKER_WEBUI_PORT",
+                                                           "8181")}
+SCALING_WORKERS = (1, 2)
+ARCHIVE = ROOT / "dist" / "pipeline-env.tar.gz"
+
+
+def cluster(command: str, workers: int) -> None:
+    env = {**os.environ, **SCALING_PORTS, "SPARK_WORKER_INSTANCES": str(workers),
+           "SPARK_WORKER_CORES": "1"}
+    done = subprocess.run([str(ROOT / "scripts" / "cluster"), command], env=env, text=True,
+                          capture_output=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench: scripts/cluster {command} failed:\n{done.stderr}")
+
+
+def cluster_spark(workers: int) -> str:
+    """[spark] of a run on the bench cluster: the packed environment shipped to the
+    executors (docs/cluster.md); every executor registered before the first task, so that
+    the 2-worker runs use both from the start."""
+    conf = {"spark.archives": f"{ARCHIVE}#job", "spark.pyspark.python": "./job/bin/python",
+            "spark.driver.host": "127.0.0.1", "spark.cores.max": str(workers),
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.executor.memory": "1g"}
+    return (f'[spark]\nmaster = "spark://127.0.0.1:{SCALING_PORTS["SPARK_MASTER_PORT"]}"\n'
+            "[spark.conf]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in conf.items()))
+
+
+def scaling(sizes: list[int], env: dict) -> list[tuple[int, str, Result]]:
+    """(size, setting, result) for local[2] and each cluster size, on the same topic."""
+    done = subprocess.run([str(ROOT / "scripts" / "package")], text=True, capture_output=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench: scripts/package failed:\n{done.stderr}")
+    out = []
+    for n in sizes:
+        topic = bench_topic(n)
+        settings = [("local[2]", "", None)] + [
+            (f"{w} worker{'s' * (w > 1)}", cluster_spark(w), w) for w in SCALING_WORKERS]
+        for label, spark, workers in settings:
+            result = Result("pipeline_json", n)
+            if workers:
+                cluster("down", max(SCALING_WORKERS))  # any size left over from before
+                cluster("up", workers)
+            try:
+                for run in range(REPEAT):
+                    warm(topic)
+                    checkpoint()
+                    seconds, rss, phases = run_pipeline(
+                        "json", topic, n, run, env, spark=spark,
+                        tag=f"_w{workers}" if workers else "_local")
+                    print(f"bench: scaling {n:,} {label} run {run + 1}: {seconds:.1f} s "
+                          f"(driver's tree RSS {rss:,.0f} MB), phases {phases}", flush=True)
+                    result.seconds.append(seconds)
+                    result.rss_mb.append(rss)
+                    result.phases.append(phases)
+            finally:
+                if workers:
+                    cluster("down", max(SCALING_WORKERS))
+            out.append((n, label, result))
+    return out
+
+
+def scaling_report(rows: list[tuple[int, str, Result]]) -> str:
+    lines = ["| records | where the executors run | runs | seconds (min-max) | rows/s (best) | "
+             "spark_start | read_and_stage | publish | time relative to 1 worker |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for n in sorted({r[0] for r in rows}):
+        group = [(label, r) for size, label, r in rows if size == n]
+        one = min(next(r for label, r in group if label == "1 worker").seconds)
+        for label, r in group:
+            best = min(r.seconds)
+            phase = {k: min(p.get(k, 0) for p in r.phases)
+                     for k in ("spark_start", "read_and_stage", "publish")}
+            where = ("`local[2]`: driver and executor in one JVM" if label == "local[2]"
+                     else f"standalone cluster, {label} of 1 core")
+            lines.append(
+                f"| {n:,} | {where} | {len(r.seconds)} | {best:.1f}-{max(r.seconds):.1f} | "
+                f"{n / best / 1000:,.1f}k | {phase['spark_start']:.2f} | "
+                f"{phase['read_and_stage']:.2f} | {phase['publish']:.2f} | "
+                f"{best / one:.2f} |")
+    return "\n".join(lines)
+
+
+def write_between(markers: tuple[str, str], text: str) -> None:
+    """Replace what docs/benchmarks.md holds between two markers; the analysis around them
+    is written by people."""
+    docs = ROOT / "docs" / "benchmarks.md"
+    page = docs.read_text()
+    start, end = markers
+    head, rest = page.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    docs.write_text(f"{head}{start}\n{text}\n{end}{tail}")
 
 
 LABELS = {"pipeline_json": PIPELINE_JSON, "pipeline_raw": PIPELINE_RAW, **PEERS}
@@ -344,10 +456,24 @@ def plot(all_results: list[Result], path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    sizes = [int(a) for a in argv] or [2_000_000]
+    scale = "--scaling" in argv
+    sizes = [int(a) for a in argv if a != "--scaling"] or [2_000_000]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
            "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
     env.pop("PIPELINE_DATABASE_URL", None)
+    if scale:
+        table = scaling_report(scaling(sizes, env))
+        print(table)
+        header = (f"Measured by `scripts/bench --scaling {' '.join(map(str, sizes))}` on "
+                  f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, Python "
+                  f"{platform.python_version()}; Kafka, Postgres, the driver and every "
+                  "worker on this one machine. The same json run, from the start of the "
+                  "same topic into a fresh table each time, verified like the main table; "
+                  "phases are the best of the runs.\n\n")
+        write_between(("<!-- bench-scaling:start -->", "<!-- bench-scaling:end -->"),
+                      header + table)
+        print("bench: wrote the scaling table in docs/benchmarks.md")
+        return 0
     all_results: list[Result] = []
     for n in sizes:
         all_results += bench_size(n, env)
@@ -364,13 +490,7 @@ def main(argv: list[str]) -> int:
               "same topic from the start into its own fresh table keyed by (topic, partition, "
               "offset), as its own process; each table is verified (count, sums of the typed "
               "columns) against what was produced.\n\n")
-    # The table goes between the markers of docs/benchmarks.md; the analysis around it
-    # is written by people.
-    page = (docs / "benchmarks.md").read_text()
-    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
-    head, rest = page.split(start, 1)
-    tail = rest.split(end, 1)[1]
-    (docs / "benchmarks.md").write_text(f"{head}{start}\n{header}{table}\n{end}{tail}")
+    write_between(("<!-- bench:start -->", "<!-- bench:end -->"), header + table)
     plot(all_results, docs / "benchmarks.png")
     print("bench: wrote docs/benchmarks.md and docs/benchmarks.png")
     return 0

@@ -172,18 +172,29 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-def test_without_the_shipped_environment_the_run_fails_and_commits_nothing(cluster, tmp_path):
-    """The workers cannot see the repository's .venv (what PYSPARK_PYTHON names here):
-    every task fails with 'Cannot run program "<repo>/.venv/bin/python": error=2'. That is
-    a configuration problem (exit 2) whose one error line says how to ship the job's
-    environment. (With no PYSPARK_PYTHON at all the workers' own python3 runs instead and
-    fails with "ModuleNotFoundError: No module named 'pipeline'": the same exit and advice.)"""
+@pytest.mark.parametrize("driver_python", ["repo venv", "none"])
+def test_without_the_shipped_environment_the_run_fails_and_commits_nothing(
+        cluster, tmp_path, driver_python):
+    """The workers cannot see the repository's .venv. With PYSPARK_PYTHON naming it (as
+    scripts/test and `scripts/stack env` set it) every task fails with 'Cannot run program
+    "<repo>/.venv/bin/python": error=2'; with no PYSPARK_PYTHON the workers' own python3
+    runs and fails with "ModuleNotFoundError: No module named 'pipeline'". Both are a
+    configuration problem (exit 2) whose one error line says how to ship the environment."""
     name, topic, config, _ids = setup_pipeline(tmp_path, cluster, archive=None)
-    done = run_cli("run", "--config", str(config), env=driver_env())
+    env = driver_env()
+    if driver_python == "none":
+        del env["PYSPARK_PYTHON"]
+    # The whole environment, not merged into this process's (which may have PYSPARK_PYTHON).
+    done = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(config)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          start_new_session=True)
     assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
     [error] = error_lines(done.stderr)
     assert "scripts/package" in error, error
-    assert "python" in error, error
+    if driver_python == "none":
+        assert "'pipeline'" in error, error
+    else:
+        assert str(VENV_BIN / "python") in error, error
     assert query(f"SELECT count(*) FROM {name}") == [(0,)]
     assert stored_offsets(name) == {}
 
@@ -254,6 +265,8 @@ class Background:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        self.out.close()
+        self.err.close()
 
 
 def wait_for_fault(before: dict[int, set[Path]], point: str, proc: subprocess.Popen,
@@ -316,27 +329,10 @@ def wait_gone(pid: int, timeout: float = 10) -> None:
     raise AssertionError(f"process {pid} still alive after SIGKILL")
 
 
-def staged_attempts(name: str, proc: subprocess.Popen) -> set[tuple[int, int]]:
-    """While the run lasts: every (Spark partition, task attempt) committed to its staging
-    table (pipeline/stage.py; dropped by the publishing transaction)."""
-    import psycopg
-
-    from pipeline.stage import staging_table
-    from tests.helpers import TEST_DB_URL
-
-    seen: set[tuple[int, int]] = set()
-    with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
-        conn.execute("SET lock_timeout = '200ms'")  # the publisher's DROP holds a lock
-        while proc.poll() is None:
-            [(run_id,)] = conn.execute("SELECT max(run_id) FROM pipeline_runs WHERE "
-                                       "pipeline = %s", (name,)).fetchall()
-            try:
-                seen |= set(conn.execute(
-                    f"SELECT DISTINCT part, attempt FROM {staging_table(name, run_id)}"))
-            except psycopg.Error:  # not created yet, or dropped
-                pass
-            time.sleep(0.2)
-    return seen
+def executor_logs(before: dict[int, set[Path]]) -> str:
+    """The stderr of every executor of the application(s) started since `before`."""
+    return "".join(f.read_text(errors="replace") for n, dirs in app_dirs().items()
+                   for app in dirs - before[n] for f in sorted(app.glob("*/stderr")))
 
 
 def assert_counted_once(name: str, result: dict, total: int) -> None:
@@ -366,18 +362,18 @@ def test_an_executor_killed_mid_run_is_replaced_and_every_record_counted_once(
         victim = executor_pid(executor_dir)
         os.kill(victim, signal.SIGKILL)
         wait_gone(victim)
-        staged = staged_attempts(name, run.proc)
         code, out, err = run.wait()
     finally:
         run.stop()
     assert code == 0, err[-4000:]
-    # Spark saw the executor go and ran its task again.
-    lost = re.findall(r"Lost task (\d+)\.0 in stage \S+ \(TID \d+\) \(\S+ executor \d+\): "
+    # Spark saw that executor go with the task it was running (the one that reached the
+    # fault point: one core, one task at a time) and ran that task again to the end. With
+    # after_task_commit, both attempts of it have therefore committed their rows.
+    lost = re.findall(r"Lost task (\d+)\.0 in stage \S+ \(TID \d+\) \(\S+ executor (\d+)\): "
                       r"ExecutorLostFailure", err)
-    assert lost, err[-4000:]
-    if point == "after_task_commit":
-        # Both attempts of the lost task committed their rows to the staging table.
-        assert {(int(lost[0]), 0), (int(lost[0]), 1)} <= staged, (lost, sorted(staged))
+    assert [e for _task, e in lost] == [executor_dir.name], err[-4000:]
+    task_index = lost[0][0]
+    assert re.search(rf"Finished task {task_index}\.1 in stage", executor_logs(before)), lost
     total = PARTITIONS * KILL_PER_PARTITION
     assert_counted_once(name, summary(out), total)
     assert_landed_exactly(name, topic, ids)

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -184,7 +184,8 @@ def typed(value, declared: str):
         return None
     if declared.startswith("decimal"):
         scale = int(declared.rstrip(")").split(",")[1]) if "," in declared else 0
-        return Decimal(str(value)).quantize(Decimal(1).scaleb(-scale))
+        # Half-up, as Spark and the pipeline round (1.005 -> 1.01).
+        return Decimal(str(value)).quantize(Decimal(1).scaleb(-scale), ROUND_HALF_UP)
     if declared.startswith("timestamp"):
         return datetime.fromisoformat(value).astimezone(UTC)
     return value
