@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import socket
+import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -151,8 +152,6 @@ def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _out(args):
-    import sys
-
     return sys.stderr if args.json else sys.stdout
 
 

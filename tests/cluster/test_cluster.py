@@ -127,6 +127,19 @@ def summary(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+def assert_run_exact(done, name: str, topic: str, ids: dict[int, list[int]],
+                     before: dict[int, set[Path]]) -> None:
+    """The run succeeded, counted every record once, landed exactly what was produced, and
+    ran tasks on every worker."""
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = summary(done.stdout)
+    total = PARTITIONS * PER_PARTITION
+    assert (result["status"], result["records_read"], result["rows_written"]) == \
+        ("succeeded", total, total)
+    assert_landed_exactly(name, topic, ids)
+    assert workers_with_tasks(before) == set(range(1, WORKERS + 1))
+
+
 def run_cli_submit(master: str, archive: Path, config: Path):
     """spark-submit in client mode, the environment shipped with --archives."""
     cmd = [str(VENV_BIN / "spark-submit"), "--master", master, "--jars", jars(),
@@ -143,13 +156,7 @@ def test_spark_submit_to_the_cluster_lands_every_record_once(cluster, job_archiv
     name, topic, config, ids = setup_pipeline(tmp_path, cluster, archive=None)
     before = app_dirs()
     done = run_cli_submit(cluster, job_archive, config)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = summary(done.stdout)
-    total = PARTITIONS * PER_PARTITION
-    assert (result["status"], result["records_read"], result["rows_written"]) == \
-        ("succeeded", total, total)
-    assert_landed_exactly(name, topic, ids)
-    assert workers_with_tasks(before) == set(range(1, WORKERS + 1))
+    assert_run_exact(done, name, topic, ids, before)
 
 
 def test_pipeline_run_with_a_cluster_master_lands_every_record_once(cluster, job_archive,
@@ -159,13 +166,7 @@ def test_pipeline_run_with_a_cluster_master_lands_every_record_once(cluster, job
     name, topic, config, ids = setup_pipeline(tmp_path, cluster, archive=job_archive)
     before = app_dirs()
     done = run_cli("run", "--config", str(config), "--json", env=driver_env())
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = summary(done.stdout)
-    total = PARTITIONS * PER_PARTITION
-    assert (result["status"], result["records_read"], result["rows_written"]) == \
-        ("succeeded", total, total)
-    assert_landed_exactly(name, topic, ids)
-    assert workers_with_tasks(before) == set(range(1, WORKERS + 1))
+    assert_run_exact(done, name, topic, ids, before)
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -210,6 +210,18 @@ def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def start_paused(*args: str, point: str, seconds: float) -> subprocess.Popen:
+    """The real CLI with ``PIPELINE_FAULT=<point>:sleep=<seconds>``, returned once it is
+    asleep at that point (faults.py says so on stderr), for a test to act at that moment."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
+                            env={**os.environ, "PIPELINE_FAULT": f"{point}:sleep={seconds}"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if f"fault injection: sleeping at {point}" in line:
+            return proc
+    raise AssertionError(f"the run ended before {point}: {proc.communicate()}")
+
+
 def finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)

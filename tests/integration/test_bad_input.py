@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shlex
-import subprocess
-import sys
 import time
 from dataclasses import replace
 
@@ -26,7 +23,6 @@ from pipeline.store import Store
 from tests.helpers import (
     BOOTSTRAP,
     JSON_COLUMNS,
-    ROOT,
     TEST_DB_URL,
     admin,
     create_topic,
@@ -46,6 +42,7 @@ from tests.integration._reliability import (
     kafka_records,
     runs,
     staging_tables,
+    start_paused,
     stored,
     wrong_content,
 )
@@ -317,14 +314,8 @@ def test_a_topic_recreated_while_the_run_read_it_commits_nothing(stack, tmp_path
     init_db(make_settings(name, [topic]))
     config = tmp_path / "c.toml"
     config.write_text(toml_config(name, [topic]))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", "--config", str(config)], cwd=ROOT,
-        env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=15"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Read, staged, about to publish: the topic is recreated with other records meanwhile.
-    for line in run.stderr:
-        if "fault injection: sleeping at after_stage" in line:
-            break
+    run = start_paused("run", "--config", str(config), point="after_stage", seconds=15)
     recreate_topic(topic, 1)
     produce_orders(topic, range(200, 220))
     err = run.stderr.read()
@@ -471,13 +462,9 @@ def test_retention_right_after_a_complete_read_keeps_what_was_read(stack, tmp_pa
     config = tmp_path / "c.toml"
     config.write_text(toml_config(name, [topic], extra_sink=(
         f'transform = "{transform}"' if transform else "")))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", "--config", str(config), "--json"],
-        cwd=ROOT, env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=8"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in run.stderr:  # read and staged; not yet published
-        if "fault injection: sleeping at after_stage" in line:
-            break
+    # Read and staged; not yet published.
+    run = start_paused("run", "--config", str(config), "--json", point="after_stage",
+                       seconds=8)
     delete_records(topic, 0, 50)
     out, err = run.communicate(timeout=120)
 
@@ -503,13 +490,8 @@ def test_records_deleted_ahead_of_the_reader_fail_the_read_and_the_loss_is_repor
     config.write_text(toml_config(s.name, [topic], extra_kafka=(
         '[kafka.consumer]\n"queued.min.messages" = "1"\n"fetch.max.bytes" = "1024"\n'
         '"max.partition.fetch.bytes" = "1024"\n"message.max.bytes" = "1000"\n')))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", "--config", str(config)], cwd=ROOT,
-        env={**os.environ, "PIPELINE_FAULT": "during_read:sleep=10"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in run.stderr:  # the task staged its first batch and sleeps
-        if "fault injection: sleeping at during_read" in line:
-            break
+    # The task staged its first batch and sleeps.
+    run = start_paused("run", "--config", str(config), point="during_read", seconds=10)
     delete_records(topic, 0, 40_000)
     err = run.stderr.read()
     run.wait(timeout=120)

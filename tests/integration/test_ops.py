@@ -578,15 +578,10 @@ def test_unlock_leaves_a_live_or_unverifiable_holder_alone_unless_forced(stack, 
 def paused_backfill(p: Pipeline, *range_args: str) -> subprocess.Popen:
     """`pipeline backfill` in its own process, paused after its read (staged, not
     published) until the test has done what it wants beside it."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "backfill", "--config", p.config, "--topic",
-         p.topic, *range_args, "--json"], cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, "PIPELINE_FAULT": "after_stage:sleep=10"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        if "fault injection: sleeping at after_stage" in line:
-            return proc
-    raise AssertionError(f"the backfill ended before its read: {proc.communicate()}")
+    from tests.integration._reliability import start_paused
+
+    return start_paused("backfill", "--config", p.config, "--topic", p.topic, *range_args,
+                        "--json", point="after_stage", seconds=10)
 
 
 def test_a_backfill_runs_beside_the_scheduled_ingest(stack, tmp_path, capsys):
