@@ -2,12 +2,21 @@
 exit code becomes a task state. No pipeline logic lives here; the DAGs only hand
 configuration to ``pipeline/submit.py``, the same CLI people run by hand.
 
+One DAG file per kind (ingest.py, backfill.py) builds one DAG per pipeline config found in
+PIPELINE_CONFIG_DIR, named after the pipeline: "<name>.ingest", "<name>.backfill".
+
+Parsing reads only the config folder (each file's [pipeline] name). Everything a run needs
+on the worker (the job venv, the connector jars, the packed environment,
+pipeline/errors.py) is looked up when the task runs, so a dag-processor without the job's
+files still parses the DAGs, and a missing piece fails that task with a message.
+
 Environment (read when the DAG files are parsed; see docs/airflow.md):
+  PIPELINE_CONFIG_DIR    the folder of pipeline configs (*.toml), one pair of DAGs each
+                         (default: $PIPELINE_HOME/conf)
   PIPELINE_HOME          the repository with pipeline/ and sql/ (default: this file's repo)
   PIPELINE_VENV          the job's virtualenv with pyspark (default: $PIPELINE_HOME/.venv)
   PIPELINE_JARS_DIR      Spark's Kafka connector jars (default: $PIPELINE_HOME/.jars/spark)
-  PIPELINE_CONFIG        default config file of a run (default: conf/local.toml, relative
-                         paths are taken from PIPELINE_HOME)
+  PIPELINE_SCHEDULE      the ingest DAGs' schedule (default: */5 * * * *)
   PIPELINE_SPARK_CONN_ID Airflow connection of conn_type spark (default: spark_local)
   PIPELINE_ARCHIVE       the job's packed environment for a cluster's executors (default:
                          $PIPELINE_HOME/dist/pipeline-env.tar.gz, built by scripts/package)
@@ -22,12 +31,16 @@ Environment (read when the DAG files are parsed; see docs/airflow.md):
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import logging
 import os
 import re
 import subprocess
+import tomllib
 from contextlib import suppress
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,7 +51,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 PIPELINE_HOME = Path(os.environ.get("PIPELINE_HOME") or Path(__file__).resolve().parent.parent)
 PIPELINE_VENV = Path(os.environ.get("PIPELINE_VENV") or PIPELINE_HOME / ".venv")
 JARS_DIR = Path(os.environ.get("PIPELINE_JARS_DIR") or PIPELINE_HOME / ".jars" / "spark")
-DEFAULT_CONFIG = str(PIPELINE_HOME / os.environ.get("PIPELINE_CONFIG", "conf/local.toml"))
+CONFIG_DIR = Path(os.environ.get("PIPELINE_CONFIG_DIR") or PIPELINE_HOME / "conf")
+SCHEDULE = os.environ.get("PIPELINE_SCHEDULE") or "*/5 * * * *"
 SPARK_CONN_ID = os.environ.get("PIPELINE_SPARK_CONN_ID", "spark_local")
 APPLICATION = PIPELINE_HOME / "pipeline" / "submit.py"
 ARCHIVE = Path(os.environ.get("PIPELINE_ARCHIVE")
@@ -50,28 +64,60 @@ if SHIP_ENV not in ("auto", "always", "never"):
 ARCHIVE_ALIAS = "job"
 
 
-def _load_exit_codes():
+log = logging.getLogger(__name__)
+_DAG_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str  # the config's [pipeline] name, or the file's stem if it cannot be read
+    path: Path
+
+
+def pipeline_configs(folder: Path | None = None) -> list[PipelineConfig]:
+    """The pipelines to build DAGs for: every *.toml in ``folder``, named by its
+    [pipeline] name. A file that cannot be read still gets its DAGs, named after the file:
+    its task runs the job, which fails at once (exit 2) with the config's own error - more
+    visible than a DAG that silently disappears. Two files naming the same pipeline would
+    share its offsets and lock, so that is a parse error naming both."""
+    folder = folder or CONFIG_DIR
+    found: dict[str, PipelineConfig] = {}
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            name = str(tomllib.loads(path.read_text())["pipeline"]["name"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            name = path.stem
+            log.warning("pipeline config %s is not readable (%s): its DAGs will fail with "
+                        "the job's error", path, e)
+        name = _DAG_ID_UNSAFE.sub("_", name)
+        if name in found:
+            raise ValueError(f"pipeline configs {found[name].path} and {path} both name the "
+                             f"pipeline {name!r}: give each pipeline its own name")
+        found[name] = PipelineConfig(name, path)
+    return list(found.values())
+
+
+@functools.cache
+def _exit_codes():
     """The job's own table of exit codes (pipeline/errors.py has no dependencies), loaded
-    by path so that the Airflow venv needs neither the job's packages nor sys.path edits."""
+    by path when a task finishes, so that the Airflow venv needs neither the job's packages
+    nor sys.path edits, and parsing needs no job files."""
     path = PIPELINE_HOME / "pipeline" / "errors.py"
     if not path.is_file():
-        raise ImportError(f"{path} not found: set PIPELINE_HOME to the pipeline's repository")
+        raise AirflowFailException(f"{path} not found: set PIPELINE_HOME to the pipeline's "
+                                   "repository on this worker")
     spec = importlib.util.spec_from_file_location("_pipeline_exit_codes", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
-
-
-_codes = _load_exit_codes()
-EXIT_CODES: dict[int, str] = _codes.EXIT_CODES
-RETRYABLE_EXIT_CODES: frozenset[int] = _codes.RETRYABLE_EXIT_CODES
+    return module.EXIT_CODES, module.RETRYABLE_EXIT_CODES
 
 
 def connector_jars() -> str:
     jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     if not any("spark-sql-kafka" in j for j in jars):
-        raise ImportError(f"Spark's Kafka connector not found in {JARS_DIR}: run "
-                          "'scripts/stack install' or set PIPELINE_JARS_DIR")
+        raise AirflowFailException(f"Spark's Kafka connector not found in {JARS_DIR} on "
+                                   "this worker: run 'scripts/stack install' or set "
+                                   "PIPELINE_JARS_DIR, then clear the task - not retried")
     return ",".join(jars)
 
 
@@ -157,13 +203,15 @@ class PipelineSubmitOperator(SparkSubmitOperator):
         kwargs.setdefault("conf", {"spark.log.level": "WARN"})  # keep the task log readable
         super().__init__(
             application=str(APPLICATION), application_args=application_args,
-            jars=connector_jars(), spark_binary=str(PIPELINE_VENV / "bin" / "spark-submit"),
+            spark_binary=str(PIPELINE_VENV / "bin" / "spark-submit"),
             env_vars=job_env(), **kwargs)
 
     def _get_hook(self):
         """The provider's hook, plus the packed environment when the connection's master
         runs executors elsewhere (ships_environment). The master is only known here: the
-        hook resolves the connection when the task runs, not when the DAG is parsed."""
+        hook resolves the connection when the task runs, not when the DAG is parsed. The
+        jars too are looked up here, on the worker."""
+        self.jars = connector_jars()
         hook = super()._get_hook()
         master = hook._connection["master"]
         if ships_environment(master):
@@ -191,8 +239,9 @@ class PipelineSubmitOperator(SparkSubmitOperator):
             if code is None:
                 raise  # not the job's exit (e.g. spark-submit missing): Airflow's defaults
             error = last_error_line(self._output(e))
-            meaning = EXIT_CODES.get(code, "unknown exit code")
-            if code in RETRYABLE_EXIT_CODES:
+            exit_codes, retryable = _exit_codes()
+            meaning = exit_codes.get(code, "unknown exit code")
+            if code in retryable:
                 self.log.warning("pipeline exited %d (%s): %s", code, meaning, error)
                 raise PipelineTransientError(
                     f"pipeline exited {code} ({meaning}): {error}") from None

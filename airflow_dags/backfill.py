@@ -1,16 +1,16 @@
 """
-### pipeline_backfill: re-read an explicit range of one topic (manual)
+### <pipeline>.backfill: re-read an explicit range of one topic (manual)
 
-Trigger with parameters; they are checked twice before anything is submitted: by their
+One such DAG per config file in `PIPELINE_CONFIG_DIR`, named after its pipeline. Trigger
+with parameters; they are checked twice before anything is submitted: by their
 JSON schema when the run is created, then by `validate_params`, which fails at once
 (no retry) with a message saying what to change. Only then is
-`pipeline/submit.py backfill --config C --topic T [--partition P ...]
+`pipeline/submit.py backfill --config <that config> --topic T [--partition P ...]
 (--from-offset A --to-offset B | --from-time ISO --to-time ISO) [--reprocess] --json`
 submitted with spark-submit.
 
 | param | meaning |
 | --- | --- |
-| `config` | pipeline TOML config on the worker (default env `PIPELINE_CONFIG`) |
 | `topic` | the topic to re-read (one of the config's topics) |
 | `partitions` | partitions to re-read; empty = all of the topic's partitions |
 | `from_offset`, `to_offset` | an offset range, `[from, to)` |
@@ -20,7 +20,7 @@ submitted with spark-submit.
 Give either both offsets or both times. A backfill never moves the stored offsets, and
 rows are keyed by (topic, partition, offset): re-running a range adds nothing twice.
 
-Exit codes as in `pipeline_ingest`: `75`/`143` retry with backoff (e.g. the scheduled
+Exit codes as in `<pipeline>.ingest`: `75`/`143` retry with backoff (e.g. the scheduled
 ingestion holds the pipeline's lock), everything else fails at once.
 """
 
@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_CONFIG, PipelineSubmitOperator, default_args
+from _common import PipelineSubmitOperator, default_args, pipeline_configs
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -54,11 +54,11 @@ def instant(params: dict[str, Any], key: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def backfill_args(params: dict[str, Any]) -> list[str]:
+def backfill_args(config: Path, params: dict[str, Any]) -> list[str]:
     """The job's arguments, after the checks JSON schema cannot express (one range kind,
     both ends, from before to, the config on this worker); AirflowFailException if not."""
-    if not Path(params["config"]).is_file():
-        raise invalid(f"config file {params['config']} not found on this worker")
+    if not config.is_file():
+        raise invalid(f"config file {config} not found on this worker")
     offsets = [k for k in ("from_offset", "to_offset") if params[k] is not None]
     times = [k for k in ("from_time", "to_time") if params[k]]
     if offsets and times:
@@ -68,7 +68,7 @@ def backfill_args(params: dict[str, Any]) -> list[str]:
     if len(offsets + times) == 1:
         given = (offsets + times)[0]
         raise invalid(f"{given} is set but {OTHER_END[given]} is not; give both ends")
-    args = ["backfill", "--config", params["config"], "--topic", params["topic"]]
+    args = ["backfill", "--config", str(config), "--topic", params["topic"]]
     for p in params["partitions"]:
         args += ["--partition", str(p)]
     if offsets:
@@ -87,35 +87,40 @@ def backfill_args(params: dict[str, Any]) -> list[str]:
     return [*args, "--json"]
 
 
-with DAG(
-    dag_id="pipeline_backfill",
-    description="Re-read an explicit Kafka offset or time range into Postgres (idempotent)",
-    schedule=None,
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args=default_args(),
-    params={
-        "config": Param(DEFAULT_CONFIG, type="string", minLength=1,
-                        description="Pipeline TOML config on the worker"),
-        "topic": Param(type="string", pattern=r"^[A-Za-z0-9._-]{1,249}$",
-                       description="Topic to re-read (required)"),
-        "partitions": Param([], type="array", items={"type": "integer", "minimum": 0},
-                            uniqueItems=True, description="Partitions; empty = all"),
-        "from_offset": Param(None, **OFFSET, description="First offset to read"),
-        "to_offset": Param(None, **OFFSET, description="Offset to stop before (exclusive)"),
-        "from_time": Param(None, **TIME, description="Or: from this time (no zone = UTC)"),
-        "to_time": Param(None, **TIME, description="Or: stop before this time (exclusive)"),
-        "reprocess": Param(False, type="boolean",
-                           description="Overwrite existing rows instead of keeping them"),
-    },
-    doc_md=__doc__,
-    tags=["pipeline", "kafka", "spark"],
-):
+def backfill_dag(name: str, config: Path) -> DAG:
+    with DAG(
+        dag_id=f"{name}.backfill",
+        description=f"{name}: re-read an explicit Kafka offset or time range into Postgres "
+        "(idempotent)",
+        schedule=None,
+        start_date=datetime(2025, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_runs=1,
+        default_args=default_args(),
+        params={
+            "topic": Param(type="string", pattern=r"^[A-Za-z0-9._-]{1,249}$",
+                           description="Topic to re-read (required)"),
+            "partitions": Param([], type="array", items={"type": "integer", "minimum": 0},
+                                uniqueItems=True, description="Partitions; empty = all"),
+            "from_offset": Param(None, **OFFSET, description="First offset to read"),
+            "to_offset": Param(None, **OFFSET, description="Offset to stop before (exclusive)"),
+            "from_time": Param(None, **TIME, description="Or: from this time (no zone = UTC)"),
+            "to_time": Param(None, **TIME, description="Or: stop before this time (exclusive)"),
+            "reprocess": Param(False, type="boolean",
+                               description="Overwrite existing rows instead of keeping them"),
+        },
+        doc_md=__doc__,
+        tags=["pipeline", "kafka", "spark", name],
+    ) as dag:
 
-    @task(retries=0)
-    def validate_params(params=None) -> list[str]:
-        """Fails at once, with the reason, on params the job would refuse."""
-        return backfill_args(params)
+        @task(retries=0)
+        def validate_params(params=None) -> list[str]:
+            """Fails at once, with the reason, on params the job would refuse."""
+            return backfill_args(config, params)
 
-    PipelineSubmitOperator(task_id="backfill", application_args=validate_params())
+        PipelineSubmitOperator(task_id="backfill", application_args=validate_params())
+    return dag
+
+
+for pipeline in pipeline_configs():
+    backfill_dag(pipeline.name, pipeline.path)

@@ -92,14 +92,29 @@ class Pipeline:
     name: str  # pipeline name = topic = results table
     config: Path
 
+    @property
+    def ingest(self) -> str:
+        return f"{self.name}.ingest"  # the DAG ids the factory gives this pipeline
+
+    @property
+    def backfill(self) -> str:
+        return f"{self.name}.backfill"
+
+
+def dag_env(config_dir: Path, **more: str) -> dict[str, str]:
+    """The environment of a DAG run whose pipelines are the configs in ``config_dir``."""
+    return {"PIPELINE_CONFIG_DIR": str(config_dir), **more}
+
 
 def new_pipeline(directory: Path, prefix: str, *, partitions: int = 2, records: int = 20,
                  **config_kwargs: str) -> Pipeline:
-    """A unique topic with `records` orders, a TOML config pointing at pipeline_test, and its
-    tables (pipeline init-db, run with the job venv like a deployment step)."""
+    """A unique topic with `records` orders, a TOML config in ``directory`` (the DAGs'
+    PIPELINE_CONFIG_DIR) pointing at pipeline_test, and its tables (pipeline init-db, run
+    with the job venv like a deployment step)."""
     name = unique(prefix)
     create_topic(name, partitions)
     produce_orders(name, range(records))
+    directory.mkdir(parents=True, exist_ok=True)
     config = directory / f"{name}.toml"
     config.write_text(toml_config(name, [name], **config_kwargs))
     init = run_cli("init-db", "--config", str(config), env={"PIPELINE_DATABASE_URL": ""})

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.airflow.conftest import new_pipeline, task
+from tests.airflow.conftest import dag_env, new_pipeline, task
 from tests.helpers import query, result_keys, run_cli, stored_offsets, toml_config, watermarks
 
 pytestmark = pytest.mark.airflow
@@ -35,14 +35,14 @@ def backfilled(stack, airflow, tmp_path_factory):
               "marks": watermarks(p.name)}
     assert len(before["keys"]) == 20
     end0 = before["marks"][0][1]
-    common = {"config": str(p.config), "topic": p.name}
+    common = {"topic": p.name}
     results = airflow.dag_test(
-        "pipeline_backfill",
+        p.backfill,
         {**common, "partitions": [0], "from_offset": 0, "to_offset": end0},
         {**common, "from_time": since, "reprocess": True,
          "to_time": (datetime.now(UTC) + timedelta(hours=1)).isoformat()},
         {**common, "partitions": [0], "from_offset": 0, "to_offset": end0 + 5},
-        env={"PIPELINE_RETRIES": "1", "PIPELINE_RETRY_DELAY_SECONDS": "1"})
+        env=dag_env(directory, PIPELINE_RETRIES="1", PIPELINE_RETRY_DELAY_SECONDS="1"))
     runs = query("SELECT run_id, kind, status, records_read, rows_written, planned "
                  "FROM pipeline_runs WHERE pipeline = %s ORDER BY run_id", (p.name,))
     return p, before, results, runs
@@ -113,8 +113,6 @@ INVALID_BY_TASK = [
      "from_time = 'yesterday' is not an ISO 8601 time"),
     ({"from_time": "2025-01-31T02:00:00+01:00", "to_time": "2025-01-31T00:30:00"},
      "from_time 2025-01-31T02:00:00+01:00 must be before to_time 2025-01-31T00:30:00"),
-    ({"config": "/nonexistent/pipeline.toml", "from_offset": 0, "to_offset": 5},
-     "config file /nonexistent/pipeline.toml not found"),
 ]
 
 
@@ -122,9 +120,9 @@ def test_invalid_params_fail_before_submission(stack, airflow, tmp_path):
     name = "af_invalid_params"
     config = tmp_path / "pipeline.toml"
     config.write_text(toml_config(name, ["orders"]))
-    confs = [{"config": str(config), **c} for c, _ in INVALID_BY_SCHEMA]
-    confs += [{"config": str(config), "topic": "orders", **c} for c, _ in INVALID_BY_TASK]
-    results = airflow.dag_test("pipeline_backfill", *confs)
+    confs = [c for c, _ in INVALID_BY_SCHEMA]
+    confs += [{"topic": "orders", **c} for c, _ in INVALID_BY_TASK]
+    results = airflow.dag_test(f"{name}.backfill", *confs, env=dag_env(tmp_path))
 
     for result, (conf, _) in zip(results, INVALID_BY_SCHEMA + INVALID_BY_TASK, strict=True):
         assert SUBMIT not in result["log"], conf

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.airflow.conftest import new_pipeline, task
+from tests.airflow.conftest import dag_env, new_pipeline, task
 from tests.cluster import conftest as cluster_fixtures
 from tests.cluster.conftest import app_dirs, workers_with_tasks
 from tests.helpers import ROOT, query, result_keys, stored_offsets, watermarks
@@ -44,10 +44,10 @@ def runs_of(pipeline: str) -> list[tuple]:
 def test_ingest_and_backfill_dags_submit_to_the_cluster_with_the_packed_environment(
         stack, airflow, cluster, job_archive, tmp_path):
     p = new_pipeline(tmp_path, "af_cluster", partitions=2, records=40)
-    env = cluster_env(cluster, PIPELINE_CONFIG=str(p.config))
+    env = cluster_env(cluster, **dag_env(tmp_path))
 
     before = app_dirs()
-    [ingest] = airflow.dag_test("pipeline_ingest", None, env=env)
+    [ingest] = airflow.dag_test(p.ingest, None, env=env)
     assert ingest["state"] == "success", ingest["log"][-4000:]
     assert task(ingest, "ingest")["try_number"] == 1
     cmd = submit_line(ingest["log"])
@@ -68,8 +68,8 @@ def test_ingest_and_backfill_dags_submit_to_the_cluster_with_the_packed_environm
 
     # Re-read part of partition 0 on the cluster: nothing added, the offsets stay.
     high0 = ends[(p.name, 0)]
-    [backfill] = airflow.dag_test("pipeline_backfill", {
-        "config": str(p.config), "topic": p.name, "partitions": [0],
+    [backfill] = airflow.dag_test(p.backfill, {
+        "topic": p.name, "partitions": [0],
         "from_offset": 0, "to_offset": high0}, env=env)
     assert backfill["state"] == "success", backfill["log"][-4000:]
     cmd = submit_line(backfill["log"])
@@ -88,9 +88,8 @@ def test_a_cluster_master_without_the_archive_fails_at_once(stack, airflow, tmp_
     saying how to build it. (No cluster needed: nothing is submitted.)"""
     p = new_pipeline(tmp_path, "af_noarch", partitions=1, records=3)
     missing = tmp_path / "nowhere" / "pipeline-env.tar.gz"
-    [run] = airflow.dag_test("pipeline_ingest", None, env=cluster_env(
-        "spark://127.0.0.1:7077", PIPELINE_CONFIG=str(p.config),
-        PIPELINE_ARCHIVE=str(missing)))
+    [run] = airflow.dag_test(p.ingest, None, env=cluster_env(
+        "spark://127.0.0.1:7077", **dag_env(tmp_path), PIPELINE_ARCHIVE=str(missing)))
     assert run["state"] == "failed"
     ti = task(run, "ingest")
     assert (ti["state"], ti["try_number"]) == ("failed", 1)

@@ -1,12 +1,14 @@
-"""The DAG files parse like the dag processor parses them, and carry the settings we rely
-on: schedule, no catch-up, one run at a time, retries with backoff, the job's wiring."""
+"""The DAG files parse like the dag processor parses them - one ingest and one backfill DAG
+per pipeline config in PIPELINE_CONFIG_DIR - and carry the settings we rely on: schedule,
+no catch-up, one run at a time, retries with backoff, the job's wiring. Parsing needs only
+the config folder, not the job's files on the worker."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.airflow.conftest import DAGS_FOLDER
-from tests.helpers import ROOT
+from tests.airflow.conftest import DAGS_FOLDER, dag_env
+from tests.helpers import ROOT, toml_config
 
 pytestmark = pytest.mark.airflow
 
@@ -14,17 +16,34 @@ JOB_VENV = ROOT / ".venv"
 SUBMITTER = ["PipelineSubmitOperator", "SparkSubmitOperator"]
 
 
+PIPELINES = ("alpha_orders", "beta_orders")
+
+
 @pytest.fixture(scope="module")
-def bag(airflow):
-    result, _ = airflow.run("check")
+def config_dir(tmp_path_factory):
+    """Two pipeline configs; the file names differ from the pipeline names on purpose."""
+    folder = tmp_path_factory.mktemp("configs")
+    for i, name in enumerate(PIPELINES):
+        (folder / f"pipeline{i}.toml").write_text(toml_config(name, [name]))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bag(airflow, config_dir):
+    result, _ = airflow.run("check", env=dag_env(config_dir))
     return result
 
 
-def test_dag_files_import_without_errors(bag):
+def test_one_ingest_and_one_backfill_dag_per_pipeline_config(bag, config_dir):
     assert bag["import_errors"] == {}
-    assert set(bag["dags"]) == {"pipeline_ingest", "pipeline_backfill"}
-    assert {d["fileloc"] for d in bag["dags"].values()} == {
-        str(DAGS_FOLDER / "ingest.py"), str(DAGS_FOLDER / "backfill.py")}
+    assert set(bag["dags"]) == {f"{n}.{kind}" for n in PIPELINES
+                                for kind in ("ingest", "backfill")}
+    for name in PIPELINES:
+        assert bag["dags"][f"{name}.ingest"]["fileloc"] == str(DAGS_FOLDER / "ingest.py")
+        assert bag["dags"][f"{name}.backfill"]["fileloc"] == str(DAGS_FOLDER / "backfill.py")
+    # Each DAG runs the job with its own config file.
+    assert bag["dags"]["beta_orders.ingest"]["tasks"]["ingest"]["application_args"] == [
+        "run", "--config", str(config_dir / "pipeline1.toml"), "--json"]
 
 
 def check_submit_task(t: dict) -> None:
@@ -34,9 +53,7 @@ def check_submit_task(t: dict) -> None:
     assert t["application"] == str(ROOT / "pipeline" / "submit.py")
     assert t["_spark_binary"] == str(JOB_VENV / "bin" / "spark-submit")
     assert t["_conn_id"] == "spark_local"
-    jars = t["jars"].split(",")
-    assert jars == sorted(str(p) for p in (ROOT / ".jars" / "spark").glob("*.jar"))
-    assert any("spark-sql-kafka-0-10" in j for j in jars)
+    assert t["jars"] is None  # looked up on the worker when the task runs, not at parse
     assert t["env_vars"]["PYSPARK_PYTHON"] == str(JOB_VENV / "bin" / "python")
     assert t["env_vars"]["PYSPARK_DRIVER_PYTHON"] == str(JOB_VENV / "bin" / "python")
     assert t["env_vars"]["SPARK_LOCAL_IP"] == "127.0.0.1"
@@ -46,26 +63,27 @@ def check_submit_task(t: dict) -> None:
     assert t["max_retry_delay"] == 900
 
 
-def test_ingest_dag_settings(bag):
-    dag = bag["dags"]["pipeline_ingest"]
+def test_ingest_dag_settings(bag, config_dir):
+    dag = bag["dags"]["alpha_orders.ingest"]
     assert dag["schedule"] == "*/5 * * * *"
     assert dag["catchup"] is False
     assert dag["max_active_runs"] == 1
     assert "Exit codes" in dag["doc_md"] and "`75`" in dag["doc_md"]
-    assert dag["params"]["config"]["default"] == str(ROOT / "conf" / "local.toml")
+    assert dag["params"] == {}
     assert list(dag["tasks"]) == ["ingest"]
     t = dag["tasks"]["ingest"]
     check_submit_task(t)
-    assert t["application_args"] == ["run", "--config", "{{ params.config }}", "--json"]
+    assert t["application_args"] == [
+        "run", "--config", str(config_dir / "pipeline0.toml"), "--json"]
 
 
 def test_backfill_dag_settings(bag):
-    dag = bag["dags"]["pipeline_backfill"]
+    dag = bag["dags"]["alpha_orders.backfill"]
     assert dag["schedule"] is None
     assert dag["max_active_runs"] == 1
     assert "validate_params" in dag["doc_md"]
     params = dag["params"]
-    assert set(params) == {"config", "topic", "partitions", "from_offset", "to_offset",
+    assert set(params) == {"topic", "partitions", "from_offset", "to_offset",
                            "from_time", "to_time", "reprocess"}
     assert params["topic"]["default"] is None  # required: no default to fall back on
     assert params["partitions"]["schema"]["items"] == {"type": "integer", "minimum": 0}
@@ -77,16 +95,45 @@ def test_backfill_dag_settings(bag):
     check_submit_task(submit)
 
 
-def test_settings_come_from_the_environment(airflow):
-    result, _ = airflow.run("check", env={
-        "PIPELINE_SCHEDULE": "0 * * * *", "PIPELINE_CONFIG": "/etc/pipeline/prod.toml",
-        "PIPELINE_RETRIES": "5", "PIPELINE_RETRY_DELAY_SECONDS": "30"})
+def test_settings_come_from_the_environment(airflow, config_dir):
+    result, _ = airflow.run("check", env=dag_env(
+        config_dir, PIPELINE_SCHEDULE="0 * * * *", PIPELINE_RETRIES="5",
+        PIPELINE_RETRY_DELAY_SECONDS="30"))
     assert result["import_errors"] == {}
-    ingest = result["dags"]["pipeline_ingest"]
+    ingest = result["dags"]["alpha_orders.ingest"]
     assert ingest["schedule"] == "0 * * * *"
-    assert ingest["params"]["config"]["default"] == "/etc/pipeline/prod.toml"
     assert ingest["tasks"]["ingest"]["retries"] == 5
     assert ingest["tasks"]["ingest"]["retry_delay"] == 30
-    backfill = result["dags"]["pipeline_backfill"]
-    assert backfill["params"]["config"]["default"] == "/etc/pipeline/prod.toml"
+    backfill = result["dags"]["beta_orders.backfill"]
     assert backfill["tasks"]["backfill"]["retries"] == 5
+
+
+def test_parsing_does_not_need_the_jobs_files(airflow, config_dir, tmp_path):
+    """A dag-processor without the job venv, the jars or the repository still parses every
+    pipeline's DAGs: those are the worker's business, checked when a task runs."""
+    nowhere = tmp_path / "nowhere"
+    result, _ = airflow.run("check", env=dag_env(
+        config_dir, PIPELINE_HOME=str(nowhere), PIPELINE_VENV=str(nowhere / "venv"),
+        PIPELINE_JARS_DIR=str(nowhere / "jars")))
+    assert result["import_errors"] == {}
+    assert len(result["dags"]) == 4
+
+
+def test_config_folder_mistakes(airflow, tmp_path):
+    """An unreadable config still gets its DAGs, named after the file, so its runs fail with
+    the job's own config error instead of the pipeline silently vanishing; two configs
+    naming one pipeline (they would share its offsets) are a parse error naming both."""
+    (tmp_path / "good.toml").write_text(toml_config("good_one", ["orders"]))
+    (tmp_path / "broken.toml").write_text("[pipeline\nname = ")
+    result, _ = airflow.run("check", env=dag_env(tmp_path))
+    assert result["import_errors"] == {}
+    assert set(result["dags"]) == {"good_one.ingest", "good_one.backfill",
+                                   "broken.ingest", "broken.backfill"}
+    assert result["dags"]["broken.ingest"]["tasks"]["ingest"]["application_args"][2] == str(
+        tmp_path / "broken.toml")
+
+    (tmp_path / "copy.toml").write_text(toml_config("good_one", ["orders"]))
+    result, _ = airflow.run("check", env=dag_env(tmp_path))
+    errors = " ".join(result["import_errors"].values())
+    assert "both name the pipeline 'good_one'" in errors
+    assert str(tmp_path / "copy.toml") in errors and str(tmp_path / "good.toml") in errors

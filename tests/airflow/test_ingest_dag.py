@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.airflow.conftest import new_pipeline, task
+from tests.airflow.conftest import dag_env, new_pipeline, task
 from tests.helpers import ROOT, query, result_keys, stored_offsets, toml_config, watermarks
 
 pytestmark = pytest.mark.airflow
@@ -20,53 +20,64 @@ def runs_of(pipeline: str) -> list[tuple]:
                  "WHERE pipeline = %s ORDER BY run_id", (pipeline,))
 
 
-def test_ingest_dag_lands_records_and_offsets(stack, airflow, tmp_path):
-    p = new_pipeline(tmp_path, "af_ingest", partitions=2, records=20)
+def test_ingest_dags_of_two_pipelines_each_land_their_own_records(stack, airflow, tmp_path):
+    # One config folder, two pipelines: the factory gives each its own ingest DAG.
+    a = new_pipeline(tmp_path, "af_ingest", partitions=2, records=20)
+    b = new_pipeline(tmp_path, "af_other", partitions=1, records=7)
 
-    # Two scheduled runs in a row: the first reads everything, the second finds nothing new.
-    first, second = airflow.dag_test("pipeline_ingest", None, None,
-                                     env={"PIPELINE_CONFIG": str(p.config)})
+    # Two scheduled runs of a in a row: the first reads everything, the second finds nothing.
+    first, second = airflow.dag_test(a.ingest, None, None, env=dag_env(tmp_path))
 
     assert first["state"] == "success", first["log"][-4000:]
     assert task(first, "ingest")["state"] == "success"
     assert task(first, "ingest")["try_number"] == 1
     assert f"{SUBMIT} {ROOT}/.venv/bin/spark-submit --master local[2]" in first["log"]
-    ends = {(p.name, part): high for part, (_, high) in watermarks(p.name).items()}
+    assert f"run --config {a.config} --json" in first["log"]
+    ends = {(a.name, part): high for part, (_, high) in watermarks(a.name).items()}
     assert sum(ends.values()) == 20
-    assert stored_offsets(p.name) == ends
-    assert result_keys(p.name) == sorted(
-        (p.name, part, offset) for (_, part), high in ends.items() for offset in range(high))
+    assert stored_offsets(a.name) == ends
+    assert result_keys(a.name) == sorted(
+        (a.name, part, offset) for (_, part), high in ends.items() for offset in range(high))
     summary = first["xcom"]["ingest"]  # the job's --json summary, pushed by the operator
     assert (summary["kind"], summary["status"], summary["rows_written"]) == (
         "ingest", "succeeded", 20)
 
     assert second["state"] == "success", second["log"][-4000:]
     assert second["xcom"]["ingest"]["status"] == "noop"
-    assert runs_of(p.name)[0] == ("ingest", "succeeded", 20, 20)
-    assert [r[:2] for r in runs_of(p.name)] == [("ingest", "succeeded"), ("ingest", "noop")]
-    assert stored_offsets(p.name) == ends
-    assert len(result_keys(p.name)) == 20
+    assert runs_of(a.name)[0] == ("ingest", "succeeded", 20, 20)
+    assert [r[:2] for r in runs_of(a.name)] == [("ingest", "succeeded"), ("ingest", "noop")]
+    assert stored_offsets(a.name) == ends
+    assert len(result_keys(a.name)) == 20
+    assert runs_of(b.name) == []  # a's DAG did not touch b
+
+    [other] = airflow.dag_test(b.ingest, None, env=dag_env(tmp_path))
+    assert other["state"] == "success", other["log"][-4000:]
+    assert f"run --config {b.config} --json" in other["log"]
+    assert runs_of(b.name) == [("ingest", "succeeded", 7, 7)]
+    assert result_keys(b.name) == [(b.name, 0, offset) for offset in range(7)]
+    assert len(result_keys(a.name)) == 20
 
 
 @pytest.fixture(scope="module")
 def failing_runs(stack, airflow, tmp_path_factory):
-    """One run whose job exits 2 (an unknown config key: permanent) and one whose job exits
-    75 (Postgres unreachable: transient), both with one retry allowed, 1 s apart."""
+    """Two pipelines on one topic: one whose job exits 2 (an unknown config key: permanent)
+    and one whose job exits 75 (Postgres unreachable: transient), both with one retry
+    allowed, 1 s apart."""
     directory = tmp_path_factory.mktemp("failing")
-    p = new_pipeline(directory, "af_fail", partitions=1, records=3)
-    bad = directory / "bad_key.toml"
-    bad.write_text(toml_config(p.name, [p.name]).replace("[kafka]", 'colour = "red"\n[kafka]'))
-    no_db = directory / "no_db.toml"
-    no_db.write_text(toml_config(p.name, [p.name],
-                                 db_url="postgresql://postgres@127.0.0.1:1/pipeline_test"))
-    permanent, transient = airflow.dag_test(
-        "pipeline_ingest", {"config": str(bad)}, {"config": str(no_db)},
-        env={"PIPELINE_RETRIES": "1", "PIPELINE_RETRY_DELAY_SECONDS": "1"})
-    return p, permanent, transient
+    topic = new_pipeline(directory / "topic", "af_fail", partitions=1, records=3).name
+    bad, no_db = f"{topic}_bad", f"{topic}_nodb"
+    (directory / "bad_key.toml").write_text(
+        toml_config(bad, [topic]).replace("[kafka]", 'colour = "red"\n[kafka]'))
+    (directory / "no_db.toml").write_text(toml_config(
+        no_db, [topic], db_url="postgresql://postgres@127.0.0.1:1/pipeline_test"))
+    env = dag_env(directory, PIPELINE_RETRIES="1", PIPELINE_RETRY_DELAY_SECONDS="1")
+    [permanent] = airflow.dag_test(f"{bad}.ingest", None, env=env)
+    [transient] = airflow.dag_test(f"{no_db}.ingest", None, env=env)
+    return bad, permanent, transient
 
 
 def test_permanent_exit_code_fails_at_once_with_the_jobs_error(failing_runs):
-    p, permanent, _ = failing_runs
+    bad, permanent, _ = failing_runs
     ti = task(permanent, "ingest")
     assert permanent["state"] == "failed"
     assert (ti["state"], ti["try_number"], ti["max_tries"]) == ("failed", 1, 1)
@@ -76,7 +87,7 @@ def test_permanent_exit_code_fails_at_once_with_the_jobs_error(failing_runs):
     assert len(failure) == 1, permanent["log"][-4000:]
     assert "pipeline exited 2 (permanent: bad configuration" in failure[0]
     assert "error: unknown key 'pipeline.colour' in config" in failure[0]
-    assert runs_of(p.name) == []
+    assert runs_of(bad) == []
 
 
 def test_transient_exit_code_is_retried(failing_runs):
@@ -96,10 +107,9 @@ def test_stopped_task_terminates_the_job_which_rolls_back(stack, airflow, tmp_pa
     or its worker shuts down): the job must get SIGTERM, roll back, record the run as failed
     with exit 143 and exit - not linger as an orphan once spark-submit is killed."""
     p = new_pipeline(tmp_path, "af_stop", partitions=1, records=5)
-    [run] = airflow.dag_test("pipeline_ingest", None, env={
-        "PIPELINE_CONFIG": str(p.config), "PIPELINE_RETRIES": "0",
-        "PIPELINE_TASK_TIMEOUT_SECONDS": "60",
-        "PIPELINE_FAULT": "after_stage:sleep=600"})  # the job's own fault-injection point
+    [run] = airflow.dag_test(p.ingest, None, env=dag_env(
+        tmp_path, PIPELINE_RETRIES="0", PIPELINE_TASK_TIMEOUT_SECONDS="60",
+        PIPELINE_FAULT="after_stage:sleep=600"))  # the job's own fault-injection point
 
     assert run["state"] == "failed"
     ti = task(run, "ingest")
