@@ -21,7 +21,7 @@ from pipeline.config import Settings
 from pipeline.encode import binary_rows
 from pipeline.errors import ConfigError, DataError, PipelineError, Terminated, TransientError
 from pipeline.kafka_meta import KafkaMeta
-from pipeline.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
+from pipeline.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.publish import Publisher
 from pipeline.store import DEAD_LETTER_TYPES, Store, result_columns
 
@@ -177,14 +177,15 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
             max_records_per_run=settings.kafka.max_records_per_run,
             on_data_loss=settings.kafka.on_data_loss)
         timer.lap("plan")
-        planned = [plan_item(p) for p in plan.partitions]
+        planned = [p.as_dict() for p in plan.partitions]
+        lost = [r.as_dict() for r in plan.lost_ranges]
         log.info("plan: %s", describe(plan.ranges))
-        for lost in plan.lost_ranges:
+        for gap in plan.lost_ranges:
             log.warning("data loss skipped (on_data_loss=skip): %s was deleted before it was read",
-                        lost)
+                        gap)
         faults.inject("after_plan")
         if dry_run:
-            return RunResult("ingest", "planned", None, planned, lost_items(plan))
+            return RunResult("ingest", "planned", None, planned, lost)
         if plan.is_empty:
             # Nothing to read, no offset to move: no Spark, no write transaction.
             run_id = store.record_noop("ingest", plan.partitions, timer.as_dict())
@@ -193,7 +194,7 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
         run_id = store.start_run("ingest", plan.partitions, {"topic_ids": plan.topic_ids})
         result = execute_ranges(settings, store, meta, run_id, "ingest", plan.ranges,
                                 plan.offset_updates, timer, signals, topic_ids=plan.topic_ids)
-        result.plan, result.lost = planned, lost_items(plan)
+        result.plan, result.lost = planned, lost
         return result
     finally:
         store.close()
@@ -285,7 +286,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
     if settings.kafka.mirror_group and offset_updates:
         meta.mirror_offsets(settings.kafka.mirror_group,
                             {u.range.tp: u.range.until_offset for u in offset_updates})
-    return RunResult(kind, "succeeded", run_id, [range_item(r) for r in ranges],
+    return RunResult(kind, "succeeded", run_id, [r.as_dict() for r in ranges],
                      records_read=published["records_read"],
                      rows_written=published["rows_written"],
                      dead_letters=published["dead_letters"],
@@ -533,16 +534,3 @@ def explain_data_loss(settings: Settings, ranges: Sequence[OffsetRange], seen: s
                 "read them; nothing committed - the next run applies kafka.on_data_loss")
     return TransientError(f"Spark could not read planned offsets ({seen[:300]}); nothing "
                           "committed - retry")
-
-
-def plan_item(p: PlannedPartition) -> dict:
-    return {**range_item(p.range), "stored": p.stored}
-
-
-def range_item(r: OffsetRange) -> dict:
-    return {"topic": r.topic, "partition": r.partition, "from": r.from_offset,
-            "until": r.until_offset, "offsets": r.count}
-
-
-def lost_items(plan: Plan) -> list[dict]:
-    return [range_item(r) for r in plan.lost_ranges]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pipeline.errors import DataError
 
@@ -37,6 +38,15 @@ class OffsetRange:
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}] [{self.from_offset}, {self.until_offset})"
 
+    def as_dict(self, *, count: bool = True) -> dict[str, Any]:
+        """The one dict shape of a range (JSON output, run rows). ``count=False`` leaves out
+        the number of offsets: the shape run rows store (sql/002_runs.sql)."""
+        d: dict[str, Any] = {"topic": self.topic, "partition": self.partition,
+                             "from": self.from_offset, "until": self.until_offset}
+        if count:
+            d["offsets"] = self.count
+        return d
+
 
 @dataclass(frozen=True)
 class PartitionOffsets:
@@ -63,6 +73,10 @@ class PlannedPartition:
         if self.stored is None:
             return self.range.count > 0 or self.pin_new
         return self.stored != self.range.until_offset
+
+    def as_dict(self) -> dict[str, Any]:
+        """The range with the stored offset it starts from (a dry run's plan)."""
+        return {**self.range.as_dict(), "stored": self.stored}
 
 
 @dataclass(frozen=True)

@@ -490,6 +490,82 @@ class Store:
                     self.archive_table(), dead_rows, old_id)
         return {"topic_id": old_id, "rows": rows, "dead_letters": dead_rows}
 
+    # ==== queries of the operator commands (pipeline/commands/) ==========================
+    # What lag, offsets show, runs and unlock read (and unlock's one write), so that the
+    # commands speak no SQL themselves; the queries are those of the old pipeline/ops.py and
+    # pipeline/unlock.py, unchanged (issue 12).
+
+    RUN_COLUMNS = ("run_id", "kind", "status", "started_at", "finished_at", "planned", "lost",
+                   "records_read", "rows_written", "dead_letters", "per_partition", "timings",
+                   "error", "exit_code", "host", "pid", "details")
+
+    def offset_rows(self) -> list[dict[str, Any]]:
+        """pipeline_offsets of this pipeline, with the run that last moved each offset."""
+        cur = self.execute(sql.SQL(
+            'SELECT o.topic, o."partition", o.next_offset, o.topic_id, o.updated_at, o.run_id, '
+            "r.kind, r.finished_at FROM {offsets} o LEFT JOIN {runs} r ON r.run_id = o.run_id "
+            'WHERE o.pipeline = %s ORDER BY o.topic, o."partition"').format(
+            offsets=self.t("pipeline_offsets"), runs=self.t("pipeline_runs")), (self.pipeline,))
+        names = ["topic", "partition", "next_offset", "topic_id", "updated_at", "run_id",
+                 "run_kind", "run_finished_at"]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def last_success(self, kind: str = "ingest") -> dict[str, Any] | None:
+        """The newest run of ``kind`` that succeeded (a noop counts: it found nothing new)."""
+        row = self.execute(sql.SQL(
+            "SELECT run_id, status, finished_at FROM {} WHERE pipeline = %s AND kind = %s "
+            "AND status IN ('succeeded', 'noop') ORDER BY run_id DESC LIMIT 1").format(
+            self.t("pipeline_runs")), (self.pipeline, kind)).fetchone()
+        return None if row is None else {"run_id": row[0], "status": row[1],
+                                         "finished_at": row[2]}
+
+    def list_runs(self, last: int = 20, status: str | None = None,
+                  kind: str | None = None) -> list[dict[str, Any]]:
+        """The newest ``last`` run rows (every column), optionally of one status and kind."""
+        where = [sql.SQL("pipeline = %s")]
+        params: list[Any] = [self.pipeline]
+        if status:
+            where.append(sql.SQL("status = %s"))
+            params.append(status)
+        if kind:
+            where.append(sql.SQL("kind = %s"))
+            params.append(kind)
+        cur = self.execute(sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY run_id DESC LIMIT %s")
+                           .format(sql.SQL(", ").join(map(sql.Identifier, self.RUN_COLUMNS)),
+                                   self.t("pipeline_runs"), sql.SQL(" AND ").join(where)),
+                           [*params, last])
+        return [dict(zip(self.RUN_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+
+    def lock_session(self, family: str) -> dict[str, Any] | None:
+        """The Postgres session holding this pipeline's ``family`` lock, if any."""
+        row = self.execute(
+            "SELECT a.pid, a.application_name, coalesce(host(a.client_addr) || ':' || "
+            "a.client_port, 'local socket'), a.backend_start, coalesce(a.state, 'unknown'), "
+            "a.state_change FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+            "AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid AND l.database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())",
+            (LOCK_CLASS, self.lock_key(family))).fetchone()
+        names = ["session_pid", "application", "client", "session_started", "state",
+                 "state_since"]
+        return None if row is None else dict(zip(names, row, strict=True))
+
+    def running_run(self, kinds: Sequence[str]) -> dict[str, Any] | None:
+        """The newest run of one of ``kinds`` still marked running."""
+        row = self.execute(
+            sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
+                    "AND status = 'running' AND kind = ANY(%s) ORDER BY run_id DESC LIMIT 1")
+            .format(self.t("pipeline_runs")), (self.pipeline, list(kinds))).fetchone()
+        names = ["run_id", "kind", "host", "pid", "started_at"]
+        return None if row is None else dict(zip(names, row, strict=True))
+
+    def end_session(self, session_pid: int) -> bool:
+        """Terminate a Postgres session (waits up to 10 s for it to go); False if it did not."""
+        return self.execute("SELECT pg_terminate_backend(%s, 10000)",
+                            (session_pid,)).fetchone()[0]
+
+    # ==== end of the operator commands' queries =========================================
+
 
 def _same_type(pg_type: str) -> str:
     """Postgres's own name of a type (format_type) and ours, made comparable."""

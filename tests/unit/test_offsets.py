@@ -197,3 +197,12 @@ def test_offsets_stored_before_topic_ids_were_are_not_compared():
 def test_one_stale_id_among_a_topics_partitions_is_enough_to_stop():
     with pytest.raises(DataError, match="belong to topic ID OLD"):
         check_topic_ids({"t": {"OLD", "NEW"}}, {"t": "NEW"})
+
+
+def test_the_one_dict_shape_of_a_range():
+    r = OffsetRange("t", 2, 10, 25)
+    assert r.as_dict() == {"topic": "t", "partition": 2, "from": 10, "until": 25, "offsets": 15}
+    # What run rows store (sql/002_runs.sql): no count.
+    assert r.as_dict(count=False) == {"topic": "t", "partition": 2, "from": 10, "until": 25}
+    [planned] = plan_ranges({("t", 2): 10}, [k("t", 2, 0, 25)]).partitions
+    assert planned.as_dict() == {**r.as_dict(), "stored": 10}

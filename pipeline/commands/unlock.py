@@ -1,5 +1,5 @@
-"""Who holds a pipeline's run lock, and ``pipeline unlock``: end that session only when the
-run behind it is really gone.
+"""``pipeline unlock``: who holds a pipeline's run lock; end that session only when the run
+behind it is really gone.
 
 The lock is a session advisory lock (store.Store.try_lock): it lasts as long as the
 connection of the run that took it. A driver that crashes closes that connection and
@@ -11,7 +11,6 @@ defaults on a connection opened by something else), and every run meanwhile exit
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
@@ -19,8 +18,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg import sql
-
+from pipeline.commands.args import add_command
+from pipeline.commands.output import print_json
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK, ConfigError, ConflictError
 
@@ -53,29 +52,15 @@ class LockHolder:
 
 def lock_holders(store) -> list[LockHolder]:
     """The sessions holding the pipeline's locks (ingest, backfill), with their runs."""
-    from pipeline.store import LOCK_CLASS
-
     holders = []
     for family in ("ingest", "backfill"):
-        row = store.execute(
-            "SELECT a.pid, a.application_name, coalesce(host(a.client_addr) || ':' || "
-            "a.client_port, 'local socket'), a.backend_start, coalesce(a.state, 'unknown'), "
-            "a.state_change FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
-            "AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid AND l.database = "
-            "(SELECT oid FROM pg_database WHERE datname = current_database())",
-            (LOCK_CLASS, store.lock_key(family))).fetchone()
-        if row is None or any(h.session_pid == row[0] for h in holders):
+        session = store.lock_session(family)
+        if session is None or any(h.session_pid == session["session_pid"] for h in holders):
             continue  # an 'offsets' change holds both: one holder
-        holder = LockHolder(*row, family=family)
-        kinds = list(store.FAMILIES[family] + store.FAMILIES["offsets"])
-        run = store.execute(
-            sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
-                    "AND status = 'running' AND kind = ANY(%s) ORDER BY run_id DESC LIMIT 1")
-            .format(store.t("pipeline_runs")), (store.pipeline, kinds)).fetchone()
-        if run is not None:
-            holder.run_id, holder.kind, holder.host, holder.pid, holder.run_started = run
-        holders.append(holder)
+        run = store.running_run(store.FAMILIES[family] + store.FAMILIES["offsets"]) or {}
+        holders.append(LockHolder(**session, family=family, run_id=run.get("run_id"),
+                                  kind=run.get("kind"), host=run.get("host"),
+                                  pid=run.get("pid"), run_started=run.get("started_at")))
     return holders
 
 
@@ -129,8 +114,7 @@ def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
                 refused.append(f"its {holder.family} lock stays: {why}")
                 continue
             try:
-                done = store.execute("SELECT pg_terminate_backend(%s, 10000)",
-                                     (holder.session_pid,)).fetchone()[0]
+                done = store.end_session(holder.session_pid)
             except Exception as e:  # noqa: BLE001 - a privilege is the usual cause
                 raise ConfigError(f"could not end Postgres session {holder.session_pid} "
                                   f"({str(e).strip().splitlines()[0]}): connect as its owner, "
@@ -156,9 +140,10 @@ def _out(args):
 
 
 def _report(args, doc: dict[str, Any], text: str) -> int:
-    from pipeline.ops import json_default
-
-    print(json.dumps(doc, default=json_default) if args.json else text)
+    if args.json:
+        print_json(doc)
+    else:
+        print(text)
     return EXIT_OK
 
 
@@ -179,12 +164,9 @@ examples:
 """
 
 
-def add_command(add) -> None:
-    from pipeline.ops import _epilog
-
-    p = add("unlock", "Show who holds the pipeline's run lock; end that session if its run "
-            "is gone.")
-    p.description, p.epilog = UNLOCK_HELP, _epilog(UNLOCK_EXAMPLES)
+def register(sub) -> None:
+    p = add_command(sub, "unlock", "Show who holds the pipeline's run lock; end that session "
+                    "if its run is gone.", UNLOCK_HELP, UNLOCK_EXAMPLES)
     p.add_argument("--force", action="store_true",
                    help="end the session even when its run cannot be checked from here")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")

@@ -1,0 +1,93 @@
+"""``pipeline run`` (the scheduled ingest) and ``pipeline init-db``; the run summary that
+``backfill`` prints too."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.commands.args import add_command
+from pipeline.commands.output import print_json, render_table
+from pipeline.errors import EXIT_OK
+
+RUN_HELP = ("Read every partition from its stored next offset up to the latest (or last "
+            "stable) offset and publish results + offsets in one transaction.")
+
+RUN_EXAMPLES = """\
+examples:
+  pipeline run --config conf/local.toml --dry-run     # print the plan, change nothing
+  pipeline run --config conf/local.toml --json        # one JSON summary on stdout
+  spark-submit --jars "$(ls .jars/spark/*.jar | paste -sd,)" \\
+      pipeline/submit.py run --config conf/local.toml
+"""
+
+INIT_DB_HELP = ("Create the pipeline's tables (idempotent: applies sql/*.sql in order, then "
+                "the results table).")
+
+INIT_DB_EXAMPLES = """\
+examples:
+  pipeline init-db --config conf/local.toml
+"""
+
+
+def cmd_run(args: argparse.Namespace, settings) -> int:
+    from pipeline.job import StopSignals, run_ingest
+
+    with StopSignals() as signals:
+        result = run_ingest(settings, dry_run=args.dry_run, signals=signals)
+    if args.json:
+        print_json(result.as_dict())
+    elif args.dry_run:
+        print_plan(result)
+    else:
+        print_summary(result)
+    return EXIT_OK
+
+
+def cmd_init_db(args: argparse.Namespace, settings) -> int:
+    from pipeline.store import Store
+
+    store = Store(settings)
+    try:
+        for name in store.init_db():
+            print(f"applied {name}")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def print_plan(result, out=None) -> None:
+    """A dry run: per partition the stored offset and the range a run would read."""
+    out = out or sys.stdout
+    print(render_table(["topic", "partition", "stored", "from", "until", "offsets"],
+                       [[p["topic"], p["partition"], p["stored"], p["from"], p["until"],
+                         p["offsets"]] for p in result.plan]), file=out)
+    total = sum(p["offsets"] for p in result.plan)
+    print(f"{len(result.plan)} partitions, {total} offsets to read", file=out)
+    for lost in result.lost:
+        print(f"LOST (skipped): {lost['topic']}[{lost['partition']}] "
+              f"[{lost['from']}, {lost['until']})", file=out)
+
+
+def print_summary(result, out=None) -> None:
+    """What a run (an ingest or a backfill) did, in a line and one per partition."""
+    out = out or sys.stdout
+    if result.status == "noop":
+        print(f"run {result.run_id}: nothing new to read", file=out)
+        return
+    print(f"run {result.run_id} ({result.kind}) {result.status}: {result.records_read} records, "
+          f"{result.rows_written} rows written, {result.dead_letters} dead letters, "
+          f"{result.timings.get('total', 0):.1f} s", file=out)
+    for tp, counts in result.per_partition.items():
+        print(f"  {tp}: {counts['rows']} rows, {counts['dead']} dead letters", file=out)
+
+
+def register(sub) -> None:
+    run = add_command(sub, "run", RUN_HELP, examples=RUN_EXAMPLES)
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the plan (partition, stored, from, until) and change nothing")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    run.set_defaults(handler=cmd_run)
+    init = add_command(sub, "init-db", INIT_DB_HELP, examples=INIT_DB_EXAMPLES)
+    init.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    init.set_defaults(handler=cmd_init_db)
