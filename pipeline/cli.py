@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pipeline import logs
 from pipeline.config import load_settings, secrets_of
 from pipeline.errors import EXIT_CODES, EXIT_INTERNAL, EXIT_OK, PipelineError
 
@@ -35,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and offsets commit in one transaction, so reruns never lose or duplicate a record.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--log-format", choices=logs.FORMATS, default=None,
+                        help="logs on stderr as text (default) or one JSON object per line "
+                        f"(env {logs.ENV_LOG_FORMAT})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -128,11 +132,10 @@ def scrub(message: str, secrets: Sequence[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        logs.setup(logs.resolve_format(args.log_format), verbose=args.verbose)
+    except PipelineError as e:
+        parser.error(e.message)
     secrets: list[str] = []
     try:
         settings = load_settings(args.config)
