@@ -111,11 +111,11 @@ def setup(fmt: str = "text", verbose: bool = False, stream: TextIO | None = None
 # JVM's stderr, opened again through /proc.
 
 
-def shareable_stream(pid: int, fd: int = 2) -> tuple[str, str]:
+def shareable_stream(pid: int, fd: int = 2, out_fd: int = 1) -> tuple[str, str]:
     """How to write to file descriptor ``fd`` of process ``pid``: ("open", path) when
     opening it again writes where that process writes (a terminal, a pipe, /dev/null, a
-    file opened for appending); ("merged", why) when its stdout and this ``fd`` are one
-    file (``> out 2>&1``: the merged output lands there anyway); ("no", why) otherwise."""
+    file opened for appending); ("merged", why) when that file is also its ``out_fd``
+    (``> out 2>&1``: the merged output lands there anyway); ("no", why) otherwise."""
     path = f"/proc/{pid}/fd/{fd}"
     try:
         st = os.stat(path)
@@ -125,7 +125,7 @@ def shareable_stream(pid: int, fd: int = 2) -> tuple[str, str]:
         return "no", "it is a socket (e.g. the journal)"
     if stat.S_ISREG(st.st_mode):
         try:
-            out = os.stat(f"/proc/{pid}/fd/1")
+            out = os.stat(f"/proc/{pid}/fd/{out_fd}")
         except OSError:
             out = None
         if out is not None and (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino):

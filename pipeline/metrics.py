@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, write_to_textfile
+from prometheus_client.exposition import basic_auth_handler, default_handler
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -108,17 +110,32 @@ def export(settings: Settings, outcome: RunOutcome) -> None:
                         extra={"event": "metrics.failed", "textfile": target.textfile,
                                "error": str(e)})
     if target.pushgateway:
+        url, handler = _gateway(target.pushgateway)
         try:
-            pushadd_to_gateway(target.pushgateway, job=JOB, registry=registry,
+            pushadd_to_gateway(url, job=JOB, registry=registry,
                                grouping_key={"pipeline": settings.name},
-                               timeout=PUSH_TIMEOUT_SECONDS)
-            log.debug("metrics pushed to %s", target.pushgateway,
-                      extra={"event": "metrics.pushed", "pushgateway": target.pushgateway})
+                               timeout=PUSH_TIMEOUT_SECONDS, handler=handler)
+            log.debug("metrics pushed to %s", url,
+                      extra={"event": "metrics.pushed", "pushgateway": url})
         except Exception as e:  # noqa: BLE001 - the run's outcome stands
             log.warning("could not push the run's metrics to %s (%s); the run is not affected",
-                        target.pushgateway, e,
-                        extra={"event": "metrics.failed", "pushgateway": target.pushgateway,
-                               "error": str(e)})
+                        url, e, extra={"event": "metrics.failed", "pushgateway": url,
+                                       "error": str(e)})
+
+
+def _gateway(url: str) -> tuple[str, Callable]:
+    """The Pushgateway's URL without credentials, and the handler that sends them (basic
+    auth) when the configured URL has some: urllib does not read them from a URL."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, default_handler
+    user, password = unquote(parts.username), unquote(parts.password or "")
+    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+    def handler(url, method, timeout, headers, data):
+        return basic_auth_handler(url, method, timeout, headers, data, user, password)
+
+    return bare, handler
 
 
 class _Carried:
