@@ -4,6 +4,8 @@ atomically and keeping what a failed run could not measure; [metrics] validated.
 from __future__ import annotations
 
 import os
+import re
+import tomllib
 
 import pytest
 from prometheus_client import generate_latest
@@ -12,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pipeline import metrics
 from pipeline.config import parse_settings, secrets_of
 from pipeline.errors import ConfigError
+from tests.helpers import ROOT
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -140,3 +143,19 @@ def test_a_pushgateway_password_is_a_secret_kept_out_of_messages(caplog):
     [warning] = [r for r in caplog.records if getattr(r, "event", None) == "metrics.failed"]
     assert "http://127.0.0.1:9" in warning.getMessage()
     assert "s3cret" not in warning.getMessage() + str(vars(warning))
+
+
+def load_settings_text(text: str):
+    return parse_settings(tomllib.loads(text), environ={})
+
+
+def test_the_metrics_table_documented_in_conf_local_toml_is_valid_when_uncommented():
+    text = (ROOT / "conf" / "local.toml").read_text()
+    head, _, tail = text.partition("# [metrics]")
+    uncommented = "[metrics]" + "".join(
+        "\n" + line[2:] for line in tail.splitlines() if re.match(r"# \w+ = ", line))
+
+    s = load_settings_text(head + uncommented)
+
+    assert s.metrics.textfile == "/var/lib/node_exporter/textfile/demo.prom"
+    assert s.metrics.pushgateway == "http://127.0.0.1:9091"
