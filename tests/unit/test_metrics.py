@@ -159,3 +159,16 @@ def test_the_metrics_table_documented_in_conf_local_toml_is_valid_when_uncomment
 
     assert s.metrics.textfile == "/var/lib/node_exporter/textfile/demo.prom"
     assert s.metrics.pushgateway == "http://127.0.0.1:9091"
+
+
+def test_the_lag_a_run_leaves_counts_from_its_planned_end_if_it_committed_else_its_start():
+    from pipeline.job import Seen
+    from pipeline.offsets import PartitionOffsets, plan_ranges
+
+    kafka = [PartitionOffsets("t", 0, 0, 100), PartitionOffsets("t", 1, 50, 60)]
+    seen = Seen(plan=plan_ranges({("t", 0): 10}, kafka, max_records_per_partition=30),
+                latest={("t", 0): 100, ("t", 1): 60})
+
+    assert seen.lag(committed=True) == {("t", 0): 60, ("t", 1): 0}  # read [10, 40), [50, 60)
+    assert seen.lag(committed=False) == {("t", 0): 90, ("t", 1): 10}
+    assert Seen().lag(committed=False) is None  # failed before planning: not measured
