@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from pipeline import logs
 from pipeline.commands import backfill, lag, offsets, run, runs, unlock
 from pipeline.commands.args import CommandParser, epilog
 from pipeline.config import load_settings, secrets_of
@@ -37,6 +38,9 @@ def build_parser() -> CommandParser:
         "and offsets commit in one transaction, so reruns never lose or duplicate a record.",
         epilog=epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--log-format", choices=logs.FORMATS, default=None,
+                        help="logs on stderr as text (default) or one JSON object per line "
+                        f"(env {logs.ENV_LOG_FORMAT})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
@@ -51,12 +55,12 @@ def scrub(message: str, secrets: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        logs.setup(logs.resolve_format(args.log_format), verbose=args.verbose)
+    except PipelineError as e:
+        parser.error(e.message)
     secrets: list[str] = []
     try:
         settings = load_settings(args.config)

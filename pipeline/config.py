@@ -96,6 +96,13 @@ class SparkSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """Where a run's Prometheus metrics go (pipeline/metrics.py); neither = nowhere."""
+    textfile: str | None = None  # for node_exporter's textfile collector (*.prom)
+    pushgateway: str | None = None  # http(s)://host:port of a Pushgateway
+
+
+@dataclass(frozen=True)
 class Settings:
     name: str
     kafka: KafkaSettings
@@ -109,6 +116,7 @@ class Settings:
     # that streams results lasts as long as Spark's read.
     lock_timeout_seconds: float = 60.0
     statement_timeout_seconds: float = 0.0
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def redacted(self) -> dict[str, Any]:
         """What may be printed or stored: no password, no SASL secret."""
@@ -147,6 +155,8 @@ def secrets_of(settings: Settings) -> list[str]:
     pw = urlsplit(settings.database_url).password  # as written (percent-encoded)
     if pw:
         out += [pw, make_url(settings.database_url).password]
+    if settings.metrics.pushgateway and urlsplit(settings.metrics.pushgateway).password:
+        out.append(urlsplit(settings.metrics.pushgateway).password)
     return out
 
 
@@ -161,6 +171,7 @@ _SECTIONS: dict[str, set[str]] = {
     "database": {"url", "schema", "lock_timeout_seconds", "statement_timeout_seconds"},
     "sink": {"format", "table", "max_bad_records", "transform", "columns"},
     "spark": {"master", "min_partitions", "conf"},
+    "metrics": {"textfile", "pushgateway"},
 }
 
 
@@ -334,7 +345,23 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         min_partitions=_get(sp, "spark", "min_partitions", int, 0),
         conf={ck: str(cv) for ck, cv in spark_conf.items()},
     )
-    return Settings(name, kafka, url, schema, sink, spark, source, **timeouts)
+    return Settings(name, kafka, url, schema, sink, spark, source, **timeouts,
+                    metrics=_metrics(doc.get("metrics", {}), env))
+
+
+def _metrics(m: dict[str, Any], env: dict[str, str]) -> MetricsSettings:
+    textfile = _get(m, "metrics", "textfile", str, None)
+    if textfile is not None and not textfile.endswith(".prom"):
+        raise ConfigError(f"'metrics.textfile' = {textfile!r}: node_exporter's textfile "
+                          "collector reads only *.prom files; end the name in .prom")
+    gateway = _get(m, "metrics", "pushgateway", str, None)
+    if gateway is not None:
+        gateway = _expand_env(gateway, "metrics.pushgateway", env)
+        parts = urlsplit(gateway)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"'metrics.pushgateway' = {gateway!r}: write the Pushgateway's "
+                              "URL as http://host:9091")
+    return MetricsSettings(textfile, gateway)
 
 
 def load_settings(path: str | Path, environ: dict[str, str] | None = None) -> Settings:

@@ -16,12 +16,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline import faults
-from pipeline.config import Settings
+from pipeline import faults, logs, metrics
+from pipeline.config import Settings, secrets_of
 from pipeline.encode import binary_rows
-from pipeline.errors import ConfigError, DataError, PipelineError, Terminated, TransientError
+from pipeline.errors import (
+    EXIT_INTERNAL,
+    ConfigError,
+    DataError,
+    PipelineError,
+    Terminated,
+    TransientError,
+)
 from pipeline.kafka_meta import KafkaMeta
-from pipeline.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
+from pipeline.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.publish import Publisher
 from pipeline.store import DEAD_LETTER_TYPES, Store, result_columns
 
@@ -60,6 +67,29 @@ class Timer:
         return {**self.stages, "total": round(time.monotonic() - self.t0, 3)}
 
 
+@dataclass
+class Seen:
+    """What a run learnt as it went, for its last log record and its metrics (a run that
+    fails has no RunResult)."""
+    run_id: int | None = None
+    plan: Plan | None = None
+    latest: dict[tuple[str, int], int] = field(default_factory=dict)
+    result: RunResult | None = None
+
+    def started(self, run_id: int) -> None:
+        self.run_id = run_id
+        logs.bind(run_id=run_id)
+
+    def lag(self, committed: bool) -> dict[tuple[str, int], int] | None:
+        """Per partition, what Kafka held (when the run planned) beyond the next offset to
+        read after the run: the planned end if it committed, else the planned start."""
+        if self.plan is None:
+            return None
+        return {p.range.tp: max(0, self.latest.get(p.range.tp, 0) - (
+                    p.range.until_offset if committed else p.range.from_offset))
+                for p in self.plan.partitions}
+
+
 class StopSignals:
     """SIGTERM/SIGINT: cancel Spark jobs and unwind (everything uncommitted rolls back),
     except inside the publishing transaction, where the COMMIT or ROLLBACK finishes first."""
@@ -89,9 +119,11 @@ class StopSignals:
         self.received = signum
         name = signal.Signals(signum).name
         if self.critical:
-            log.warning("%s received during the publishing transaction: letting it finish", name)
+            log.warning("%s received during the publishing transaction: letting it finish", name,
+                        extra={"event": "signal", "signal": name, "publishing": True})
             return
-        log.warning("%s received: cancelling Spark jobs and rolling back", name)
+        log.warning("%s received: cancelling Spark jobs and rolling back", name,
+                    extra={"event": "signal", "signal": name, "publishing": False})
         if self.sc is not None:
             # From another thread: this handler usually interrupts the main thread inside a
             # py4j call, and re-entering that thread's py4j connection fails.
@@ -156,10 +188,64 @@ def describe(ranges: Sequence[OffsetRange]) -> str:
     return ", ".join(str(r) for r in ranges) or "nothing"
 
 
+@contextmanager
+def reported(settings: Settings, kind: str, timer: Timer, seen: Seen, *,
+             export_metrics: bool, dry_run: bool = False) -> Iterator[None]:
+    """A run's first and last log records (run.start, then run.done or run.failed), and
+    its metrics when asked: after the outcome is final, so exporting cannot change it."""
+    logs.bind(pipeline=settings.name, run_id=None)
+    log.info("%s run of pipeline %s%s", kind, settings.name, " (dry run)" if dry_run else "",
+             extra={"event": "run.start", "kind": kind, "dry_run": dry_run})
+    try:
+        try:
+            yield
+        except BaseException as e:
+            code = getattr(e, "exit_code", EXIT_INTERNAL)
+            timings = timer.as_dict()
+            error = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+            for secret in secrets_of(settings):
+                error = error.replace(secret, "***")
+            log.warning("run %s (%s) failed with exit code %d after %.1f s",
+                        seen.run_id or "-", kind, code, timings["total"],
+                        extra={"event": "run.failed", "kind": kind, "exit_code": code,
+                               "error": error[:2000], "duration": timings["total"],
+                               "timings": timings})
+            if export_metrics:
+                metrics.export(settings, metrics.RunOutcome(
+                    kind, "failed", code, seen.run_id, timings=timings,
+                    lag=seen.lag(committed=False)))
+            raise
+        result = seen.result
+        if result is None or result.status == "planned":
+            return
+        total = result.timings.get("total", 0.0)
+        log.info("run %s (%s) %s in %.1f s", result.run_id, kind, result.status, total,
+                 extra={"event": "run.done", "kind": kind, "status": result.status,
+                        "records": result.records_read, "rows": result.rows_written,
+                        "dead_letters": result.dead_letters, "duration": total,
+                        "timings": result.timings})
+        if export_metrics:
+            metrics.export(settings, metrics.RunOutcome(
+                kind, result.status, 0, result.run_id, result.records_read,
+                result.rows_written, result.dead_letters, result.timings,
+                seen.lag(committed=True)))
+    finally:
+        logs.bind(pipeline=None, run_id=None)
+
+
 def run_ingest(settings: Settings, *, dry_run: bool = False,
                signals: StopSignals | None = None) -> RunResult:
-    """The scheduled run: read every partition from its stored next offset."""
-    timer = Timer()
+    """The scheduled run: read every partition from its stored next offset. It exports
+    its metrics ([metrics]), whatever its outcome; a dry run does not."""
+    timer, seen = Timer(), Seen()
+    with reported(settings, "ingest", timer, seen, export_metrics=not dry_run,
+                  dry_run=dry_run):
+        seen.result = _ingest(settings, dry_run, signals, timer, seen)
+    return seen.result
+
+
+def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, timer: Timer,
+            seen: Seen) -> RunResult:
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
     try:
@@ -170,6 +256,7 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
             store.abandon_stale_runs()
         stored = store.load_offsets(settings.kafka.topics)
         kafka = meta.topic_offsets(settings.kafka.topics)
+        seen.latest = {(k.topic, k.partition): k.latest for k in kafka}
         plan = plan_ranges(
             stored, kafka, stored_topic_ids=store.load_topic_ids(settings.kafka.topics),
             starting_offsets=settings.kafka.starting_offsets,
@@ -177,21 +264,27 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
             max_records_per_run=settings.kafka.max_records_per_run,
             on_data_loss=settings.kafka.on_data_loss)
         timer.lap("plan")
+        seen.plan = plan
         planned = [p.as_dict() for p in plan.partitions]
         lost = [r.as_dict() for r in plan.lost_ranges]
-        log.info("plan: %s", describe(plan.ranges))
+        log.info("plan: %s", describe(plan.ranges),
+                 extra={"event": "plan", "ranges": [r.as_dict() for r in plan.ranges],
+                        "partitions": len(plan.partitions), "offsets": plan.offset_span,
+                        "duration": timer.stages["plan"]})
         for gap in plan.lost_ranges:
             log.warning("data loss skipped (on_data_loss=skip): %s was deleted before it was read",
-                        gap)
+                        gap, extra={"event": "plan.data_loss_skipped", **gap.as_dict()})
         faults.inject("after_plan")
         if dry_run:
             return RunResult("ingest", "planned", None, planned, lost)
         if plan.is_empty:
             # Nothing to read, no offset to move: no Spark, no write transaction.
             run_id = store.record_noop("ingest", plan.partitions, timer.as_dict())
-            log.info("run %s: nothing new to read", run_id)
+            seen.started(run_id)
+            log.info("run %s: nothing new to read", run_id, extra={"event": "run.noop"})
             return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
         run_id = store.start_run("ingest", plan.partitions, {"topic_ids": plan.topic_ids})
+        seen.started(run_id)
         result = execute_ranges(settings, store, meta, run_id, "ingest", plan.ranges,
                                 plan.offset_updates, timer, signals, topic_ids=plan.topic_ids)
         result.plan, result.lost = planned, lost
@@ -205,11 +298,21 @@ def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess
                  ) -> RunResult:
     """Re-read explicit ranges; results are written idempotently (or replaced with
     reprocess); the stored offsets do not move. ``requested``: what the operator asked
-    for (offsets or times), kept in the run row's details."""
-    timer = Timer()
+    for (offsets or times), kept in the run row's details. No metrics: they describe the
+    scheduled ingest (a backfill is in pipeline_runs)."""
+    timer, seen = Timer(), Seen()
+    kind = "reprocess" if reprocess else "backfill"
+    with reported(settings, kind, timer, seen, export_metrics=False):
+        seen.result = _backfill(settings, ranges, kind, signals, requested, timer, seen)
+    return seen.result
+
+
+def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
+              signals: StopSignals | None, requested: dict | None, timer: Timer,
+              seen: Seen) -> RunResult:
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
-    kind = "reprocess" if reprocess else "backfill"
+    reprocess = kind == "reprocess"
     try:
         store.check_schema()
         store.check_results_table()
@@ -223,6 +326,7 @@ def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess
         timer.lap("plan")
         details = {"topic_ids": topic_ids, **({"requested": requested} if requested else {})}
         run_id = store.start_run(kind, ranges, details)
+        seen.started(run_id)
         return execute_ranges(settings, store, meta, run_id, kind, ranges, [], timer, signals,
                               overwrite=reprocess, topic_ids=topic_ids)
     finally:
@@ -243,6 +347,8 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
             sc = start_spark(settings)
             signals.sc = sc
             timer.lap("spark_start")
+            log.info("Spark started in %.1f s", timer.stages["spark_start"],
+                     extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
         binary = not settings.sink.transform and binary_rows(settings.sink.format)
         with Publisher(store, run_id, kind, ranges, overwrite=overwrite,
                        binary=binary) as publisher:
@@ -251,7 +357,16 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
                            publisher.take, signals)
                 timer.lap("read_and_stage")
             # What one attempt of each task staged: a retried task is not counted twice.
-            staged_dead = sum(v["dead"] for v in publisher.staged().values())
+            staged = publisher.staged()
+            staged_dead = sum(v["dead"] for v in staged.values())
+            if sc is not None:
+                records = sum(v["rows"] + v["dead"] for v in staged.values())
+                log.info("read and staged %d records of %s in %.1f s", records,
+                         describe(ranges), timer.stages["read_and_stage"],
+                         extra={"event": "read.done", "records": records,
+                                "dead_letters": staged_dead, "tasks": len(publisher.parts),
+                                "ranges": [r.as_dict() for r in ranges],
+                                "duration": timer.stages["read_and_stage"]})
             limit = settings.sink.max_bad_records
             if limit >= 0 and staged_dead > limit:
                 raise DataError(
@@ -270,7 +385,14 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
                  run_id, kind, published["rows_written"], published["dead_letters"],
                  published["records_read"],
                  ", ".join(f"{u.range.topic}[{u.range.partition}] -> {u.range.until_offset}"
-                           for u in offset_updates) or "unchanged")
+                           for u in offset_updates) or "unchanged",
+                 extra={"event": "publish.done", "records": published["records_read"],
+                        "rows": published["rows_written"],
+                        "dead_letters": published["dead_letters"],
+                        "offsets": [{"topic": u.range.topic, "partition": u.range.partition,
+                                     "from": u.range.from_offset,
+                                     "until": u.range.until_offset} for u in offset_updates],
+                        "duration": timer.stages["publish"]})
     except BaseException as caught:
         e = signals.stop_error(caught)
         try:
@@ -387,7 +509,9 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     columns = tuple((c.name, c.type, c.required) for c in settings.sink.columns)
     stager = range_stager(store.url, settings.schema, store.staging_name(run_id), reader,
                           k.timeout_seconds, (settings.sink.format, columns, run_id))
-    log.info("run %s: %d read tasks for %s", run_id, len(pieces), describe(ranges))
+    log.info("run %s: %d read tasks for %s", run_id, len(pieces), describe(ranges),
+             extra={"event": "read.start", "tasks": len(pieces),
+                    "ranges": [r.as_dict() for r in ranges]})
     sc.parallelize(pieces, len(pieces)).mapPartitions(stager).collect()
 
 

@@ -155,7 +155,9 @@ class KafkaMeta:
                           for tp in f.result().topic_partitions if tp.error is not None]
                 if failed:
                     raise RuntimeError("; ".join(failed))
-            log.info("mirrored %d offsets to consumer group %s", len(offsets), group)
+            log.info("mirrored %d offsets to consumer group %s", len(offsets), group,
+                     extra={"event": "mirror.done", "group": group, "offsets": len(offsets)})
         except Exception as e:  # noqa: BLE001 - best effort by design
             log.warning("could not mirror offsets to consumer group %s: %s "
-                        "(Postgres stays the source of truth; lag tools may be stale)", group, e)
+                        "(Postgres stays the source of truth; lag tools may be stale)", group, e,
+                        extra={"event": "mirror.failed", "group": group, "error": str(e)})

@@ -66,6 +66,10 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         "spark.log.level": "WARN",  # also under spark-submit, whose JVM is up already
         # A Python worker that crashes leaves its traceback in the error (no cost until then).
         "spark.python.worker.faulthandler.enabled": "true",
+        # The progress bar redraws a line with carriage returns: on a terminal it shows
+        # progress, in a log file or a pipe it is noise. The JVM writes it to its stderr,
+        # which is ours (under spark-submit, ours once submit.py pointed it there).
+        "spark.ui.showConsoleProgress": "true" if os.isatty(2) else "false",
     }
     if local:
         # One machine: nothing outside it needs to reach the driver, so never bind to an

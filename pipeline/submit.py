@@ -17,6 +17,8 @@ if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
     sys.path[0] = str(HERE.parent)
 
 from pipeline.cli import main  # noqa: E402
+from pipeline.logs import route_stderr_past_spark_submit  # noqa: E402
+from pipeline.spark import submitted  # noqa: E402
 
 
 def stop_when_orphaned(interval: float = 1.0) -> None:
@@ -35,4 +37,8 @@ def stop_when_orphaned(interval: float = 1.0) -> None:
 
 if __name__ == "__main__":
     stop_when_orphaned()
+    if submitted():
+        # spark-submit merges our stderr into its stdout: logs and the error line would mix
+        # with the --json document there. Write them to spark-submit's own stderr instead.
+        route_stderr_past_spark_submit()
     sys.exit(main())
