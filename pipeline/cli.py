@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pipeline.config import load_settings, secrets_of
+from pipeline.config import MASK_LOGS, load_settings, mask
 from pipeline.errors import EXIT_CODES, EXIT_INTERNAL, EXIT_OK, PipelineError
 
 log = logging.getLogger("pipeline")
@@ -118,13 +118,6 @@ def cmd_init_db(args, settings) -> int:
 COMMANDS = {"run": cmd_run, "init-db": cmd_init_db}
 
 
-def scrub(message: str, secrets: Sequence[str]) -> str:
-    for s in secrets:
-        if s:
-            message = message.replace(s, "***")
-    return message
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -133,18 +126,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    secrets: list[str] = []
+    logging.getLogger().handlers[0].addFilter(MASK_LOGS)
     try:
         settings = load_settings(args.config)
-        secrets = secrets_of(settings)
         handler = COMMANDS.get(args.command) or args.handler
         return handler(args, settings)
     except PipelineError as e:
-        print(f"error: {scrub(e.message, secrets)}", file=sys.stderr)
+        print(f"error: {mask(e.message)}", file=sys.stderr)
         return e.exit_code
     except Exception as e:  # noqa: BLE001 - the last line of defence prints one line
         log.debug("internal error", exc_info=True)
-        first = scrub(str(e).strip().splitlines()[0] if str(e).strip() else "", secrets)
+        first = mask(str(e).strip().splitlines()[0] if str(e).strip() else "")
         print(f"error: internal error ({type(e).__name__}: {first[:500]}); nothing committed; "
               "rerun with -v for the traceback and report it", file=sys.stderr)
         return EXIT_INTERNAL
