@@ -436,7 +436,7 @@ _KAFKA_REFUSED = re.compile(
     r"|TopicAuthorization|GroupAuthorization|ClusterAuthorization)Exception: [^\n]*")
 _SPARK_DATA_LOSS = re.compile(r"Could not read records in offset \[\d+, \d+\) for topic "
                               r"partition \S+")
-_RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT): ([^\n]*)")
+_RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT|CONFIG): ([^\n]*)")
 _KAFKA_CONFIG = re.compile(r"ConfigException: Invalid value (.*?) for configuration "
                            r"([\w.]+)(?::[ ]?([^\n]*))?")
 # On executors: the job's Python or one of its modules is not there (a cluster whose workers
@@ -464,7 +464,8 @@ def classify_spark_error(e: Exception, settings: Settings,
     text = str(e)
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
     if m := _RANGE_READ.search(text):
-        return (TransientError if m.group(1) == "TRANSIENT" else DataError)(m.group(2)[:600])
+        kind = {"TRANSIENT": TransientError, "CONFIG": ConfigError}.get(m.group(1), DataError)
+        return kind(m.group(2)[:600])
     if m := _KAFKA_REFUSED.search(text):
         return kafka_refused_by_spark(settings, m.group(1), m.group(0))
     if m := _SPARK_DATA_LOSS.search(text):

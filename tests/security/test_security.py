@@ -195,3 +195,47 @@ def test_a_topic_the_user_may_not_read_is_one_config_error(secure, forbidden_top
                             f"'pipeline' (SCRAM-SHA-512) to describe topic '{forbidden_topic}'"
                             ), error
     assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
+
+
+def test_a_wrong_password_in_sparks_jaas_line_alone_is_one_config_error(secure):
+    """librdkafka (the driver's metadata) logs in, Spark's Java client (a transform's read)
+    does not: refused inside a Spark task, classified, recorded in the run row masked."""
+    name = unique("pipeline_sec")
+    secure.init(name)
+    config = secure.config(name, transform="tests.integration.transforms.orders:identity")
+    text = open(config).read()
+    jaas = 'password=\\"${KAFKA_SASL_PASSWORD}\\"'
+    assert jaas in text
+    open(config, "w").write(text.replace(jaas, 'password=\\"${WRONG_JAAS_PASSWORD}\\"'))
+    started = time.monotonic()
+
+    r = secure.run(config, WRONG_JAAS_PASSWORD="pipeline")
+
+    error = one_error(r)
+    assert time.monotonic() - started < 120
+    assert error.startswith(f"error: Kafka at {secure.bootstrap} refused Spark's Kafka client "
+                            "(org.apache.kafka.common.errors.SaslAuthenticationException"), error
+    assert "sasl.jaas.config in [kafka.spark_consumer]" in error
+    [(status, exit_code, stored)] = query(f"SELECT status, exit_code, error FROM {SCHEMA}."
+                                          "pipeline_runs WHERE pipeline = %s", (name,))
+    assert (status, exit_code) == ("failed", EXIT_CONFIG) and "refused Spark's" in stored
+    assert query(f"SELECT count(*) FROM {SCHEMA}.{name}") == [(0,)]
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
+
+
+def test_a_consumer_group_the_user_may_not_use_is_one_config_error(secure):
+    """The executors' readers look up the group '<pipeline name>-reader': a pipeline named
+    outside the ACLs' pipeline_* is refused inside its Spark tasks, not retried."""
+    name = unique("sec_noacl")
+    secure.init(name)
+    started = time.monotonic()
+
+    r = secure.run(secure.config(name))
+
+    error = one_error(r)
+    assert time.monotonic() - started < 60
+    assert f"error: Kafka at {secure.bootstrap} refused the reader of {secure.topic}[" in error
+    assert f"consumer group '{name}-reader'): " in error and "Group authorization" in error
+    assert query(f"SELECT status, exit_code FROM {SCHEMA}.pipeline_runs WHERE pipeline = %s",
+                 (name,)) == [("failed", EXIT_CONFIG)]
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
