@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import wait
 from dataclasses import replace
 
 from confluent_kafka import (
@@ -60,8 +61,10 @@ class KafkaMeta:
         refused login or certificate is reported at once (librdkafka would otherwise retry
         until the request times out, and the timeout would look like an outage)."""
         deadline = time.monotonic() + self.timeout + 5
-        while not all(f.done() for f in futures.values()) and time.monotonic() < deadline:
-            self.admin.poll(0.05)
+        pending = list(futures.values())
+        # Returns as soon as the futures are done (a no-op run makes three such calls).
+        while wait(pending, timeout=0.05).not_done and time.monotonic() < deadline:
+            self.admin.poll(0)
             self._raise_if_refused()
         self.admin.poll(0)
         self._raise_if_refused()
