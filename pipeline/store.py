@@ -67,10 +67,16 @@ def _connect_error(url: str, e: Exception, connecting: bool = False) -> Pipeline
         user = make_url(url).username or "the default user"
         detail = " ".join(str(e).split())
         detail = detail[detail.find("FATAL:"):] if "FATAL:" in detail else detail
-        return ConfigError(
-            f"Postgres at {redact_url(url)} refused role '{user}': {detail[:300]}; fix the "
-            "password, sslmode / sslrootcert in database.url (or PIPELINE_DATABASE_URL) or "
-            "the server's pg_hba.conf and role; not retried")
+        text = str(e).lower()
+        fix = ("point sslrootcert in database.url at the CA that signed the server's "
+               "certificate (verify-full also checks its host name)"
+               if "certificate" in text or "ssl" in text and "pg_hba" not in text else
+               "connect as the server's pg_hba.conf allows this role (e.g. sslmode=verify-full"
+               " for a hostssl-only role) or change pg_hba.conf" if "pg_hba" in text else
+               f"fix the password of '{user}' in database.url / PIPELINE_DATABASE_URL (or "
+               "ALTER ROLE ... PASSWORD on the server)")
+        return ConfigError(f"Postgres at {redact_url(url)} refused role '{user}': "
+                           f"{detail[:300]}; {fix}; not retried")
     return TransientError(f"Postgres unreachable at {redact_url(url)} ({first}); "
                           "check the server and database.url / PIPELINE_DATABASE_URL, then retry")
 
