@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pipeline import logs
 from pipeline.commands import backfill, lag, offsets, run, runs, unlock
 from pipeline.commands.args import CommandParser, epilog
-from pipeline.config import load_settings, secrets_of
+from pipeline.config import MASK_LOGS, load_settings, mask
 from pipeline.errors import EXIT_INTERNAL, PipelineError
 
 log = logging.getLogger("pipeline")
@@ -47,11 +47,6 @@ def build_parser() -> CommandParser:
     return parser
 
 
-def scrub(message: str, secrets: Sequence[str]) -> str:
-    for s in secrets:
-        if s:
-            message = message.replace(s, "***")
-    return message
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,17 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.setup(logs.resolve_format(args.log_format), verbose=args.verbose)
     except PipelineError as e:
         parser.error(e.message)
-    secrets: list[str] = []
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(MASK_LOGS)  # secrets never reach a log line, whatever the format
     try:
         settings = load_settings(args.config)
-        secrets = secrets_of(settings)
         return args.handler(args, settings)
     except PipelineError as e:
-        print(f"error: {scrub(e.message, secrets)}", file=sys.stderr)
+        print(f"error: {mask(e.message)}", file=sys.stderr)
         return e.exit_code
     except Exception as e:  # noqa: BLE001 - the last line of defence prints one line
         log.debug("internal error", exc_info=True)
-        first = scrub(str(e).strip().splitlines()[0] if str(e).strip() else "", secrets)
+        first = mask(str(e).strip().splitlines()[0] if str(e).strip() else "")
         print(f"error: internal error ({type(e).__name__}: {first[:500]}); nothing committed; "
               "rerun with -v for the traceback and report it", file=sys.stderr)
         return EXIT_INTERNAL

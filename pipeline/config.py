@@ -5,6 +5,7 @@ Every problem is a one-line ConfigError naming the key and what to write instead
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tomllib
@@ -147,17 +148,45 @@ def redact_settings(settings: dict[str, str]) -> dict[str, str]:
     return {k: ("***" if SECRET_KEY.search(k) else v) for k, v in settings.items()}
 
 
-def secrets_of(settings: Settings) -> list[str]:
-    """Every secret value, so that error messages can be scrubbed of them."""
-    k = settings.kafka
-    out = [v for table in (k.consumer, k.spark_consumer, k.admin_client)
-           for key, v in table.items() if SECRET_KEY.search(key) and v]
-    pw = urlsplit(settings.database_url).password  # as written (percent-encoded)
-    if pw:
-        out += [pw, make_url(settings.database_url).password]
-    if settings.metrics.pushgateway and urlsplit(settings.metrics.pushgateway).password:
-        out.append(urlsplit(settings.metrics.pushgateway).password)
-    return out
+# Masking by structure, not by the secret's text (a password may be a common word that
+# also appears in the message): a URL's password field, the value after a secret key
+# ("sasl.password = ...", "'ssl.key.password': '...'"), and password= in a libpq conninfo
+# or a JAAS line.
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/?#'\"]+")
+_SECRET_VALUE = re.compile(
+    r"(?P<key>[\w.-]*(?:password|secret|token|sasl\.jaas\.config|credentials)[\w.-]*)"
+    r"(?P<sep>(?:[\"']\s*[:=]|\s*=)\s*)"
+    r"(?P<value>\\\"(?:(?!\\\").)*\\\"|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[^\s,;)}\]]+)",
+    re.I)
+
+
+def mask(text: str) -> str:
+    """``text`` with every secret it carries, by its place in the text, shown as ***."""
+    def url(m: re.Match) -> str:
+        # The authority ends at the first / ? #; its user info at the last @ (as urlsplit).
+        head, at, host = m.group(0).rpartition("@")
+        scheme, _, userinfo = head.partition("://")
+        if not at or ":" not in userinfo:
+            return m.group(0)
+        return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+    def value(m: re.Match) -> str:
+        v = m.group("value")
+        quote = v[:2] if v.startswith('\\"') else v[:1] if v[:1] in "'\"" else ""
+        return f"{m.group('key')}{m.group('sep')}{quote}***{quote}"
+
+    return _SECRET_VALUE.sub(value, _URL.sub(url, text))
+
+
+class MaskingFilter(logging.Filter):
+    """Log records pass through mask() (install on a handler)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = mask(record.getMessage()), ()
+        return True
+
+
+MASK_LOGS = MaskingFilter()  # one instance: adding it twice to a handler is a no-op
 
 
 # ---- parsing ------------------------------------------------------------------------------
@@ -296,7 +325,9 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     )
 
     d = doc.get("database", {})
-    url = env.get(ENV_DATABASE_URL) or _get(d, "database", "url", str)
+    # ${VAR} as in the client tables: the password (percent-encoded) stays out of the file.
+    url = env.get(ENV_DATABASE_URL) or _expand_env(_get(d, "database", "url", str),
+                                                   "database.url", env)
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(
             "'database.url' must be a postgresql:// URL (or set PIPELINE_DATABASE_URL)")

@@ -25,10 +25,21 @@ BATCH = 10_000  # messages per consume() call: one Python call per batch, not pe
 
 class RangeReadError(RuntimeError):
     """Raised inside a Spark task; the driver turns it into its one-line error (the marker
-    and the transient flag survive Spark's exception text)."""
+    and the transient flag survive Spark's exception text). ``config``: refused by the
+    broker (credentials, certificate, ACLs), which no retry fixes."""
 
-    def __init__(self, message: str, transient: bool):
-        super().__init__(f"{'TRANSIENT' if transient else 'PERMANENT'}: {message}")
+    def __init__(self, message: str, transient: bool, config: bool = False):
+        kind = "CONFIG" if config else "TRANSIENT" if transient else "PERMANENT"
+        super().__init__(f"{kind}: {message}")
+
+
+def _refused(err) -> bool:
+    """The broker refused this reader: its login, its certificate, or an ACL."""
+    from confluent_kafka import KafkaError
+
+    return err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL,
+                          KafkaError.GROUP_AUTHORIZATION_FAILED,
+                          KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
 
 def reader_config(client_config: dict[str, str], isolation_level: str, group: str) -> dict:
@@ -101,6 +112,15 @@ def read_range(config: dict, r: OffsetRange, timeout_seconds: float,
                             f"{r}: offset {next_offset} is no longer in Kafka (deleted by "
                             "retention while the run read it); nothing committed - the next "
                             "run applies kafka.on_data_loss", True)
+                    if _refused(err):
+                        group = config.get("group.id")
+                        raise RangeReadError(
+                            f"Kafka at {config.get('bootstrap.servers')} refused the reader of "
+                            f"{r} (user '{config.get('sasl.username', '-')}', consumer group "
+                            f"'{group}'): {err.str()}; grant the user Describe and Read on "
+                            f"the topic and on the group '{group}' (it only looks the group "
+                            "up, never commits), or fix its credentials; nothing committed",
+                            False, config=True)
                     if err.fatal() or not err.retriable():
                         raise RangeReadError(f"{r}: Kafka error at offset {next_offset}: "
                                              f"{err.str()}", not err.fatal())

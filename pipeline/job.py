@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline import faults, logs, metrics
-from pipeline.config import Settings, secrets_of
+from pipeline.config import Settings, mask
 from pipeline.encode import binary_rows
 from pipeline.errors import (
     EXIT_INTERNAL,
@@ -202,9 +202,7 @@ def reported(settings: Settings, kind: str, timer: Timer, seen: Seen, *,
         except BaseException as e:
             code = getattr(e, "exit_code", EXIT_INTERNAL)
             timings = timer.as_dict()
-            error = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
-            for secret in secrets_of(settings):
-                error = error.replace(secret, "***")
+            error = mask(getattr(e, "message", None) or f"{type(e).__name__}: {e}")
             log.warning("run %s (%s) failed with exit code %d after %.1f s",
                         seen.run_id or "-", kind, code, timings["total"],
                         extra={"event": "run.failed", "kind": kind, "exit_code": code,
@@ -555,9 +553,13 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
 _KAFKA_UNREACHABLE = re.compile(
     r"org\.apache\.kafka\.common\.errors\.(?:Timeout|Disconnect|Network|LeaderNotAvailable"
     r"|NotLeaderOrFollower)Exception: [^\n]*")
+# Spark's Java client refused by the broker: credentials, certificate or ACLs (permanent).
+_KAFKA_REFUSED = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.(SaslAuthentication|SslAuthentication"
+    r"|TopicAuthorization|GroupAuthorization|ClusterAuthorization)Exception: [^\n]*")
 _SPARK_DATA_LOSS = re.compile(r"Could not read records in offset \[\d+, \d+\) for topic "
                               r"partition \S+")
-_RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT): ([^\n]*)")
+_RANGE_READ = re.compile(r"RangeReadError: (TRANSIENT|PERMANENT|CONFIG): ([^\n]*)")
 _KAFKA_CONFIG = re.compile(r"ConfigException: Invalid value (.*?) for configuration "
                            r"([\w.]+)(?::[ ]?([^\n]*))?")
 # On executors: the job's Python or one of its modules is not there (a cluster whose workers
@@ -585,7 +587,10 @@ def classify_spark_error(e: Exception, settings: Settings,
     text = str(e)
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
     if m := _RANGE_READ.search(text):
-        return (TransientError if m.group(1) == "TRANSIENT" else DataError)(m.group(2)[:600])
+        kind = {"TRANSIENT": TransientError, "CONFIG": ConfigError}.get(m.group(1), DataError)
+        return kind(m.group(2)[:600])
+    if m := _KAFKA_REFUSED.search(text):
+        return kafka_refused_by_spark(settings, m.group(1), m.group(0))
     if m := _SPARK_DATA_LOSS.search(text):
         return explain_data_loss(settings, ranges, m.group(0))
     if m := _KAFKA_CONFIG.search(text):
@@ -630,6 +635,19 @@ def classify_spark_error(e: Exception, settings: Settings,
     if "InjectedFault" in text:
         return RuntimeError(f"injected fault in a Spark task: {first[:300]}")
     return e
+
+
+def kafka_refused_by_spark(settings: Settings, kind: str, seen: str) -> ConfigError:
+    """Spark's Java client (a transform's read) was refused where librdkafka, on the driver,
+    was let in: its own settings ([kafka.spark_consumer]) or the ACLs differ."""
+    fix = {"SaslAuthentication": "fix the username/password of sasl.jaas.config in "
+                                 "[kafka.spark_consumer] (librdkafka's login worked)",
+           "SslAuthentication": "point ssl.truststore.location in [kafka.spark_consumer] at "
+                                "the CA that signed the broker's certificate"}.get(
+        kind, "grant the user Read and Describe on the topics (and Read on the consumer "
+              "group Spark uses) with kafka-acls")
+    return ConfigError(f"Kafka at {settings.kafka.bootstrap_servers} refused Spark's Kafka "
+                       f"client ({seen[:300]}); {fix}; nothing committed, not retried")
 
 
 def explain_data_loss(settings: Settings, ranges: Sequence[OffsetRange], seen: str

@@ -5,7 +5,9 @@ times, and the optional mirror of our offsets to a consumer group. confluent-kaf
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import wait
 from dataclasses import replace
 
 from confluent_kafka import (
@@ -25,9 +27,16 @@ from pipeline.offsets import PartitionOffsets
 log = logging.getLogger(__name__)
 
 
+# Client errors that no retry fixes: the broker refused our credentials, or its certificate
+# is not one we trust (or TLS is misconfigured on either side).
+_REFUSED = {KafkaError._AUTHENTICATION: "authentication failed",
+            KafkaError._SSL: "the TLS handshake failed"}
+
+
 class KafkaMeta:
     def __init__(self, settings: KafkaSettings):
         self.settings = settings
+        self.client_errors: list[KafkaError] = []
         timeout_ms = int(settings.timeout_seconds * 1000)
         try:
             self.admin = AdminClient({
@@ -35,6 +44,7 @@ class KafkaMeta:
                 "socket.connection.setup.timeout.ms": str(min(timeout_ms, 10000)),
                 # librdkafka logs every failed connect; our one-line error says it once.
                 "log_level": "0",
+                "error_cb": self.client_errors.append,
             })
         except KafkaException as e:
             raise ConfigError(
@@ -45,6 +55,25 @@ class KafkaMeta:
     @property
     def timeout(self) -> float:
         return self.settings.timeout_seconds
+
+    def _wait(self, futures: Mapping) -> Mapping:
+        """Wait for the admin ``futures``, serving the client's error callback meanwhile: a
+        refused login or certificate is reported at once (librdkafka would otherwise retry
+        until the request times out, and the timeout would look like an outage)."""
+        deadline = time.monotonic() + self.timeout + 5
+        pending = list(futures.values())
+        # Returns as soon as the futures are done (a no-op run makes three such calls).
+        while wait(pending, timeout=0.05).not_done and time.monotonic() < deadline:
+            self.admin.poll(0)
+            self._raise_if_refused()
+        self.admin.poll(0)
+        self._raise_if_refused()
+        return futures
+
+    def _raise_if_refused(self) -> None:
+        err = next((e for e in self.client_errors if e.code() in _REFUSED), None)
+        if err is not None:
+            raise refused_error(self.settings, _REFUSED[err.code()], err.str())
 
     def _unreachable(self, what: str, err: object) -> TransientError:
         return TransientError(
@@ -58,8 +87,8 @@ class KafkaMeta:
         if not topics:
             return {}
         try:
-            futures = self.admin.describe_topics(TopicCollection(topics),
-                                                 request_timeout=self.timeout)
+            futures = self._wait(self.admin.describe_topics(TopicCollection(topics),
+                                                            request_timeout=self.timeout))
         except KafkaException as e:
             raise self._unreachable("reading metadata", e.args[0]) from None
         out = {}
@@ -72,6 +101,10 @@ class KafkaMeta:
                     raise DataError(f"topic '{topic}' does not exist on "
                                     f"{self.settings.bootstrap_servers}; create it or fix "
                                     "kafka.topics") from None
+                if isinstance(err, KafkaError) and err.code() in (
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                        KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                    raise not_allowed_error(self.settings, f"topic '{topic}'") from None
                 if isinstance(err, KafkaError) and err.code() in (
                         KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
                         KafkaError._ALL_BROKERS_DOWN):
@@ -96,14 +129,16 @@ class KafkaMeta:
         level = (IsolationLevel.READ_COMMITTED if isolation_level == "read_committed"
                  else IsolationLevel.READ_UNCOMMITTED)
         try:
-            futures = self.admin.list_offsets(dict(specs), isolation_level=level,
-                                              request_timeout=self.timeout)
+            futures = self._wait(self.admin.list_offsets(dict(specs), isolation_level=level,
+                                                         request_timeout=self.timeout))
             return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         except KafkaException as e:
             err = e.args[0]
             if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise DataError(
                     f"unknown topic or partition while listing offsets: {err}") from None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise not_allowed_error(self.settings, "the topics' offsets") from None
             raise self._unreachable("listing offsets", err) from None
 
     def offsets(self, partitions: Iterable[tuple[str, int]],
@@ -147,8 +182,8 @@ class KafkaMeta:
         request = ConsumerGroupTopicPartitions(
             group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
         try:
-            for f in self.admin.alter_consumer_group_offsets(
-                    [request], request_timeout=self.timeout).values():
+            for f in self._wait(self.admin.alter_consumer_group_offsets(
+                    [request], request_timeout=self.timeout)).values():
                 # The broker refuses per partition (e.g. UNKNOWN_MEMBER_ID while the group
                 # has active members); the future itself still succeeds.
                 failed = [f"{tp.topic}[{tp.partition}]: {tp.error}"
@@ -161,3 +196,32 @@ class KafkaMeta:
             log.warning("could not mirror offsets to consumer group %s: %s "
                         "(Postgres stays the source of truth; lag tools may be stale)", group, e,
                         extra={"event": "mirror.failed", "group": group, "error": str(e)})
+
+
+
+def sasl_user(settings: KafkaSettings) -> str:
+    """Who we log in as, for messages: librdkafka's sasl.username (or 'no SASL user')."""
+    user = settings.client_config().get("sasl.username")
+    mechanism = settings.client_config().get("sasl.mechanism", "")
+    return f"user '{user}' ({mechanism})" if user else "no SASL user"
+
+
+def refused_error(settings: KafkaSettings, what: str, detail: str) -> ConfigError:
+    """Kafka refused the login or the TLS handshake: permanent until someone fixes the
+    credentials or the trusted CA (exit 2, not retried)."""
+    fix = ("fix sasl.username / sasl.password in [kafka.admin_client] and the JAAS "
+           "password in [kafka.spark_consumer] (or the user's SCRAM credentials on the broker)"
+           if "auth" in what else
+           "point ssl.ca.location in [kafka.admin_client] and ssl.truststore.location in "
+           "[kafka.spark_consumer] at the CA that signed the broker's certificate, and check "
+           "security.protocol")
+    return ConfigError(f"Kafka at {settings.bootstrap_servers} refused {sasl_user(settings)}: "
+                       f"{what} ({detail.split(': ', 1)[-1][:300]}); {fix}; not retried")
+
+
+def not_allowed_error(settings: KafkaSettings, what: str) -> ConfigError:
+    """The broker's ACLs do not let our user at a topic: permanent (exit 2)."""
+    return ConfigError(f"Kafka at {settings.bootstrap_servers} does not allow "
+                       f"{sasl_user(settings)} to describe {what} (TOPIC_AUTHORIZATION_FAILED); "
+                       "grant it Describe and Read on the topic (kafka-acls) or fix "
+                       "kafka.topics; not retried")

@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Any, TextIO
 
+from pipeline.config import mask
 from pipeline.errors import ConfigError
 
 FORMATS = ("text", "json")
@@ -81,7 +82,8 @@ class JsonFormatter(logging.Formatter):
                 doc[key] = value
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        # Fields (an error, a URL) may carry a secret the message filter never sees.
+        return mask(json.dumps(doc, default=str, ensure_ascii=False))
 
 
 _HANDLER_MARK = "_pipeline_handler"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from sqlalchemy.engine import make_url
 
 from pipeline.config import Settings, SinkSettings
 from pipeline.errors import ConfigError, ConflictError, PipelineError, TransientError
@@ -46,10 +48,35 @@ def result_columns(sink: SinkSettings) -> list[tuple[str, str]]:
     return head + body
 
 
-def _connect_error(url: str, e: Exception) -> TransientError:
+# Connection failures that no retry fixes: the server refused our role or password, or the
+# TLS settings on either side do not fit (libpq's and the server's own words).
+_REFUSED = re.compile(
+    r"password authentication failed|authentication failed for user|pg_hba\.conf|"
+    r"password is required|no password supplied|role \"[^\"]*\" does not exist|"
+    r"certificate verify failed|root certificate file|certificate .* does not match host|"
+    r"server does not support SSL|invalid sslmode", re.I)
+
+
+def _connect_error(url: str, e: Exception, connecting: bool = False) -> PipelineError:
+    """Unreachable (transient), or, when ``connecting``, refused (permanent)."""
     from pipeline.config import redact_url
 
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if connecting and (_REFUSED.search(str(e))
+                       or (getattr(e, "sqlstate", None) or "").startswith("28")):
+        user = make_url(url).username or "the default user"
+        detail = " ".join(str(e).split())
+        detail = detail[detail.find("FATAL:"):] if "FATAL:" in detail else detail
+        text = str(e).lower()
+        fix = ("point sslrootcert in database.url at the CA that signed the server's "
+               "certificate (verify-full also checks its host name)"
+               if "certificate" in text or "ssl" in text and "pg_hba" not in text else
+               "connect as the server's pg_hba.conf allows this role (e.g. sslmode=verify-full"
+               " for a hostssl-only role) or change pg_hba.conf" if "pg_hba" in text else
+               f"fix the password of '{user}' in database.url / PIPELINE_DATABASE_URL (or "
+               "ALTER ROLE ... PASSWORD on the server)")
+        return ConfigError(f"Postgres at {redact_url(url)} refused role '{user}': "
+                           f"{detail[:300]}; {fix}; not retried")
     return TransientError(f"Postgres unreachable at {redact_url(url)} ({first}); "
                           "check the server and database.url / PIPELINE_DATABASE_URL, then retry")
 
@@ -71,7 +98,7 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection:
                                        "application_name": "kafka-offset-pipeline",
                                        **_KEEPALIVES, **kwargs})
     except psycopg.OperationalError as e:
-        raise _connect_error(url, e) from None
+        raise _connect_error(url, e, connecting=True) from None
 
 
 @contextmanager
@@ -297,6 +324,9 @@ class Store:
              socket.gethostname(), os.getpid())).fetchone()[0]
 
     def fail_run(self, run_id: int, error: str, exit_code: int, timings: dict) -> None:
+        from pipeline.config import mask
+
+        error = mask(error)  # Spark's error text may quote settings
         self.execute(
             sql.SQL("UPDATE {} SET status = 'failed', finished_at = now(), error = %s, "
                     "exit_code = %s, timings = %s WHERE run_id = %s AND status = 'running'")

@@ -15,7 +15,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "/integration/" in str(item.fspath) or "/airflow/" in str(item.fspath):
+        if any(f"/{d}/" in str(item.fspath) for d in ("integration", "airflow", "security")):
             item.add_marker(pytest.mark.integration)
 
 

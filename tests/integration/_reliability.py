@@ -315,9 +315,10 @@ class PrivateStack:
         # postgres user.
         self.dir = Path(tempfile.mkdtemp(prefix="pipeline-s2-", dir="/tmp"))
         self.dir.chmod(0o755)
-        kafka, controller, pg = free_ports(3)
+        kafka, controller, secure, pg = free_ports(4)
         self.env = {**os.environ, "STACK_DIR": str(self.dir), "KAFKA_PORT": str(kafka),
-                    "KAFKA_CONTROLLER_PORT": str(controller), "PG_PORT": str(pg)}
+                    "KAFKA_CONTROLLER_PORT": str(controller), "KAFKA_SECURE_PORT": str(secure),
+                    "PG_PORT": str(pg)}
         self.bootstrap = f"127.0.0.1:{kafka}"
         self.db_url = f"postgresql://postgres@127.0.0.1:{pg}/pipeline_test"
 

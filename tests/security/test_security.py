@@ -1,0 +1,241 @@
+"""Security as deployed: the CLI reads over SASL_SSL (SCRAM-SHA-512, the stack's CA) as
+the Kafka user 'pipeline' under ACLs, and writes over TLS (verify-full) as the Postgres
+role 'pipeline', which is no superuser and holds only sql/grants/pipeline_role.sql. Each
+refusal (a wrong password, an untrusted CA, a topic the ACLs do not give) is one error
+line, exit 2, at once; no secret shows in any output, run row or Spark event log."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psycopg
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+from tests.helpers import TEST_DB_URL, admin, query, unique, watermarks
+from tests.security.conftest import RECORDS, SCHEMA
+
+EXIT_CONFIG = 2
+
+
+def secure_url(secure, password: str | None = None, ca: str | None = None,
+               sslmode: str = "verify-full") -> str:
+    host = TEST_DB_URL.split("@", 1)[1].split("/", 1)[0]
+    return (f"postgresql://pipeline:{password or secure.env['PIPELINE_DB_PASSWORD']}@{host}"
+            f"/pipeline_test?sslmode={sslmode}&sslrootcert={ca or secure.env['PG_SSLROOTCERT']}")
+
+
+def everything_printed_or_stored(secure, name: str, *results) -> str:
+    """stdout, stderr (the log included: -v), the pipeline's run rows, Spark's event log."""
+    rows = query(f"SELECT row_to_json(r)::text FROM {SCHEMA}.pipeline_runs r "
+                 "WHERE pipeline = %s", (name,))
+    events = [p.read_text(errors="replace") for p in (secure.tmp / "events").rglob("*")
+              if p.is_file()]
+    return "\n".join([*(r.stdout + r.stderr for r in results), *(r[0] for r in rows),
+                      *events])
+
+
+def assert_no_secret(secure, text: str) -> None:
+    for secret in secure.secrets:
+        assert secret not in text, f"a secret leaked: ...{text[text.find(secret) - 200:][:300]}"
+
+
+def one_error(result) -> str:
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert result.returncode == EXIT_CONFIG, result.stderr[-3000:]
+    return errors[0]
+
+
+def rows_and_records(secure, name: str):
+    """What the table holds and what Kafka holds, both as (partition, offset, order_id)."""
+    from confluent_kafka import Consumer
+
+    rows = query(f'SELECT "partition", "offset", order_id FROM {SCHEMA}.{name} '
+                 f"WHERE topic = %s ORDER BY 1, 2", (secure.topic,))
+    consumer = Consumer({"bootstrap.servers": admin_bootstrap(), "group.id": unique("check"),
+                         "enable.auto.commit": False})
+    ends = watermarks(secure.topic)
+    consumer.assign([TopicPartition(secure.topic, p, 0) for p in ends])
+    records, left = [], sum(hi for _, hi in ends.values())
+    while left:
+        for m in consumer.consume(1000, timeout=5):
+            left -= 1
+            if m.value() != b"{not json":
+                records.append((m.partition(), m.offset(), json.loads(m.value())["order_id"]))
+    consumer.close()
+    return rows, sorted(records)
+
+
+def admin_bootstrap() -> str:
+    from tests.helpers import BOOTSTRAP
+
+    return BOOTSTRAP
+
+
+def test_ingest_over_sasl_ssl_as_the_pipeline_role_lands_every_record_exactly_once(secure):
+    name = unique("pipeline_sec")
+    secure.init(name)
+    config = secure.config(name)
+
+    first = secure.run(config, "--json")
+    again = secure.run(config)
+
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads(first.stdout)["rows_written"] == RECORDS
+    rows, records = rows_and_records(secure, name)
+    assert rows == records and len(rows) == RECORDS
+    assert query(f"SELECT count(*) FROM {SCHEMA}.pipeline_dead_letters WHERE pipeline = %s",
+                 (name,)) == [(1,)]
+    ends = {p: hi for p, (_, hi) in watermarks(secure.topic).items()}
+    stored = dict(query(f'SELECT "partition", next_offset FROM {SCHEMA}.pipeline_offsets '
+                        "WHERE pipeline = %s", (name,)))
+    assert stored == ends
+    assert again.returncode == 0 and "nothing new to read" in again.stdout, again.stderr
+    # The mirror: committed to the group under the ACLs, by the pipeline user.
+    assert f"mirrored 3 offsets to consumer group {name}-mirror" in first.stderr
+    request = ConsumerGroupTopicPartitions(
+        f"{name}-mirror", [TopicPartition(secure.topic, p) for p in ends])
+    client = admin()  # alive until its future resolves
+    committed = client.list_consumer_group_offsets(
+        [request], request_timeout=10)[request.group_id].result()
+    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == ends
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, first, again))
+
+
+def test_a_transform_reads_through_sparks_kafka_client_over_sasl_ssl(secure):
+    name = unique("pipeline_sec")
+    secure.init(name)
+    config = secure.config(name, transform="tests.integration.transforms.orders:identity")
+
+    run = secure.run(config)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows, records = rows_and_records(secure, name)
+    assert rows == records and len(rows) == RECORDS
+    events = everything_printed_or_stored(secure, name, run)
+    assert "KafkaRelation(strategy=Assign" in events  # the event log was written and read
+    assert_no_secret(secure, events)
+
+
+def test_the_pipeline_role_logs_in_over_tls_only_and_holds_only_its_grants(secure):
+    name = unique("pipeline_sec")
+    secure.init(name)
+    with psycopg.connect(secure_url(secure)) as conn:
+        assert conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+                            ).fetchone() == (True,)
+        assert conn.execute("SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles "
+                            "WHERE rolname = current_user").fetchone() == (False, False, False)
+        privileges = conn.execute(
+            "SELECT has_table_privilege(%s, 'INSERT'), has_table_privilege(%s, 'TRUNCATE'), "
+            "has_table_privilege(%s, 'DELETE'), has_schema_privilege('public', 'CREATE')",
+            (f"{SCHEMA}.{name}", f"{SCHEMA}.{name}", f"{SCHEMA}.pipeline_runs")).fetchone()
+        assert privileges == (True, False, False, False)
+    with pytest.raises(psycopg.OperationalError, match="pg_hba.conf rejects connection"):
+        psycopg.connect(secure_url(secure, sslmode="disable"))
+
+
+def test_wrong_kafka_password_is_one_config_error(secure):
+    name = unique("pipeline_sec")
+    secure.init(name)
+    started = time.monotonic()
+    # A common word, the user's own name: masked where it stands, the message intact.
+    r = secure.run(secure.config(name), KAFKA_SASL_PASSWORD="pipeline")
+    error = one_error(r)
+    assert time.monotonic() - started < 30
+    assert error.startswith(f"error: Kafka at {secure.bootstrap} refused user 'pipeline' "
+                            "(SCRAM-SHA-512): authentication failed"), error
+    assert "sasl.password" in error and "not retried" in error
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
+
+
+def test_wrong_postgres_password_is_one_config_error(secure):
+    name = unique("pipeline_sec")
+    secure.init(name)
+    started = time.monotonic()
+    r = secure.run(secure.config(name), PIPELINE_DB_PASSWORD="error")
+    error = one_error(r)
+    assert time.monotonic() - started < 30
+    host = TEST_DB_URL.split("@", 1)[1].split("/", 1)[0]
+    assert error.startswith(f"error: Postgres at postgresql://pipeline:***@{host}/pipeline_test"
+                            "?sslmode=verify-full"), error
+    assert 'password authentication failed for user "pipeline"' in error
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
+
+
+def test_an_untrusted_ca_is_one_config_error_for_kafka_and_for_postgres(secure, other_ca):
+    name = unique("pipeline_sec")
+    secure.init(name)
+    config = secure.config(name)
+    started = time.monotonic()
+    kafka = secure.run(config, KAFKA_SSL_CA=other_ca)
+    postgres = secure.run(config, PG_SSLROOTCERT=other_ca)
+
+    assert time.monotonic() - started < 60
+    kafka_error, postgres_error = one_error(kafka), one_error(postgres)
+    assert kafka_error.startswith(f"error: Kafka at {secure.bootstrap} refused user "
+                                  "'pipeline' (SCRAM-SHA-512): the TLS handshake failed"), \
+        kafka_error
+    assert "certificate verify failed" in kafka_error and "ssl.ca.location" in kafka_error
+    assert postgres_error.startswith("error: Postgres at postgresql://pipeline:***@"), \
+        postgres_error
+    assert "certificate verify failed" in postgres_error
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, kafka, postgres))
+
+
+def test_a_topic_the_user_may_not_read_is_one_config_error(secure, forbidden_topic):
+    name = unique("pipeline_sec")
+    secure.init(name)
+    started = time.monotonic()
+    r = secure.run(secure.config(name, topics=[forbidden_topic]))
+    error = one_error(r)
+    assert time.monotonic() - started < 30
+    assert error.startswith(f"error: Kafka at {secure.bootstrap} does not allow user "
+                            f"'pipeline' (SCRAM-SHA-512) to describe topic '{forbidden_topic}'"
+                            ), error
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
+
+
+def test_a_wrong_password_in_sparks_jaas_line_alone_is_one_config_error(secure):
+    """librdkafka (the driver's metadata) logs in, Spark's Java client (a transform's read)
+    does not: refused inside a Spark task, classified, recorded in the run row masked."""
+    name = unique("pipeline_sec")
+    secure.init(name)
+    config = secure.config(name, transform="tests.integration.transforms.orders:identity")
+    text = open(config).read()
+    jaas = 'password=\\"${KAFKA_SASL_PASSWORD}\\"'
+    assert jaas in text
+    open(config, "w").write(text.replace(jaas, 'password=\\"${WRONG_JAAS_PASSWORD}\\"'))
+    started = time.monotonic()
+
+    r = secure.run(config, WRONG_JAAS_PASSWORD="pipeline")
+
+    error = one_error(r)
+    assert time.monotonic() - started < 120
+    assert error.startswith(f"error: Kafka at {secure.bootstrap} refused Spark's Kafka client "
+                            "(org.apache.kafka.common.errors.SaslAuthenticationException"), error
+    assert "sasl.jaas.config in [kafka.spark_consumer]" in error
+    [(status, exit_code, stored)] = query(f"SELECT status, exit_code, error FROM {SCHEMA}."
+                                          "pipeline_runs WHERE pipeline = %s", (name,))
+    assert (status, exit_code) == ("failed", EXIT_CONFIG) and "refused Spark's" in stored
+    assert query(f"SELECT count(*) FROM {SCHEMA}.{name}") == [(0,)]
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
+
+
+def test_a_consumer_group_the_user_may_not_use_is_one_config_error(secure):
+    """The executors' readers look up the group '<pipeline name>-reader': a pipeline named
+    outside the ACLs' pipeline_* is refused inside its Spark tasks, not retried."""
+    name = unique("sec_noacl")
+    secure.init(name)
+    started = time.monotonic()
+
+    r = secure.run(secure.config(name))
+
+    error = one_error(r)
+    assert time.monotonic() - started < 60
+    assert f"error: Kafka at {secure.bootstrap} refused the reader of {secure.topic}[" in error
+    assert f"consumer group '{name}-reader'): " in error and "Group authorization" in error
+    assert query(f"SELECT status, exit_code FROM {SCHEMA}.pipeline_runs WHERE pipeline = %s",
+                 (name,)) == [("failed", EXIT_CONFIG)]
+    assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
