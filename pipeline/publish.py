@@ -54,8 +54,8 @@ class Publisher:
         with db_errors(store.url):
             self._reader = store.engine.connect()
             self._read = self._reader.connection.driver_connection  # psycopg: binary cursors
-            self._read.execute("SET application_name = 'kafka-offset-pipeline-publish'")
-            self._reader.commit()
+            with self._reader.begin():
+                self._read.execute("SET application_name = 'kafka-offset-pipeline-publish'")
         self._copy_cm = None
         self._tx = store.transaction()
         self.conn = self._tx.__enter__()

@@ -163,8 +163,11 @@ class Store:
         return applied
 
     def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-        """The live columns of the tables ``names`` that exist (one catalog query)."""
-        with self.transaction(), warnings.catch_warnings():
+        """The live columns of the tables ``names`` that exist (one catalog query). It takes
+        a share lock on each table (pg_get_expr of the defaults): a lock held elsewhere (a
+        DBA's ALTER) is waited for as long as the publishing transaction would wait."""
+        with self.transaction() as conn, warnings.catch_warnings():
+            self.set_timeouts(conn)
             # A column of a type SQLAlchemy does not know (an extension's) is reflected as
             # NullType with a warning; only its nullability and default are looked at.
             warnings.simplefilter("ignore", SAWarning)

@@ -109,8 +109,6 @@ def dead_letter_batch(name: str) -> Table:
                  prefixes=["TEMPORARY"], postgresql_on_commit="DROP")
 
 
-
-
 def _archive_columns() -> list[Column]:
     """Where an archived row came from ('pipeline offsets reset' of a recreated topic)."""
     return [Column("topic_id", Text),
