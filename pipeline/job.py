@@ -30,7 +30,7 @@ from pipeline.errors import (
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.publish import Publisher
-from pipeline.store import DEAD_LETTER_TYPES, Store, result_columns
+from pipeline.store import Store
 
 log = logging.getLogger("pipeline")
 
@@ -505,8 +505,8 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
     columns = tuple((c.name, c.type, c.required) for c in settings.sink.columns)
-    stager = range_stager(store.url, settings.schema, store.staging_name(run_id), reader,
-                          k.timeout_seconds, (settings.sink.format, columns, run_id))
+    stager = range_stager(store.url, *store.staging_copy(run_id), reader, k.timeout_seconds,
+                          (settings.sink.format, columns, run_id))
     log.info("run %s: %d read tasks for %s", run_id, len(pieces), describe(ranges),
              extra={"event": "read.start", "tasks": len(pieces),
                     "ranges": [r.as_dict() for r in ranges]})
@@ -522,6 +522,7 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from pipeline import tables
     from pipeline.errors import ConfigError
     from pipeline.read import read_ranges
     from pipeline.stage import WRITER_SCHEMA, blob_writer, line_frame
@@ -529,7 +530,8 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
-    columns = result_columns(settings.sink)
+    columns = tables.typed(tables.from_record(store.results))
+    dead_columns = tables.typed(tables.DEAD_LETTER_FIELDS)
     cached = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         results, dead = to_rows(cached, settings.sink)
@@ -539,11 +541,10 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
                               f"{settings.sink.table}; a transform must keep them")
         good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
                               F.lit(None).cast("string").alias("error_code"))
-        lines = line_frame(good, columns, DEAD_LETTER_TYPES, run_id, F,
-                           dead=False).unionByName(
-            line_frame(dead, columns, DEAD_LETTER_TYPES, run_id, F, rows=False))
+        lines = line_frame(good, columns, dead_columns, run_id, F, dead=False).unionByName(
+            line_frame(dead, columns, dead_columns, run_id, F, rows=False))
         declared = [(c.name, c.type) for c in settings.sink.columns]
-        writer = blob_writer(store.url, settings.schema, store.staging_name(run_id), declared)
+        writer = blob_writer(store.url, *store.staging_copy(run_id), declared)
         lines.mapInArrow(writer, WRITER_SCHEMA).collect()
     finally:
         cached.unpersist()

@@ -14,27 +14,21 @@ a task attempt that committed and was then retried is never published or counted
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from psycopg import sql
+from sqlalchemy.schema import CreateTable
 
-from pipeline import faults
+from pipeline import faults, tables
+from pipeline.database import db_errors
 from pipeline.encode import BINARY_SIGNATURE, BINARY_TRAILER
 from pipeline.offsets import OffsetRange, PlannedPartition
 from pipeline.stage import DEAD, ROW
-from pipeline.store import (
-    DEAD_COLUMNS,
-    DEAD_LETTER_TYPES,
-    Store,
-    connect,
-    db_errors,
-    result_columns,
-)
+from pipeline.store import Store
 
-KEY = sql.SQL('topic, "partition", "offset"')
+_ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
 
 
 class Publisher:
@@ -49,29 +43,32 @@ class Publisher:
         self.ranges, self.overwrite = list(ranges), overwrite
         self.parts: dict[int, int] = {}  # Spark partition -> the attempt published
         self.staging = store.t(store.staging_name(run_id))
-        self.names = [n for n, _ in result_columns(store.settings.sink)] + ["run_id"]
-        self.cols = sql.SQL(", ").join(map(sql.Identifier, self.names))
+        self.cols = sql.SQL(", ").join(
+            sql.Identifier(c.name) for c in tables.written(store.results))
         self.finished = False
         self.started = time.monotonic()
 
     def __enter__(self) -> Publisher:
         store = self.store
         # A second connection reads the staged blobs: the publishing one is busy with COPY.
-        self._reader = connect(store.url, application_name="kafka-offset-pipeline-publish")
+        with db_errors(store.url):
+            self._reader = store.engine.connect()
+            self._read = self._reader.connection.driver_connection  # psycopg: binary cursors
+            with self._reader.begin():
+                self._read.execute("SET application_name = 'kafka-offset-pipeline-publish'")
         self._copy_cm = None
         self._tx = store.transaction()
         self.conn = self._tx.__enter__()
         try:
             store.set_timeouts(self.conn)
-            results = store.t(store.settings.sink.table)
+            results = store.t(store.results.name)
             # Plain COPY into the keyed table when the planned ranges hold no row yet (the
             # usual case); through a temp table and ON CONFLICT otherwise.
-            self.direct = not self.overwrite and not store._ranges_hold_rows(self.conn,
-                                                                              self.ranges)
-            target = results if self.direct else sql.Identifier("_publish_rows")
+            self.direct = not self.overwrite and not store.ranges_hold_rows(self.ranges)
+            target = results if self.direct else sql.Identifier(_ROWS)
             if not self.direct:
-                self.conn.execute(sql.SQL("CREATE TEMP TABLE _publish_rows (LIKE {} "
-                                          "INCLUDING DEFAULTS) ON COMMIT DROP").format(results))
+                self.conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING DEFAULTS) "
+                                          "ON COMMIT DROP").format(target, results))
             self._cur = self.conn.cursor()
             cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
                 target, self.cols, sql.SQL(" (FORMAT BINARY)" if self.binary else "")))
@@ -96,7 +93,7 @@ class Publisher:
                 except Exception:  # noqa: BLE001 - rolled back below either way
                     pass
         finally:
-            self._reader.close()
+            self._reader.close()  # back to the Store's pool
             if not self.finished:
                 self._tx.__exit__(exc_type, exc, tb)  # rolls back when exc is set
         if unfinished:
@@ -106,8 +103,8 @@ class Publisher:
     def take(self) -> int:
         """Stream the result blobs of tasks that committed since the last call; returns
         how many tasks were new."""
-        with db_errors(self.store.url), self._reader.transaction():
-            visible = self._reader.execute(sql.SQL(
+        with db_errors(self.store.url), self._reader.begin():
+            visible = self._read.execute(sql.SQL(
                 "SELECT part, min(attempt) FROM {} GROUP BY part").format(self.staging)
             ).fetchall()
             new = {p: a for p, a in visible if p not in self.parts}
@@ -120,7 +117,7 @@ class Publisher:
     def _stream(self, kind: str, parts: dict[int, int], copy) -> None:
         """Feed the chosen attempts' blobs of one kind into an open COPY, one blob at a time
         (read on the second connection: the publishing one is busy with the COPY)."""
-        with self._reader.cursor(name=f"blobs_{kind}") as cur:
+        with self._read.cursor(name=f"blobs_{kind}") as cur:
             cur.itersize = 4
             cur.execute(sql.SQL(
                 "SELECT blob FROM {} WHERE kind = %s AND (part, attempt) IN (SELECT * FROM "
@@ -133,8 +130,8 @@ class Publisher:
         """Per (topic, partition): result rows and dead letters of the published attempts,
         from the staging table's per-blob counts (no blob is read)."""
         out: dict[tuple[str, int], dict[str, int]] = {}
-        with db_errors(self.store.url), self._reader.transaction():
-            for topic, partition, kind, n in self._reader.execute(sql.SQL(
+        with db_errors(self.store.url), self._reader.begin():
+            for topic, partition, kind, n in self._read.execute(sql.SQL(
                     'SELECT topic, "partition", kind, sum(n) FROM {} WHERE (part, attempt) IN '
                     "(SELECT * FROM unnest(%s::int[], %s::int[])) GROUP BY 1, 2, 3 "
                     "ORDER BY 1, 2, 3").format(self.staging),
@@ -159,71 +156,37 @@ class Publisher:
             cm.__exit__(None, None, None)
             rows_written = self._cur.rowcount
             if self.overwrite:
-                self._clear_ranges()
+                store.clear_ranges(self.ranges)
             if not self.direct:
-                rows_written = conn.execute(store._merge_rows_sql(
-                    store.t(store.settings.sink.table), self.names, self.cols, KEY,
-                    self.overwrite)).rowcount
+                rows_written = conn.execute(store.merge_rows_sql(_ROWS, self.overwrite)).rowcount
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
             per_partition = {f"{t}[{p}]": {"rows": v["rows"], "dead": v["dead"]}
                              for (t, p), v in sorted(staged.items())}
             records_read = sum(v["rows"] + v["dead"] for v in staged.values())
-            store._compare_and_set_offsets(conn, run_id, offset_updates, topic_ids)
+            store.compare_and_set_offsets(run_id, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.
             publish = round(time.monotonic() - tail_started, 3)
             timings = {**timings, "publish": publish,
                        "total": round(timings.get("total", 0) + publish, 3)}
-            conn.execute(sql.SQL(
-                "UPDATE {} SET status = 'succeeded', finished_at = now(), records_read = %s, "
-                "rows_written = %s, dead_letters = %s, per_partition = %s, timings = %s, "
-                "exit_code = 0 WHERE run_id = %s").format(store.t("pipeline_runs")),
-                (records_read, rows_written, dead_written, json.dumps(per_partition),
-                 json.dumps(timings), run_id))
-            conn.execute(sql.SQL("DROP TABLE {}").format(self.staging))
+            store.succeed_run(run_id, records_read=records_read, rows_written=rows_written,
+                              dead_letters=dead_written, per_partition=per_partition,
+                              timings=timings)
+            store.drop_staging(run_id)
         self.finished = True
         self._tx.__exit__(None, None, None)  # COMMIT: from here on, the run is published
         return {"records_read": records_read, "rows_written": rows_written,
                 "dead_letters": dead_written, "per_partition": per_partition,
                 "timings": timings}
 
-    def _clear_ranges(self) -> None:
-        """Reprocess replaces what the planned ranges held: a record that was a result and
-        is now a dead letter (or is filtered out by a transform) keeps no old row, and no
-        offset stays in both tables. Inside the publishing transaction, like the rest."""
-        if not self.ranges:
-            return
-        ranges = sql.SQL("(VALUES {}) AS r (topic, p, lo, hi)").format(sql.SQL(", ").join(
-            sql.SQL("({}::text, {}::int, {}::bigint, {}::bigint)").format(
-                sql.Literal(r.topic), sql.Literal(r.partition), sql.Literal(r.from_offset),
-                sql.Literal(r.until_offset)) for r in self.ranges))
-        inside = sql.SQL('t.topic = r.topic AND t."partition" = r.p AND t."offset" >= r.lo '
-                         'AND t."offset" < r.hi')
-        store = self.store
-        self.conn.execute(sql.SQL("DELETE FROM {} t USING {} WHERE {}").format(
-            store.t(store.settings.sink.table), ranges, inside))
-        self.conn.execute(sql.SQL("DELETE FROM {} t USING {} WHERE t.pipeline = %s AND {}")
-                          .format(store.t("pipeline_dead_letters"), ranges, inside),
-                          (store.pipeline,))
-
     def _dead_letters(self, staged_dead: int) -> int:
         if not staged_dead:
             return 0
         store, conn = self.store, self.conn
-        dcols = sql.SQL(", ").join(map(sql.Identifier, DEAD_COLUMNS))
-        conn.execute(sql.SQL("CREATE TEMP TABLE _publish_dead ({}) ON COMMIT DROP").format(
-            sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
-                               for n, t in DEAD_LETTER_TYPES)))
-        with conn.cursor() as cur, cur.copy(sql.SQL(
-                "COPY _publish_dead ({}) FROM STDIN").format(dcols)) as cp, \
-                self._reader.transaction():
+        store.run(CreateTable(tables.dead_letter_batch(_DEAD)))
+        fields = sql.SQL(", ").join(sql.Identifier(c.name) for c in tables.DEAD_LETTER_FIELDS)
+        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+                sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
             self._stream(DEAD, self.parts, cp)
-        return conn.execute(sql.SQL(
-            "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) "
-            "%s, {cols}, %s FROM _publish_dead ON CONFLICT (pipeline, {key}) DO "
-            "{action}").format(
-            dl=store.t("pipeline_dead_letters"), cols=dcols, key=KEY,
-            action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message "
-                           "= EXCLUDED.error_message, run_id = EXCLUDED.run_id, "
-                           "failed_at = now()") if self.overwrite else sql.SQL("NOTHING")),
-            (store.pipeline, self.run_id)).rowcount
+        return conn.execute(store.merge_dead_letters_sql(_DEAD, self.overwrite),
+                            (store.pipeline, self.run_id)).rowcount

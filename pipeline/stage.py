@@ -10,8 +10,12 @@ blobs are either all there or not at all; the publisher uses one attempt per Spa
 partition, so a retried task (lost executor, speculation) is never counted twice.
 
 The driver then streams those blobs, unchanged, into ``COPY results FROM STDIN`` inside the
-publishing transaction (see ``store.publish_run``): each row is written once into the keyed
+publishing transaction (pipeline/publish.py): each row is written once into the keyed
 table, and Postgres parses COPY text far faster than ``INSERT ... SELECT`` copies rows.
+
+The executors connect with plain psycopg and import no SQLAlchemy: the driver hands them
+the staging table's COPY statement and column types (store.Store.staging_copy, from
+pipeline/tables.py).
 """
 
 from __future__ import annotations
@@ -45,13 +49,13 @@ def _staging_prefix(pipeline: str) -> str:
     digest = hashlib.sha256(pipeline.encode()).hexdigest()[:8]
     return f"_stage_{pipeline[:_NAME_CHARS]}_{digest}_r"
 
-# The staging table: one row per Arrow batch and kind, not per record.
-STAGING_COLUMNS = ["part", "attempt", "seq", "topic", "partition", "kind", "n", "min_offset",
-                   "max_offset", "blob"]
-STAGING_TYPES = ["int4", "int4", "int4", "text", "int4", "text", "int4", "int8", "int8",
-                 "bytea"]
-STAGING_DDL = ('part integer, attempt integer, seq integer, topic text, "partition" integer, '
-               "kind text, n integer, min_offset bigint, max_offset bigint, blob bytea")
+
+def executor_connection(url: str):
+    """An executor's connection: plain psycopg (an executor builds no SQLAlchemy engine)."""
+    import psycopg
+
+    return psycopg.connect(url, connect_timeout=10,
+                           application_name="kafka-offset-pipeline-stage")
 
 
 def escape_text(F, col):
@@ -68,7 +72,7 @@ def copy_field(F, col, pg_type: str):
     if base == "bytea":
         # \x + hex is bytea's input format; the backslash itself is escaped for COPY.
         value = F.concat(F.lit("\\\\x"), F.hex(col))
-    elif base == "timestamptz":
+    elif base in ("timestamptz", "timestamp with time zone"):
         value = F.date_format(col, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX")
     elif base in ("text", "jsonb") or base.startswith("text"):
         value = escape_text(F, col)
@@ -83,22 +87,13 @@ def copy_line(F, columns: Sequence[tuple[str, str]], extra: Sequence = ()):
     return F.concat(F.concat_ws("\t", *fields, *extra), F.lit("\n"))
 
 
-def staging_copy_sql(schema: str, table: str):
-    """COPY of one task attempt's blob rows into the run's staging table (binary)."""
-    from psycopg import sql as s
-
-    return s.SQL("COPY {}.{} ({}) FROM STDIN (FORMAT BINARY)").format(
-        s.Identifier(schema), s.Identifier(table),
-        s.SQL(", ").join(map(s.Identifier, STAGING_COLUMNS)))
-
-
-def blob_writer(url: str, schema: str, table: str, declared: list[tuple[str, str]]):
+def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[str, str]]):
     """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches. Yields one
-    summary row per task. ``declared``: the JSON sink's (column, type) pairs, to explain
-    bad records."""
+    summary row per task. ``copy_sql``, ``types``: the binary COPY into the run's staging
+    table and its column types (store.Store.staging_copy). ``declared``: the JSON sink's
+    (column, type) pairs, to explain bad records."""
 
     def write(batches):
-        import psycopg as pg
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyspark import TaskContext
@@ -107,14 +102,12 @@ def blob_writer(url: str, schema: str, table: str, declared: list[tuple[str, str
 
         ctx = TaskContext.get()
         part, attempt = ctx.partitionId(), ctx.attemptNumber()
-        copy_sql = staging_copy_sql(schema, table)
         totals = {ROW: 0, DEAD: 0}
         seq = 0
         injected = False
-        with pg.connect(url, connect_timeout=10,
-                        application_name="kafka-offset-pipeline-stage") as conn:
+        with executor_connection(url) as conn:
             with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                copy.set_types(STAGING_TYPES)
+                copy.set_types(types)
                 for batch in batches:
                     for group in _by_partition(batch, pa, pc):
                         offsets = group.column("offset")
@@ -233,15 +226,15 @@ def _contiguous(lines, pa) -> bytes:
     return bytes(memoryview(data_buf)[start:end])
 
 
-def range_stager(url: str, schema: str, table: str, reader: dict, timeout_seconds: float,
-                 encoder_args: tuple):
+def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
+                 timeout_seconds: float, encoder_args: tuple):
     """A picklable function for ``RDD.mapPartitions`` over read tasks (one OffsetRange per
     Spark partition): read the range on the executor (consume.read_range), encode each
     batch (encode.Encoder) and store it as one result blob and one dead-letter blob, all of
-    a task attempt in one transaction. Yields one summary tuple per task."""
+    a task attempt in one transaction (``copy_sql``, ``types``: as for blob_writer). Yields
+    one summary tuple per task."""
 
     def stage_ranges(pieces):
-        import psycopg as pg
         from pyspark import TaskContext
 
         from pipeline import faults as f
@@ -251,14 +244,12 @@ def range_stager(url: str, schema: str, table: str, reader: dict, timeout_second
         ctx = TaskContext.get()
         part, attempt = ctx.partitionId(), ctx.attemptNumber()
         encoder = Encoder(*encoder_args)
-        copy_sql = staging_copy_sql(schema, table)
         totals = {ROW: 0, DEAD: 0}
         seq = 0
         injected = False
-        with pg.connect(url, connect_timeout=10,
-                        application_name="kafka-offset-pipeline-stage") as conn:
+        with executor_connection(url) as conn:
             with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                copy.set_types(STAGING_TYPES)
+                copy.set_types(types)
                 for r in pieces:
                     for records in read_range(reader, r, timeout_seconds):
                         lo, hi = records[0].offset(), records[-1].offset()

@@ -1,13 +1,20 @@
-"""Postgres: schema, the run lock, offsets, run rows, staging tables, and the parts of the
-publishing transaction that pipeline/publish.py puts together."""
+"""The driver's Postgres: schema checks, the run locks, offsets, run rows, staging tables,
+and the statements of the publishing transaction that pipeline/publish.py puts together.
+
+SQLAlchemy Core where it is the well-kept way: the engine (pipeline/database.py),
+reflection, and the simple statements on offsets, runs and dead letters. psycopg, on the
+same session and in the same transaction, for what Core does not express well: COPY, the
+migration scripts, ``INSERT ... SELECT`` merges, ``LIKE``, column compression. Every column
+list comes from pipeline/tables.py. Nothing here runs on the executors.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import socket
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,152 +22,124 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from sqlalchemy.engine import make_url
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    and_,
+    delete,
+    exists,
+    func,
+    inspect,
+    literal,
+    or_,
+    select,
+)
+from sqlalchemy import update as update_
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.exc import CompileError, SAWarning
+from sqlalchemy.schema import CreateColumn, CreateTable, DropTable
 
-from pipeline.config import Settings, SinkSettings
-from pipeline.errors import ConfigError, ConflictError, PipelineError, TransientError
+from pipeline import database, tables
+from pipeline.config import Settings, mask  # mask: Spark's error text may quote settings
+from pipeline.database import db_errors
+from pipeline.errors import ConfigError, ConflictError
 from pipeline.offsets import OffsetRange, PlannedPartition, TopicPartition
-from pipeline.stage import STAGING_DDL, staging_pattern, staging_table
+from pipeline.stage import staging_pattern, staging_table
+from pipeline.tables import dead_letters, offsets, runs
 
 log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LOCK_CLASS = 7_400_001  # first key of our advisory locks; the second is the pipeline's hash
 
-# The dead-letter columns (besides pipeline and run_id) with their Postgres types.
-DEAD_LETTER_TYPES = [("topic", "text"), ("partition", "integer"), ("offset", "bigint"),
-                     ("key", "bytea"), ("value", "bytea"), ("headers", "jsonb"),
-                     ("kafka_timestamp", "timestamptz"), ("error_type", "text"),
-                     ("error_message", "text")]
-DEAD_COLUMNS = [n for n, _ in DEAD_LETTER_TYPES]
 
-
-def result_columns(sink: SinkSettings) -> list[tuple[str, str]]:
-    """(name, Postgres type) of the results table, in order."""
-    head = [("topic", "text NOT NULL"), ("partition", "integer NOT NULL"),
-            ("offset", "bigint NOT NULL")]
-    if sink.format == "raw":
-        body = [("key", "bytea"), ("value", "bytea"), ("headers", "jsonb"),
-                ("kafka_timestamp", "timestamptz")]
-    else:
-        body = [("kafka_timestamp", "timestamptz")] + [
-            (c.name, c.pg_type + (" NOT NULL" if c.required else "")) for c in sink.columns]
-    return head + body
-
-
-# Connection failures that no retry fixes: the server refused our role or password, or the
-# TLS settings on either side do not fit (libpq's and the server's own words).
-_REFUSED = re.compile(
-    r"password authentication failed|authentication failed for user|pg_hba\.conf|"
-    r"password is required|no password supplied|role \"[^\"]*\" does not exist|"
-    r"certificate verify failed|root certificate file|certificate .* does not match host|"
-    r"server does not support SSL|invalid sslmode", re.I)
-
-
-def _connect_error(url: str, e: Exception, connecting: bool = False) -> PipelineError:
-    """Unreachable (transient), or, when ``connecting``, refused (permanent)."""
-    from pipeline.config import redact_url
-
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if connecting and (_REFUSED.search(str(e))
-                       or (getattr(e, "sqlstate", None) or "").startswith("28")):
-        user = make_url(url).username or "the default user"
-        detail = " ".join(str(e).split())
-        detail = detail[detail.find("FATAL:"):] if "FATAL:" in detail else detail
-        text = str(e).lower()
-        fix = ("point sslrootcert in database.url at the CA that signed the server's "
-               "certificate (verify-full also checks its host name)"
-               if "certificate" in text or "ssl" in text and "pg_hba" not in text else
-               "connect as the server's pg_hba.conf allows this role (e.g. sslmode=verify-full"
-               " for a hostssl-only role) or change pg_hba.conf" if "pg_hba" in text else
-               f"fix the password of '{user}' in database.url / PIPELINE_DATABASE_URL (or "
-               "ALTER ROLE ... PASSWORD on the server)")
-        return ConfigError(f"Postgres at {redact_url(url)} refused role '{user}': "
-                           f"{detail[:300]}; {fix}; not retried")
-    return TransientError(f"Postgres unreachable at {redact_url(url)} ({first}); "
-                          "check the server and database.url / PIPELINE_DATABASE_URL, then retry")
-
-
-# The driver's connections live as long as a run, idle while Spark reads, and one holds
-# the run lock: keepalives on both ends. The client's keep a NAT or firewall from dropping
-# an idle connection; the server's (and tcp_user_timeout) end the session of a driver
-# host that vanished within about a minute and a half, instead of the kernel's two hours
-# during which every run of the pipeline would exit 75 on its lock.
-_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
-               "keepalives_count": 5}
-_SESSION = ("-c TimeZone=UTC -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 "
-            "-c tcp_keepalives_count=5 -c tcp_user_timeout=60000")
-
-
-def connect(url: str, **kwargs: Any) -> psycopg.Connection:
-    try:
-        return psycopg.connect(url, **{"connect_timeout": 10, "options": _SESSION,
-                                       "application_name": "kafka-offset-pipeline",
-                                       **_KEEPALIVES, **kwargs})
-    except psycopg.OperationalError as e:
-        raise _connect_error(url, e, connecting=True) from None
-
-
-@contextmanager
-def db_errors(url: str) -> Iterator[None]:
-    """Sorts database failures: a lost connection is transient, anything else a bug."""
-    try:
-        yield
-    except PipelineError:
-        raise
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConflictError(
-            f"another run (a backfill beside the ingest) published rows of the same offsets "
-            f"first ({first}); rolled back, nothing written twice - rerun: it keeps those rows "
-            "and adds the rest") from None
-    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as e:
-        from pipeline.config import redact_url
-
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TransientError(
-            f"Postgres at {redact_url(url)} cancelled the run's statement ({first}): a lock "
-            "held by another session past database.lock_timeout_seconds, a statement longer "
-            "than database.statement_timeout_seconds, or an operator; nothing committed - "
-            "retry (see pg_locks / pg_stat_activity), or raise the timeout") from None
-    except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as e:
-        raise _connect_error(url, e) from None
+def in_range(table: Table, r: OffsetRange) -> ColumnElement[bool]:
+    """Rows of ``table`` (keyed by topic, partition, offset) inside ``[from, until)``."""
+    offset = table.c["offset"]
+    return and_(table.c["topic"] == r.topic, table.c["partition"] == r.partition,
+                offset >= r.from_offset, offset < r.until_offset)
 
 
 class Store:
-    """The driver's one connection; it holds the pipeline's run lock while it is open."""
+    """The driver's one session; it holds the pipeline's run lock while it is open."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self.url = settings.database_url
         self.pipeline = settings.name
         self.schema = sql.Identifier(settings.schema)
-        self.conn = connect(self.url, autocommit=True)
+        self.results = tables.results(settings.sink)
+        self.engine = database.engine(self.url)
+        try:
+            with db_errors(self.url):
+                connection = self.engine.connect()
+        except BaseException:
+            self.engine.dispose()
+            raise
+        # preserve_rowcount: an INSERT's rowcount is read (offsets compare-and-set), and
+        # SQLAlchemy keeps it only for UPDATE and DELETE otherwise.
+        self._session = connection.execution_options(
+            schema_translate_map={tables.SCHEMA: settings.schema}, preserve_rowcount=True)
 
     def close(self) -> None:
         try:
             # Release the run lock now: closing does not wait for the server to end the
             # session, and a run started right after could still find the lock held.
-            self.conn.execute("SELECT pg_advisory_unlock_all()")
+            self.execute("SELECT pg_advisory_unlock_all()")
         except Exception:  # noqa: BLE001 - a broken connection holds nothing for long
             pass
         try:
-            self.conn.close()
+            self._session.close()
         except Exception:  # noqa: BLE001
             pass
+        self.engine.dispose()  # closes the pooled connections: the sessions end here
+
+    # ---- the session and its transactions ----------------------------------------------
+    @property
+    def session(self) -> Connection:
+        """The SQLAlchemy connection the Store lives on. Never silently replaced: it holds
+        the run lock, and SQLAlchemy would reconnect an invalidated one on its next use."""
+        if self._session.invalidated or self._session.closed:
+            raise database.unreachable(self.url, "the connection was lost")
+        return self._session
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        """The session's psycopg connection: COPY and psycopg-composed SQL."""
+        return self.session.connection.driver_connection
 
     def t(self, name: str) -> sql.Composed:
         return sql.SQL("{}.{}").format(self.schema, sql.Identifier(name))
 
-    def execute(self, query, params: Sequence[Any] | dict | None = None):
-        with db_errors(self.url):
-            return self.conn.execute(query, params)
-
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:
-        """Commits on exit, rolls back on any error (including KeyboardInterrupt)."""
-        with db_errors(self.url), self.conn.transaction():
-            yield self.conn
+        """Commits on exit, rolls back on any error (including KeyboardInterrupt). Yields
+        the psycopg connection; Core statements (``run``) go into the same transaction.
+        Inside an open transaction, joins it."""
+        session = self.session
+        with db_errors(self.url):
+            if session.in_transaction():
+                yield self.conn
+                return
+            tx = session.begin()
+            try:
+                yield self.conn
+            except BaseException:
+                _roll_back(tx)
+                raise
+            tx.commit()
+
+    def run(self, statement) -> CursorResult:
+        """A Core statement, in the open transaction or in one of its own."""
+        with self.transaction():
+            return self.session.execute(statement)
+
+    def execute(self, query, params: Sequence[Any] | dict | None = None) -> psycopg.Cursor:
+        """A psycopg statement (psycopg.sql, %s parameters), in the open transaction or in
+        one of its own."""
+        with self.transaction() as conn:
+            return conn.execute(query, params)
 
     def set_timeouts(self, conn) -> None:
         """The configured lock and statement timeouts, for the current transaction only."""
@@ -176,35 +155,39 @@ class Store:
             # Serialize concurrent init-db calls; IF NOT EXISTS alone races.
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(self.schema))
-            for path in sorted(SQL_DIR.glob("*.sql")):
+            for path in sorted(SQL_DIR.glob("*.sql")):  # scripts: psycopg runs them whole
                 conn.execute(path.read_text().replace("{schema}", f'"{self.settings.schema}"'))
                 applied.append(path.name)
-            conn.execute(self.results_ddl())
+            self.session.execute(CreateTable(self.results, if_not_exists=True))
             applied.append(f"results table {self.settings.schema}.{self.settings.sink.table}")
         return applied
 
-    def results_ddl(self) -> sql.Composed:
-        cols = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
-                for n, t in result_columns(self.settings.sink)]
-        cols += [sql.SQL("run_id bigint NOT NULL"),
-                 sql.SQL("ingested_at timestamptz NOT NULL DEFAULT now()"),
-                 sql.SQL('PRIMARY KEY (topic, "partition", "offset")')]
-        return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-            self.t(self.settings.sink.table), sql.SQL(", ").join(cols))
+    def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The live columns of the tables ``names`` that exist (one catalog query). It takes
+        a share lock on each table (pg_get_expr of the defaults): a lock held elsewhere (a
+        DBA's ALTER) is waited for as long as the publishing transaction would wait."""
+        with self.transaction() as conn, warnings.catch_warnings():
+            self.set_timeouts(conn)
+            # A column of a type SQLAlchemy does not know (an extension's) is reflected as
+            # NullType with a warning; only its nullability and default are looked at.
+            warnings.simplefilter("ignore", SAWarning)
+            found = inspect(self.session).get_multi_columns(
+                schema=self.settings.schema, filter_names=list(names))
+        return {name: columns for (_, name), columns in found.items()}
 
     def check_schema(self) -> None:
-        offsets = f'"{self.settings.schema}".pipeline_offsets'
-        row = self.execute(
-            "SELECT to_regclass(%s), to_regclass(%s), EXISTS (SELECT 1 FROM pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attname = 'topic_id' AND NOT attisdropped)",
-            (offsets, f'"{self.settings.schema}"."{self.settings.sink.table}"',
-             offsets)).fetchone()
-        if row[0] is None or row[1] is None:
+        """Every table of pipeline/tables.py is there, with every column it declares."""
+        fixed = list(tables.metadata.tables.values())
+        live = self._reflect([t.name for t in fixed] + [self.results.name])
+        if offsets.name not in live or self.results.name not in live:
             raise ConfigError(f"tables missing in schema {self.settings.schema}: run "
                               f"'pipeline init-db --config {self.settings.source}' first")
-        if not row[2]:
-            raise ConfigError(f"schema {self.settings.schema} is older than this version "
-                              f"(no topic IDs): run 'pipeline init-db --config "
+        missing = [t.name for t in fixed if t.name not in live] + [
+            f"{t.name}.{c.name}" for t in fixed if t.name in live for c in t.columns
+            if c.name not in {col["name"] for col in live[t.name]}]
+        if missing:
+            raise ConfigError(f"schema {self.settings.schema} is older than this version (no "
+                              f"{', '.join(missing)}): run 'pipeline init-db --config "
                               f"{self.settings.source}' to upgrade it (keeps all data)")
 
     def check_results_table(self) -> None:
@@ -212,27 +195,24 @@ class Store:
         is read, so that drift is one clear error, not a COPY that fails after the whole
         read on every run. Extra columns are fine if they may stay NULL or have a default."""
         table = f'"{self.settings.schema}"."{self.settings.sink.table}"'
-        have = {name: (ftype, notnull, hasdef) for name, ftype, notnull, hasdef in self.execute(
-            "SELECT attname, format_type(atttypid, atttypmod), attnotnull, atthasdef "
-            "FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-            "AND NOT attisdropped", (table,)).fetchall()}
-        want = result_columns(self.settings.sink) + [("run_id", "bigint NOT NULL")]
+        have = {c["name"]: c for c in self._reflect([self.results.name]).get(
+            self.results.name, [])}
+        want = tables.written(self.results)
         fixes = []
-        for name, declared in want:
-            pg_type = declared.replace(" NOT NULL", "")
+        for column in want:
+            name, pg_type = column.name, tables.ddl_type(column.type)
             col = sql.Identifier(name).as_string(self.conn)
             if name not in have:
-                fixes.append((f"column {name} is missing",
-                              f"ADD COLUMN {col} {pg_type}"))
-            elif _same_type(have[name][0]) != _same_type(pg_type):
-                fixes.append((f"column {name} is {have[name][0]}, the config writes {pg_type}",
-                              f"ALTER COLUMN {col} TYPE {pg_type}"))
-            elif have[name][1] and not declared.endswith("NOT NULL"):
+                fixes.append((f"column {name} is missing", f"ADD COLUMN {col} {pg_type}"))
+            elif _type_name(have[name]["type"]) != pg_type:
+                fixes.append((f"column {name} is {_type_name(have[name]['type'])}, the "
+                              f"config writes {pg_type}", f"ALTER COLUMN {col} TYPE {pg_type}"))
+            elif not have[name]["nullable"] and column.nullable:
                 fixes.append((f"column {name} is NOT NULL, the config allows nulls",
                               f"ALTER COLUMN {col} DROP NOT NULL"))
-        written = {name for name, _ in want}
-        for name, (_, notnull, hasdef) in have.items():
-            if notnull and not hasdef and name not in written:
+        written = {c.name for c in want}
+        for name, c in have.items():
+            if not c["nullable"] and c["default"] is None and name not in written:
                 fixes.append((f"column {name} is NOT NULL without a default and the pipeline "
                               "does not write it",
                               f"ALTER COLUMN {sql.Identifier(name).as_string(self.conn)} "
@@ -258,24 +238,29 @@ class Store:
     def family(kind: str) -> str:
         return "backfill" if kind in ("backfill", "reprocess") else "ingest"
 
+    @classmethod
+    def kinds_of(cls, family: str) -> tuple[str, ...]:
+        """The kinds of run that may hold ``family``'s lock: its own, and an 'offsets'
+        change (it takes both locks)."""
+        return cls.FAMILIES[family] + cls.FAMILIES["offsets"]
+
     def lock_key(self, family: str) -> str:
         return self.pipeline if family == "ingest" else f"{self.pipeline}:{family}"
 
     def try_lock(self, family: str = "ingest") -> bool:
         """Session advisory lock: one run per pipeline and family at a time."""
-        return self.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                            (LOCK_CLASS, self.lock_key(family))).fetchone()[0]
+        return self.run(select(func.pg_try_advisory_lock(
+            LOCK_CLASS, func.hashtext(self.lock_key(family))))).scalar_one()
 
     def lock_or_fail(self, what: str = "run", families: Sequence[str] = ("ingest",)) -> None:
         for family in families:
             if self.try_lock(family):
                 continue
-            kinds = [k for f in (family, "offsets") for k in self.FAMILIES[f]]
-            holder = self.execute(
-                sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
-                        "AND status = 'running' AND kind = ANY(%s) ORDER BY run_id DESC "
-                        "LIMIT 1").format(self.t("pipeline_runs")),
-                (self.pipeline, kinds)).fetchone()
+            holder = self.run(
+                select(runs.c.run_id, runs.c.kind, runs.c.host, runs.c.pid, runs.c.started_at)
+                .where(runs.c.pipeline == self.pipeline, runs.c.status == "running",
+                       runs.c.kind.in_(self.kinds_of(family)))
+                .order_by(runs.c.run_id.desc()).limit(1)).first()
             who = (f"run {holder[0]} ({holder[1]}, {holder[2]} pid {holder[3]}, started "
                    f"{holder[4]:%Y-%m-%d %H:%M:%S})" if holder else "another process")
             self.execute("SELECT pg_advisory_unlock_all()")  # none of them, then
@@ -286,51 +271,47 @@ class Store:
 
     # ---- reads -------------------------------------------------------------------------
     def load_offsets(self, topics: Sequence[str] | None = None) -> dict[TopicPartition, int]:
-        rows = self.execute(
-            sql.SQL('SELECT topic, "partition", next_offset FROM {} WHERE pipeline = %s')
-            .format(self.t("pipeline_offsets")), (self.pipeline,)).fetchall()
+        rows = self.run(select(offsets.c.topic, offsets.c.partition, offsets.c.next_offset)
+                        .where(offsets.c.pipeline == self.pipeline)).all()
         return {(t, p): o for t, p, o in rows if topics is None or t in topics}
 
     def load_topic_ids(self, topics: Sequence[str]) -> dict[str, set[str]]:
         """The Kafka topic IDs the stored offsets of each topic belong to (one, normally;
         rows stored before IDs were have none)."""
         out: dict[str, set[str]] = {}
-        for topic, topic_id in self.execute(
-                sql.SQL("SELECT DISTINCT topic, topic_id FROM {} WHERE pipeline = %s AND "
-                        "topic = ANY(%s) AND topic_id IS NOT NULL")
-                .format(self.t("pipeline_offsets")), (self.pipeline, list(topics))).fetchall():
+        for topic, topic_id in self.run(
+                select(offsets.c.topic, offsets.c.topic_id).distinct()
+                .where(offsets.c.pipeline == self.pipeline, offsets.c.topic.in_(list(topics)),
+                       offsets.c.topic_id.is_not(None))).all():
             out.setdefault(topic, set()).add(topic_id)
         return out
 
     # ---- run rows ----------------------------------------------------------------------
     def start_run(self, kind: str, planned: Sequence[PlannedPartition] | Sequence[OffsetRange],
                   details: dict | None = None) -> int:
-        return self.execute(
-            sql.SQL("INSERT INTO {} (pipeline, kind, status, planned, lost, host, pid, details) "
-                    "VALUES (%s, %s, 'running', %s, %s, %s, %s, %s) RETURNING run_id")
-            .format(self.t("pipeline_runs")),
-            (self.pipeline, kind, json.dumps(ranges_json(planned)),
-             json.dumps(lost_json(planned)), socket.gethostname(), os.getpid(),
-             json.dumps(details or {}))).fetchone()[0]
+        return self.run(insert(runs).values(
+            pipeline=self.pipeline, kind=kind, status="running", planned=ranges_json(planned),
+            lost=lost_json(planned), host=socket.gethostname(), pid=os.getpid(),
+            details=details or {}).returning(runs.c.run_id)).scalar_one()
 
     def record_noop(self, kind: str, planned: Sequence[PlannedPartition],
                     timings: dict) -> int:
-        return self.execute(
-            sql.SQL("INSERT INTO {} (pipeline, kind, status, planned, finished_at, records_read, "
-                    "rows_written, dead_letters, timings, exit_code, host, pid) VALUES "
-                    "(%s, %s, 'noop', %s, now(), 0, 0, 0, %s, 0, %s, %s) RETURNING run_id")
-            .format(self.t("pipeline_runs")),
-            (self.pipeline, kind, json.dumps(ranges_json(planned)), json.dumps(timings),
-             socket.gethostname(), os.getpid())).fetchone()[0]
+        return self.run(insert(runs).values(
+            pipeline=self.pipeline, kind=kind, status="noop", planned=ranges_json(planned),
+            finished_at=func.now(), records_read=0, rows_written=0, dead_letters=0,
+            timings=timings, exit_code=0, host=socket.gethostname(), pid=os.getpid())
+            .returning(runs.c.run_id)).scalar_one()
 
     def fail_run(self, run_id: int, error: str, exit_code: int, timings: dict) -> None:
-        from pipeline.config import mask
+        self.run(update_(runs).where(runs.c.run_id == run_id, runs.c.status == "running")
+                 .values(status="failed", finished_at=func.now(), error=mask(error),
+                         exit_code=exit_code, timings=timings))
 
-        error = mask(error)  # Spark's error text may quote settings
-        self.execute(
-            sql.SQL("UPDATE {} SET status = 'failed', finished_at = now(), error = %s, "
-                    "exit_code = %s, timings = %s WHERE run_id = %s AND status = 'running'")
-            .format(self.t("pipeline_runs")), (error, exit_code, json.dumps(timings), run_id))
+    def succeed_run(self, run_id: int, **counts: Any) -> None:
+        """The run row of a published run (inside its publishing transaction): records_read,
+        rows_written, dead_letters, per_partition, timings."""
+        self.run(update_(runs).where(runs.c.run_id == run_id).values(
+            status="succeeded", finished_at=func.now(), exit_code=0, **counts))
 
     def abandon_stale_runs(self, families: Sequence[str] = ("ingest",)) -> list[int]:
         """Runs of the families whose locks we hold, left 'running' by a crash (none of them
@@ -338,22 +319,21 @@ class Store:
         run of another family that is still running is left alone: it is in use."""
         kinds = [k for f in families for k in self.FAMILIES[f]] + (
             list(self.FAMILIES["offsets"]) if "ingest" in families else [])
-        stale = [r[0] for r in self.execute(
-            sql.SQL("UPDATE {} SET status = 'abandoned', finished_at = now(), "
-                    "error = coalesce(error, 'process died before finishing (crash, kill or "
-                    "lost connection); nothing was published') "
-                    "WHERE pipeline = %s AND status = 'running' AND kind = ANY(%s) "
-                    "RETURNING run_id").format(self.t("pipeline_runs")),
-            (self.pipeline, kinds)).fetchall()]
-        in_use = {self.staging_name(r[0]) for r in self.execute(
-            sql.SQL("SELECT run_id FROM {} WHERE pipeline = %s AND status = 'running'")
-            .format(self.t("pipeline_runs")), (self.pipeline,)).fetchall()}
-        leftovers = [name for (name,) in self.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename ~ %s",
-            (self.settings.schema, staging_pattern(self.pipeline))).fetchall()
-            if name not in in_use]
+        mine = and_(runs.c.pipeline == self.pipeline, runs.c.status == "running")
+        stale = list(self.run(
+            update_(runs).where(mine, runs.c.kind.in_(kinds))
+            .values(status="abandoned", finished_at=func.now(), error=func.coalesce(
+                runs.c.error, "process died before finishing (crash, kill or lost "
+                "connection); nothing was published"))
+            .returning(runs.c.run_id)).scalars())
+        in_use = {self.staging_name(r) for r in self.run(select(runs.c.run_id).where(mine))
+                  .scalars()}
+        pattern = re.compile(staging_pattern(self.pipeline))
+        with self.transaction():
+            names = inspect(self.session).get_table_names(schema=self.settings.schema)
+        leftovers = [n for n in names if pattern.search(n) and n not in in_use]
         for name in leftovers:
-            self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(name)))
+            self.run(DropTable(tables.staging(name), if_exists=True))
         if stale or leftovers:
             log.info("cleaned up after crashed runs %s (%d staging tables)", stale, len(leftovers))
         return stale
@@ -364,13 +344,11 @@ class Store:
 
     def create_staging(self, run_id: int) -> str:
         name = self.staging_name(run_id)
-        # UNLOGGED, keyless, one row per batch of records. The blobs are compressed with
-        # LZ4 (Postgres >= 14 built with it): 5x smaller staging for the same CPU (1M
-        # records: 22 MB instead of 105 MB, write 0.25-0.32 us and read 0.14 us per record
-        # either way); without LZ4 they are stored uncompressed (EXTERNAL), as pglz would
-        # cost CPU on blobs that are read once and dropped.
-        self.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(
-            self.t(name), sql.SQL(STAGING_DDL)))
+        self.run(CreateTable(tables.staging(name)))
+        # The blobs are compressed with LZ4 (Postgres >= 14 built with it): 5x smaller
+        # staging for the same CPU (1M records: 22 MB instead of 105 MB, write 0.25-0.32 us
+        # and read 0.14 us per record either way); without LZ4 they are stored uncompressed
+        # (EXTERNAL), as pglz would cost CPU on blobs that are read once and dropped.
         try:
             self.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET COMPRESSION lz4")
                          .format(self.t(name)))
@@ -379,67 +357,92 @@ class Store:
                          .format(self.t(name)))
         return name
 
-    def drop_staging(self, run_id: int) -> None:
-        self.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.t(self.staging_name(run_id))))
+    def staging_copy(self, run_id: int) -> tuple[str, list[str]]:
+        """What an executor needs to stage its blobs (it imports no SQLAlchemy): the binary
+        COPY into this run's staging table, and its column types as psycopg names them."""
+        table = tables.staging(self.staging_name(run_id))
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            self.t(table.name), _identifiers(c.name for c in table.columns))
+        return statement.as_string(self.conn), [tables.ddl_type(c.type) for c in table.columns]
 
-    def _ranges_hold_rows(self, conn, ranges: Sequence[OffsetRange]) -> bool:
-        """Does the results table already hold a row inside any planned range? (an index
-        probe per range). Only then does publishing need ON CONFLICT."""
-        results = self.t(self.settings.sink.table)
-        for r in ranges:
-            if conn.execute(sql.SQL(
-                    'SELECT EXISTS (SELECT 1 FROM {} WHERE topic = %s AND "partition" = %s '
-                    'AND "offset" >= %s AND "offset" < %s)').format(results),
-                    (r.topic, r.partition, r.from_offset, r.until_offset)).fetchone()[0]:
-                return True
-        return False
+    def drop_staging(self, run_id: int) -> None:
+        self.run(DropTable(tables.staging(self.staging_name(run_id)), if_exists=True))
 
     # ---- parts of the publishing transaction (pipeline/publish.py) ------------------
-    def _merge_rows_sql(self, results, names, cols, key, overwrite: bool) -> sql.Composed:
-        """Rows already present in a planned range: keep them (ON CONFLICT DO NOTHING), or
-        replace them on reprocess."""
-        if not overwrite:
-            return sql.SQL("INSERT INTO {res} ({cols}) SELECT {cols} FROM _publish_rows "
-                           "ON CONFLICT ({key}) DO NOTHING").format(res=results, cols=cols,
-                                                                    key=key)
-        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
-                                     for n in names[3:])
-        return sql.SQL(
-            "INSERT INTO {res} ({cols}) SELECT DISTINCT ON ({key}) {cols} FROM _publish_rows "
-            "ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()").format(
-            res=results, cols=cols, key=key, upd=updates)
+    def ranges_hold_rows(self, ranges: Sequence[OffsetRange]) -> bool:
+        """Does the results table already hold a row inside any planned range? (an index
+        probe per range). Only then does publishing need ON CONFLICT."""
+        return any(self.run(select(exists().where(in_range(self.results, r)))).scalar_one()
+                   for r in ranges)
 
-    def _compare_and_set_offsets(self, conn, run_id: int, updates: Sequence[PlannedPartition],
-                                 topic_ids: dict[str, str] | None = None) -> None:
+    def clear_ranges(self, ranges: Sequence[OffsetRange]) -> None:
+        """Reprocess replaces what the planned ranges held: a record that was a result and
+        is now a dead letter (or is filtered out by a transform) keeps no old row, and no
+        offset stays in both tables. Inside the publishing transaction, like the rest."""
+        if not ranges:
+            return
+        self.run(delete(self.results).where(or_(*(in_range(self.results, r) for r in ranges))))
+        self.run(delete(dead_letters).where(
+            dead_letters.c.pipeline == self.pipeline,
+            or_(*(in_range(dead_letters, r) for r in ranges))))
+
+    def merge_rows_sql(self, source: str, overwrite: bool) -> sql.Composed:
+        """Rows already present in a planned range: keep them (ON CONFLICT DO NOTHING), or
+        replace them on reprocess. ``source``: the temp table the rows were copied into."""
+        names = [c.name for c in tables.written(self.results)]
+        fmt = {"res": self.t(self.results.name), "src": sql.Identifier(source),
+               "cols": _identifiers(names), "key": _key(self.results)}
+        if not overwrite:
+            return sql.SQL("INSERT INTO {res} ({cols}) SELECT {cols} FROM {src} "
+                           "ON CONFLICT ({key}) DO NOTHING").format(**fmt)
+        keys = {c.name for c in self.results.primary_key}
+        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
+                                     for n in names if n not in keys)
+        return sql.SQL(
+            "INSERT INTO {res} ({cols}) SELECT DISTINCT ON ({key}) {cols} FROM {src} "
+            "ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()").format(
+            **fmt, upd=updates)
+
+    def merge_dead_letters_sql(self, source: str, overwrite: bool) -> sql.Composed:
+        """The staged dead letters of a run (in temp table ``source``) into
+        pipeline_dead_letters: kept if already there, replaced on reprocess."""
+        return sql.SQL(
+            "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) "
+            "%s, {cols}, %s FROM {src} ON CONFLICT (pipeline, {key}) DO {action}").format(
+            dl=self.t(dead_letters.name), src=sql.Identifier(source),
+            cols=_identifiers(c.name for c in tables.DEAD_LETTER_FIELDS),
+            key=_identifiers(c.name for c in dead_letters.primary_key if c.name != "pipeline"),
+            action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message "
+                           "= EXCLUDED.error_message, run_id = EXCLUDED.run_id, "
+                           "failed_at = now()") if overwrite else sql.SQL("NOTHING"))
+
+    def compare_and_set_offsets(self, run_id: int, updates: Sequence[PlannedPartition],
+                                topic_ids: dict[str, str] | None = None) -> None:
         """Invariant 2: move each offset only from the value the plan started from. A stale
         plan, a zombie or a concurrent run matches no row, and the whole transaction rolls
         back."""
-        table = self.t("pipeline_offsets")
         for u in updates:
             r = u.range
+            topic_id = (topic_ids or {}).get(r.topic)
             if u.stored is None:
-                n = conn.execute(sql.SQL(
-                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id, '
-                    "topic_id) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
-                    .format(table), (self.pipeline, r.topic, r.partition, r.until_offset,
-                                     run_id, (topic_ids or {}).get(r.topic))).rowcount
+                n = self.run(insert(offsets).values(
+                    pipeline=self.pipeline, topic=r.topic, partition=r.partition,
+                    next_offset=r.until_offset, run_id=run_id, topic_id=topic_id)
+                    .on_conflict_do_nothing()).rowcount
             else:
                 # The plan checked the stored ID against Kafka's; a legacy row gets it here.
-                n = conn.execute(sql.SQL(
-                    "UPDATE {} SET next_offset = %s, updated_at = now(), run_id = %s, "
-                    "topic_id = coalesce(%s, topic_id) "
-                    'WHERE pipeline = %s AND topic = %s AND "partition" = %s '
-                    "AND next_offset = %s").format(table),
-                    (r.until_offset, run_id, (topic_ids or {}).get(r.topic), self.pipeline,
-                     r.topic, r.partition, u.stored)).rowcount
+                n = self.run(update_(offsets).where(
+                    offsets.c.pipeline == self.pipeline, offsets.c.topic == r.topic,
+                    offsets.c.partition == r.partition, offsets.c.next_offset == u.stored)
+                    .values(next_offset=r.until_offset, updated_at=func.now(), run_id=run_id,
+                            topic_id=func.coalesce(topic_id, offsets.c.topic_id))).rowcount
             if n != 1:
-                current = conn.execute(sql.SQL(
-                    'SELECT next_offset FROM {} WHERE pipeline = %s AND topic = %s '
-                    'AND "partition" = %s').format(table),
-                    (self.pipeline, r.topic, r.partition)).fetchone()
+                current = self.run(select(offsets.c.next_offset).where(
+                    offsets.c.pipeline == self.pipeline, offsets.c.topic == r.topic,
+                    offsets.c.partition == r.partition)).scalar()
                 raise ConflictError(
                     f"{r.topic}[{r.partition}]: stored next offset is "
-                    f"{current[0] if current else 'absent'}, expected "
+                    f"{'absent' if current is None else current}, expected "
                     f"{'absent' if u.stored is None else u.stored}: another run already "
                     f"published [{r.from_offset}, {r.until_offset}); rolled back, nothing "
                     "written twice - rerun to plan from the stored offsets")
@@ -453,7 +456,6 @@ class Store:
         changes nothing. ``archive``: topics recreated under the same name (old IDs) whose
         result rows and dead letters move to the archive tables in the same transaction,
         so the new topic's records at reused offsets are written, not taken as present."""
-        table = self.t("pipeline_offsets")
         archived = {}
         with self.transaction() as conn:
             self.set_timeouts(conn)
@@ -461,23 +463,22 @@ class Store:
                 archived[topic] = self._archive_topic(conn, topic, ", ".join(old_ids), run_id)
             for (topic, partition), offset in sorted(changes.items()):
                 if offset is None:
-                    conn.execute(sql.SQL(
-                        'DELETE FROM {} WHERE pipeline = %s AND topic = %s AND "partition" = %s')
-                        .format(table), (self.pipeline, topic, partition))
+                    self.run(delete(offsets).where(
+                        offsets.c.pipeline == self.pipeline, offsets.c.topic == topic,
+                        offsets.c.partition == partition))
                     continue
-                conn.execute(sql.SQL(
-                    'INSERT INTO {} (pipeline, topic, "partition", next_offset, run_id, '
-                    "topic_id) VALUES (%s, %s, %s, %s, %s, %s) "
-                    'ON CONFLICT (pipeline, topic, "partition") '
-                    "DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now(), "
-                    "run_id = EXCLUDED.run_id, topic_id = EXCLUDED.topic_id").format(table),
-                    (self.pipeline, topic, partition, offset, run_id,
-                     (topic_ids or {}).get(topic)))
-            conn.execute(sql.SQL(
-                "UPDATE {} SET status = 'succeeded', finished_at = now(), exit_code = 0, "
-                "details = coalesce(details, '{{}}') || %s::jsonb WHERE run_id = %s")
-                .format(self.t("pipeline_runs")),
-                (json.dumps({"archived": archived} if archived else {}), run_id))
+                row = insert(offsets).values(
+                    pipeline=self.pipeline, topic=topic, partition=partition,
+                    next_offset=offset, run_id=run_id, topic_id=(topic_ids or {}).get(topic))
+                self.run(row.on_conflict_do_update(
+                    index_elements=list(offsets.primary_key), set_={
+                        "next_offset": row.excluded.next_offset, "updated_at": func.now(),
+                        "run_id": row.excluded.run_id, "topic_id": row.excluded.topic_id}))
+            self.run(update_(runs).where(runs.c.run_id == run_id).values(
+                status="succeeded", finished_at=func.now(), exit_code=0,
+                details=func.coalesce(runs.c.details, literal({}, JSONB)).op(
+                    "||", return_type=JSONB)(
+                    literal({"archived": archived} if archived else {}, JSONB))))
         return archived
 
     def archive_table(self) -> str:
@@ -487,6 +488,8 @@ class Store:
         """Move a recreated topic's result rows and dead letters to the archive tables."""
         results = self.t(self.settings.sink.table)
         archive = self.t(self.archive_table())
+        # The live columns, in Postgres's own spelling (they may include columns added by
+        # hand, of any type): the archive takes each of them.
         columns = [(name, ftype) for name, ftype in conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
             "attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
@@ -496,24 +499,25 @@ class Store:
         # A column added to the results table since the archive was created is added here.
         conn.execute(sql.SQL("ALTER TABLE {} {}").format(archive, sql.SQL(", ").join(
             [sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(sql.Identifier(n), sql.SQL(t))
-             for n, t in columns] + [sql.SQL(
-                 "ADD COLUMN IF NOT EXISTS topic_id text, ADD COLUMN IF NOT EXISTS "
-                 "archived_at timestamptz NOT NULL DEFAULT now(), ADD COLUMN IF NOT EXISTS "
-                 "archived_by_run bigint")])))
-        cols = sql.SQL(", ").join(sql.Identifier(n) for n, _ in columns)
+             for n, t in columns] + [
+                sql.SQL("ADD COLUMN IF NOT EXISTS {}").format(sql.SQL(str(
+                    CreateColumn(c).compile(dialect=self.session.dialect))))
+                for c in tables.RESULTS_ARCHIVE_COLUMNS])))
+        origin = [sql.Identifier(c.name) for c in tables.RESULTS_ARCHIVE_COLUMNS
+                  if c.name != "archived_at"]  # topic_id, archived_by_run; the time defaults
+        cols = _identifiers(n for n, _ in columns)
         rows = conn.execute(sql.SQL(
             "WITH moved AS (DELETE FROM {res} WHERE topic = %s RETURNING {cols}) "
-            "INSERT INTO {arc} ({cols}, topic_id, archived_by_run) "
-            "SELECT {cols}, %s, %s FROM moved").format(res=results, arc=archive, cols=cols),
+            "INSERT INTO {arc} ({cols}, {arc_cols}) SELECT {cols}, %s, %s FROM moved").format(
+            res=results, arc=archive, cols=cols, arc_cols=sql.SQL(", ").join(origin)),
             (topic, old_id, run_id)).rowcount
-        dead = self.t("pipeline_dead_letters")
-        dcols = sql.SQL(", ").join(sql.Identifier(n) for n in
-                                   ["pipeline", *DEAD_COLUMNS, "run_id", "failed_at"])
+        dcols = _identifiers(c.name for c in dead_letters.columns)
         dead_rows = conn.execute(sql.SQL(
             "WITH moved AS (DELETE FROM {dl} WHERE pipeline = %s AND topic = %s "
-            "RETURNING {cols}) INSERT INTO {arc} ({cols}, topic_id, archived_by_run) "
+            "RETURNING {cols}) INSERT INTO {arc} ({cols}, {arc_cols}) "
             "SELECT {cols}, %s, %s FROM moved").format(
-            dl=dead, arc=self.t("pipeline_dead_letters_archived"), cols=dcols),
+            dl=self.t(dead_letters.name), arc=self.t(tables.dead_letters_archived.name),
+            cols=dcols, arc_cols=sql.SQL(", ").join(origin)),
             (self.pipeline, topic, old_id, run_id)).rowcount
         log.warning("topic '%s' was recreated: archived %d result rows to %s and %d dead "
                     "letters to pipeline_dead_letters_archived (old topic ID %s)", topic, rows,
@@ -522,8 +526,8 @@ class Store:
 
     # ==== queries of the operator commands (pipeline/commands/) ==========================
     # What lag, offsets show, runs and unlock read (and unlock's one write), so that the
-    # commands speak no SQL themselves; the queries are those of the old pipeline/ops.py and
-    # pipeline/unlock.py, unchanged (issue 12).
+    # commands speak no SQL themselves. Still psycopg-composed, as moved from the old
+    # pipeline/ops.py: candidates for Core statements like the ones above.
 
     RUN_COLUMNS = ("run_id", "kind", "status", "started_at", "finished_at", "planned", "lost",
                    "records_read", "rows_written", "dead_letters", "per_partition", "timings",
@@ -597,11 +601,29 @@ class Store:
     # ==== end of the operator commands' queries =========================================
 
 
-def _same_type(pg_type: str) -> str:
-    """Postgres's own name of a type (format_type) and ours, made comparable."""
-    t = pg_type.lower().replace(" ", "")
-    return {"timestamptz": "timestampwithtimezone", "int": "integer", "int4": "integer",
-            "int8": "bigint", "float8": "doubleprecision"}.get(t, t)
+def _roll_back(tx) -> None:
+    """Roll back, keeping the error that caused it: a rollback on a connection that is gone
+    fails too, and the server has rolled back already."""
+    try:
+        tx.rollback()
+    except Exception:  # noqa: BLE001
+        log.debug("rollback failed (the connection is gone)", exc_info=True)
+
+
+def _type_name(type_) -> str:
+    """A reflected column type as Postgres DDL spells it (tables.ddl_type)."""
+    try:
+        return tables.ddl_type(type_)
+    except CompileError:  # NullType: a type SQLAlchemy does not know
+        return "a type unknown to the pipeline"
+
+
+def _identifiers(names) -> sql.Composed:
+    return sql.SQL(", ").join(map(sql.Identifier, names))
+
+
+def _key(table: Table) -> sql.Composed:
+    return _identifiers(c.name for c in table.primary_key)
 
 
 def ranges_json(planned) -> list[dict]:

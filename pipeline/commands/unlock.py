@@ -57,7 +57,7 @@ def lock_holders(store) -> list[LockHolder]:
         session = store.lock_session(family)
         if session is None or any(h.session_pid == session["session_pid"] for h in holders):
             continue  # an 'offsets' change holds both: one holder
-        run = store.running_run(store.FAMILIES[family] + store.FAMILIES["offsets"]) or {}
+        run = store.running_run(store.kinds_of(family)) or {}
         holders.append(LockHolder(**session, family=family, run_id=run.get("run_id"),
                                   kind=run.get("kind"), host=run.get("host"),
                                   pid=run.get("pid"), run_started=run.get("started_at")))

@@ -1,0 +1,191 @@
+"""The columns of every table the pipeline writes, in one place: SQLAlchemy ``Table``s.
+
+The fixed tables (offsets, runs, dead letters and their archive), a pipeline's results
+table (from ``[sink]``) and a run's staging table. The DDL the driver emits, the COPY column
+lists, the dead-letter fields the executors stage, and the schema checks are derived from
+these. ``sql/*.sql`` stays the applied history that ``init-db`` runs;
+tests/integration/test_tables.py reflects a freshly initialised database and compares it
+with these definitions, so the two cannot drift apart silently.
+
+Every table is declared in the placeholder schema ``SCHEMA``; the driver's session maps it
+onto ``database.schema`` (``schema_translate_map``), so one definition serves every
+pipeline, and a statement that escaped the mapping fails instead of writing elsewhere.
+Nothing here runs on the executors (they get column lists and COPY statements as strings).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Date,
+    Index,
+    Integer,
+    MetaData,
+    Numeric,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB, TIMESTAMP
+from sqlalchemy.types import TypeEngine
+
+from pipeline.config import SinkSettings
+
+SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
+TIMESTAMPTZ = TIMESTAMP(timezone=True)
+_DIALECT = postgresql.dialect()
+
+metadata = MetaData(schema=SCHEMA)
+
+
+def _key(name: str, type_: TypeEngine) -> Column:
+    """A primary-key column; never a serial (SQLAlchemy would make a lone integer one)."""
+    return Column(name, type_, primary_key=True, autoincrement=False)
+
+
+# The source of truth for where each pipeline resumes: the NEXT offset to read (sql/001, 004).
+offsets = Table(
+    "pipeline_offsets", metadata,
+    _key("pipeline", Text), _key("topic", Text), _key("partition", Integer),
+    Column("next_offset", BigInteger, CheckConstraint("next_offset >= 0"), nullable=False),
+    Column("updated_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+    Column("run_id", BigInteger),
+    Column("topic_id", Text),
+)
+
+# One row per run: what it planned, read and wrote, its timings, how it ended (sql/002).
+runs = Table(
+    "pipeline_runs", metadata,
+    Column("run_id", BigInteger, primary_key=True),  # bigserial
+    Column("pipeline", Text, nullable=False),
+    Column("kind", Text, nullable=False),  # ingest | backfill | reprocess | offsets
+    Column("status", Text, nullable=False),  # running | succeeded | noop | failed | abandoned
+    Column("started_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+    Column("finished_at", TIMESTAMPTZ),
+    Column("planned", JSONB, nullable=False, server_default=text("'[]'")),
+    Column("lost", JSONB, nullable=False, server_default=text("'[]'")),
+    Column("records_read", BigInteger),
+    Column("rows_written", BigInteger),
+    Column("dead_letters", BigInteger),
+    Column("per_partition", JSONB),
+    Column("timings", JSONB),
+    Column("error", Text),
+    Column("exit_code", Integer),
+    Column("host", Text),
+    Column("pid", Integer),
+    Column("details", JSONB),
+)
+Index("pipeline_runs_by_pipeline", runs.c.pipeline, runs.c.run_id.desc())
+
+# Records that could not become result rows, published with their run's results (sql/003).
+dead_letters = Table(
+    "pipeline_dead_letters", metadata,
+    _key("pipeline", Text), _key("topic", Text), _key("partition", Integer),
+    _key("offset", BigInteger),
+    Column("key", BYTEA),
+    Column("value", BYTEA),
+    Column("headers", JSONB),
+    Column("kafka_timestamp", TIMESTAMPTZ),
+    Column("error_type", Text, nullable=False),
+    Column("error_message", Text, nullable=False),
+    Column("run_id", BigInteger, nullable=False),
+    Column("failed_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+)
+# What an executor stages of a dead letter, in this order (encode.Encoder.dead_line and
+# stage.dead_head write it): the publisher adds pipeline and run_id, failed_at is defaulted.
+DEAD_LETTER_FIELDS = [c for c in dead_letters.columns
+                      if c.name not in ("pipeline", "run_id", "failed_at")]
+
+
+def dead_letter_batch(name: str) -> Table:
+    """A temp table (dropped at COMMIT) that takes a run's staged dead-letter lines. No
+    schema: temporary tables live in the session's own."""
+    return Table(name, MetaData(), *[Column(c.name, c.type) for c in DEAD_LETTER_FIELDS],
+                 prefixes=["TEMPORARY"], postgresql_on_commit="DROP")
+
+
+def _archive_columns() -> list[Column]:
+    """Where an archived row came from ('pipeline offsets reset' of a recreated topic)."""
+    return [Column("topic_id", Text),
+            Column("archived_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+            Column("archived_by_run", BigInteger)]
+
+
+def _like(table: Table) -> list[Column]:
+    """What ``LIKE table INCLUDING DEFAULTS`` copies: columns, NOT NULLs, defaults; no key."""
+    return [Column(c.name, c.type, nullable=c.nullable,
+                   server_default=c.server_default.arg if c.server_default is not None else None)
+            for c in table.columns]
+
+
+dead_letters_archived = Table("pipeline_dead_letters_archived", metadata,
+                              *_like(dead_letters), *_archive_columns())
+# Created on first use (Store.set_offsets) from the live results table, so only its extra
+# columns are declared here.
+RESULTS_ARCHIVE_COLUMNS = _archive_columns()
+
+
+# ---- a pipeline's results table, from [sink] ---------------------------------------------
+def sink_type(declared: str) -> TypeEngine:
+    """The Postgres type of a [sink.columns] type (config.COLUMN_TYPE, without 'not null')."""
+    if declared.startswith("decimal("):
+        precision, scale = declared[len("decimal("):-1].split(",")
+        return Numeric(int(precision), int(scale))
+    return {"string": Text(), "long": BigInteger(), "int": Integer(),
+            "double": DOUBLE_PRECISION(), "boolean": Boolean(), "timestamp": TIMESTAMPTZ,
+            "date": Date()}[declared]
+
+
+def results(sink: SinkSettings) -> Table:
+    """The results table ``sink.table``: keyed by the record's coordinates; the raw format
+    keeps the record as it is, the JSON format the declared columns."""
+    if sink.format == "raw":
+        body = [Column("key", BYTEA), Column("value", BYTEA), Column("headers", JSONB),
+                Column("kafka_timestamp", TIMESTAMPTZ)]
+    else:
+        body = [Column("kafka_timestamp", TIMESTAMPTZ)] + [
+            Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
+    return Table(
+        sink.table, MetaData(schema=SCHEMA),
+        _key("topic", Text), _key("partition", Integer), _key("offset", BigInteger), *body,
+        Column("run_id", BigInteger, nullable=False),
+        Column("ingested_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
+
+
+def written(table: Table) -> list[Column]:
+    """The columns a run writes into a results table, in COPY order (ingested_at is
+    defaulted): the executors' lines (encode.py, stage.copy_line) end with run_id."""
+    return [c for c in table.columns if c.name != "ingested_at"]
+
+
+def from_record(table: Table) -> list[Column]:
+    """The columns a record's values fill (written, but for run_id), in COPY order."""
+    return [c for c in written(table) if c.name != "run_id"]
+
+
+# ---- a run's staging table (pipeline/stage.py writes it, pipeline/publish.py reads it) --
+def staging(name: str) -> Table:
+    """UNLOGGED, keyless, one row per batch of records and kind (a blob of COPY rows)."""
+    return Table(
+        name, MetaData(schema=SCHEMA),
+        Column("part", Integer), Column("attempt", Integer), Column("seq", Integer),
+        Column("topic", Text), Column("partition", Integer), Column("kind", Text),
+        Column("n", Integer), Column("min_offset", BigInteger), Column("max_offset", BigInteger),
+        Column("blob", BYTEA),
+        prefixes=["UNLOGGED"])
+
+
+# ---- names -------------------------------------------------------------------------------
+def ddl_type(type_: TypeEngine) -> str:
+    """A type as Postgres DDL takes it: 'numeric(12,2)', 'timestamp with time zone'."""
+    return type_.compile(dialect=_DIALECT).lower().replace(", ", ",")
+
+
+def typed(columns) -> list[tuple[str, str]]:
+    """(name, ddl_type) of columns: what Spark's COPY-text expressions are built from."""
+    return [(c.name, ddl_type(c.type)) for c in columns]
