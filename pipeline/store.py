@@ -526,8 +526,7 @@ class Store:
 
     # ==== queries of the operator commands (pipeline/commands/) ==========================
     # What lag, offsets show, runs and unlock read (and unlock's one write), so that the
-    # commands speak no SQL themselves. Still psycopg-composed, as moved from the old
-    # pipeline/ops.py: candidates for Core statements like the ones above.
+    # commands speak no SQL themselves.
 
     RUN_COLUMNS = ("run_id", "kind", "status", "started_at", "finished_at", "planned", "lost",
                    "records_read", "rows_written", "dead_letters", "per_partition", "timings",
@@ -535,43 +534,38 @@ class Store:
 
     def offset_rows(self) -> list[dict[str, Any]]:
         """pipeline_offsets of this pipeline, with the run that last moved each offset."""
-        cur = self.execute(sql.SQL(
-            'SELECT o.topic, o."partition", o.next_offset, o.topic_id, o.updated_at, o.run_id, '
-            "r.kind, r.finished_at FROM {offsets} o LEFT JOIN {runs} r ON r.run_id = o.run_id "
-            'WHERE o.pipeline = %s ORDER BY o.topic, o."partition"').format(
-            offsets=self.t("pipeline_offsets"), runs=self.t("pipeline_runs")), (self.pipeline,))
-        names = ["topic", "partition", "next_offset", "topic_id", "updated_at", "run_id",
-                 "run_kind", "run_finished_at"]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        o, r = offsets, runs
+        return [dict(row._mapping) for row in self.run(
+            select(o.c.topic, o.c.partition, o.c.next_offset, o.c.topic_id, o.c.updated_at,
+                   o.c.run_id, r.c.kind.label("run_kind"),
+                   r.c.finished_at.label("run_finished_at"))
+            .select_from(o.outerjoin(r, r.c.run_id == o.c.run_id))
+            .where(o.c.pipeline == self.pipeline).order_by(o.c.topic, o.c.partition))]
 
     def last_success(self, kind: str = "ingest") -> dict[str, Any] | None:
         """The newest run of ``kind`` that succeeded (a noop counts: it found nothing new)."""
-        row = self.execute(sql.SQL(
-            "SELECT run_id, status, finished_at FROM {} WHERE pipeline = %s AND kind = %s "
-            "AND status IN ('succeeded', 'noop') ORDER BY run_id DESC LIMIT 1").format(
-            self.t("pipeline_runs")), (self.pipeline, kind)).fetchone()
-        return None if row is None else {"run_id": row[0], "status": row[1],
-                                         "finished_at": row[2]}
+        row = self.run(
+            select(runs.c.run_id, runs.c.status, runs.c.finished_at)
+            .where(runs.c.pipeline == self.pipeline, runs.c.kind == kind,
+                   runs.c.status.in_(("succeeded", "noop")))
+            .order_by(runs.c.run_id.desc()).limit(1)).first()
+        return None if row is None else dict(row._mapping)
 
     def list_runs(self, last: int = 20, status: str | None = None,
                   kind: str | None = None) -> list[dict[str, Any]]:
         """The newest ``last`` run rows (every column), optionally of one status and kind."""
-        where = [sql.SQL("pipeline = %s")]
-        params: list[Any] = [self.pipeline]
+        query = (select(*(runs.c[name] for name in self.RUN_COLUMNS))
+                 .where(runs.c.pipeline == self.pipeline)
+                 .order_by(runs.c.run_id.desc()).limit(last))
         if status:
-            where.append(sql.SQL("status = %s"))
-            params.append(status)
+            query = query.where(runs.c.status == status)
         if kind:
-            where.append(sql.SQL("kind = %s"))
-            params.append(kind)
-        cur = self.execute(sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY run_id DESC LIMIT %s")
-                           .format(sql.SQL(", ").join(map(sql.Identifier, self.RUN_COLUMNS)),
-                                   self.t("pipeline_runs"), sql.SQL(" AND ").join(where)),
-                           [*params, last])
-        return [dict(zip(self.RUN_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+            query = query.where(runs.c.kind == kind)
+        return [dict(row._mapping) for row in self.run(query)]
 
     def lock_session(self, family: str) -> dict[str, Any] | None:
-        """The Postgres session holding this pipeline's ``family`` lock, if any."""
+        """The Postgres session holding this pipeline's ``family`` lock, if any. (Catalog
+        views, not our tables: plain SQL.)"""
         row = self.execute(
             "SELECT a.pid, a.application_name, coalesce(host(a.client_addr) || ':' || "
             "a.client_port, 'local socket'), a.backend_start, coalesce(a.state, 'unknown'), "
@@ -586,17 +580,16 @@ class Store:
 
     def running_run(self, kinds: Sequence[str]) -> dict[str, Any] | None:
         """The newest run of one of ``kinds`` still marked running."""
-        row = self.execute(
-            sql.SQL("SELECT run_id, kind, host, pid, started_at FROM {} WHERE pipeline = %s "
-                    "AND status = 'running' AND kind = ANY(%s) ORDER BY run_id DESC LIMIT 1")
-            .format(self.t("pipeline_runs")), (self.pipeline, list(kinds))).fetchone()
-        names = ["run_id", "kind", "host", "pid", "started_at"]
-        return None if row is None else dict(zip(names, row, strict=True))
+        row = self.run(
+            select(runs.c.run_id, runs.c.kind, runs.c.host, runs.c.pid, runs.c.started_at)
+            .where(runs.c.pipeline == self.pipeline, runs.c.status == "running",
+                   runs.c.kind.in_(list(kinds)))
+            .order_by(runs.c.run_id.desc()).limit(1)).first()
+        return None if row is None else dict(row._mapping)
 
     def end_session(self, session_pid: int) -> bool:
         """Terminate a Postgres session (waits up to 10 s for it to go); False if it did not."""
-        return self.execute("SELECT pg_terminate_backend(%s, 10000)",
-                            (session_pid,)).fetchone()[0]
+        return self.run(select(func.pg_terminate_backend(session_pid, 10000))).scalar_one()
 
     # ==== end of the operator commands' queries =========================================
 
