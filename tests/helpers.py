@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,8 @@ from pipeline.config import Settings, parse_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+# The owner's URL: tests create tables (init-db) and check what landed with it. The job
+# itself runs as the stack's least-privilege role (job_db_url), as deployed.
 TEST_DB_URL = os.environ.get("PIPELINE_TEST_DATABASE_URL",
                              "postgresql://postgres@127.0.0.1:5433/pipeline_test")
 JSON_COLUMNS = {"order_id": "long not null", "customer": "string not null",
@@ -93,16 +98,61 @@ def make_settings(name: str, topics: list[str], *, fmt: str = "json", table: str
     return parse_settings(doc, source=f"<test {name}>", environ={})
 
 
+def stack_env() -> dict[str, str]:
+    """What 'scripts/stack env' prints for the stack the tests use (its ports, its secrets)."""
+    out = subprocess.run([str(ROOT / "scripts" / "stack"), "env"], check=True,
+                         capture_output=True, text=True).stdout
+    return dict(re.findall(r"^export (\w+)=(.*)$", out, re.M))
+
+
+@functools.cache
+def job_db_url() -> str:
+    """TEST_DB_URL as the job's role: 'pipeline' (not a superuser, only the grants of
+    sql/grants/pipeline_role.sql), SCRAM password, TLS with the server's name verified."""
+    from sqlalchemy.engine import make_url
+
+    env = stack_env()
+    return make_url(TEST_DB_URL).set(
+        username=env["PIPELINE_DB_USER"], password=env["PIPELINE_DB_PASSWORD"],
+        query={"sslmode": "verify-full", "sslrootcert": env["PG_SSLROOTCERT"]},
+    ).render_as_string(hide_password=False)
+
+
+def grant_job_role(schema: str, table: str) -> None:
+    """As the owner, what a deployment does after init-db: the role's grants (the real file)."""
+    subprocess.run(["psql", TEST_DB_URL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v",
+                    "role=pipeline", "-v", f"schema={schema}", "-v", f"results={table}",
+                    "-f", str(ROOT / "sql" / "grants" / "pipeline_role.sql")],
+                   check=True, capture_output=True)
+
+
 def init_db(settings: Settings) -> Settings:
-    """Apply the schema for these settings (what `pipeline init-db` does)."""
+    """As deployed: the owner applies the schema (what `pipeline init-db` does) and grants
+    the job's role; the settings returned run the job as that role. Settings pointing at
+    another database (a private stack) keep their URL."""
+    from dataclasses import replace
+
     from pipeline.store import Store
 
-    store = Store(settings)
+    owner = replace(settings, database_url=TEST_DB_URL) if settings.database_url in (
+        TEST_DB_URL, job_db_url()) else settings
+    store = Store(owner)
     try:
         store.init_db()
     finally:
         store.close()
-    return settings
+    if owner is settings:
+        return settings
+    grant_job_role(settings.schema, settings.sink.table)
+    return replace(settings, database_url=job_db_url())
+
+
+def init_cli(config: Path | str) -> None:
+    """`pipeline init-db` of a config file as the owner, then the job role's grants."""
+    r = run_cli("init-db", "--config", str(config), env={"PIPELINE_DATABASE_URL": TEST_DB_URL})
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = tomllib.loads(Path(config).read_text())
+    grant_job_role(doc.get("database", {}).get("schema", "public"), doc["sink"]["table"])
 
 
 def write_config(path: Path, settings_doc: str) -> Path:
@@ -136,8 +186,10 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300,
 
 
 def toml_config(settings_name: str, topics: list[str], *, fmt: str = "json",
-                bootstrap: str = BOOTSTRAP, db_url: str = TEST_DB_URL, extra_kafka: str = "",
+                bootstrap: str = BOOTSTRAP, db_url: str | None = None, extra_kafka: str = "",
                 extra_sink: str = "") -> str:
+    """A config file's text; the database is the job role's URL unless ``db_url``."""
+    db_url = db_url or job_db_url()
     cols = "".join(f'{k} = "{v}"\n' for k, v in JSON_COLUMNS.items()) if fmt == "json" else ""
     return f"""
 [pipeline]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.airflow.dag_runner import RESULT_MARKER, RUN_MARKER
-from tests.helpers import ROOT, create_topic, produce_orders, run_cli, toml_config, unique
+from tests.helpers import ROOT, create_topic, init_cli, produce_orders, toml_config, unique
 
 AIRFLOW_VENV = ROOT / ".airflow-venv"
 AIRFLOW_PYTHON = AIRFLOW_VENV / "bin" / "python"
@@ -117,8 +117,7 @@ def new_pipeline(directory: Path, prefix: str, *, partitions: int = 2, records: 
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / f"{name}.toml"
     config.write_text(toml_config(name, [name], **config_kwargs))
-    init = run_cli("init-db", "--config", str(config), env={"PIPELINE_DATABASE_URL": ""})
-    assert init.returncode == 0, init.stderr
+    init_cli(config)  # as the owner, then the job role's grants
     return Pipeline(name, config)
 
 

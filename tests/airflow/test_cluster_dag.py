@@ -12,7 +12,7 @@ import pytest
 from tests.airflow.conftest import dag_env, new_pipeline, task
 from tests.cluster import conftest as cluster_fixtures
 from tests.cluster.conftest import app_dirs, workers_with_tasks
-from tests.helpers import ROOT, query, result_keys, stored_offsets, watermarks
+from tests.helpers import ROOT, TEST_DB_URL, query, result_keys, stored_offsets, watermarks
 
 pytestmark = pytest.mark.airflow
 
@@ -43,7 +43,8 @@ def runs_of(pipeline: str) -> list[tuple]:
 
 def test_ingest_and_backfill_dags_submit_to_the_cluster_with_the_packed_environment(
         stack, airflow, cluster, job_archive, tmp_path):
-    p = new_pipeline(tmp_path, "af_cluster", partitions=2, records=40)
+    # As the owner: the workers cannot see the CA file the job role's TLS needs.
+    p = new_pipeline(tmp_path, "af_cluster", partitions=2, records=40, db_url=TEST_DB_URL)
     env = cluster_env(cluster, **dag_env(tmp_path))
 
     before = app_dirs()

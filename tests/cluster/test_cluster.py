@@ -29,6 +29,7 @@ from tests.cluster.conftest import (
 )
 from tests.helpers import (
     ROOT,
+    TEST_DB_URL,
     create_topic,
     init_db,
     make_settings,
@@ -96,8 +97,10 @@ def setup_pipeline(tmp_path: Path, master: str, archive: Path | None, *,
 
 def write_config(path: Path, name: str, topic: str, master: str, archive: Path | None,
                  extra: dict[str, str] | None = None) -> Path:
-    text = toml_config(name, [topic]).replace('[spark]\nmaster = "local[2]"\n',
-                                              spark_conf_lines(master, archive, extra))
+    # As the owner: the job role's TLS needs the CA file on every executor, and the workers
+    # cannot see this repository's .stack/tls (shipping it with --files is not built yet).
+    text = toml_config(name, [topic], db_url=TEST_DB_URL).replace(
+        '[spark]\nmaster = "local[2]"\n', spark_conf_lines(master, archive, extra))
     assert "local[2]" not in text
     path.write_text(text)
     return path

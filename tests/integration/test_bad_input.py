@@ -26,6 +26,7 @@ from tests.helpers import (
     TEST_DB_URL,
     admin,
     create_topic,
+    job_db_url,
     make_settings,
     produce,
     produce_orders,
@@ -207,7 +208,7 @@ def test_unknown_topic_is_a_clear_error_with_exit_3(stack, tmp_path):
     init_db(make_settings(name, [missing]))
 
     r = run_cli("run", "--config", str(config),
-                env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_DATABASE_URL": TEST_DB_URL})
+                env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_DATABASE_URL": job_db_url()})
 
     assert r.returncode == 3, r.stderr
     assert r.stderr.strip().splitlines()[-1] == (

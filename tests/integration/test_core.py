@@ -10,8 +10,10 @@ import sys
 import time
 from decimal import Decimal
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
+from sqlalchemy.engine import make_url
 
 from pipeline.errors import ConflictError, DataError
 from pipeline.job import Timer, execute_ranges, run_ingest
@@ -24,6 +26,7 @@ from tests.helpers import (
     ROOT,
     TEST_DB_URL,
     create_topic,
+    init_cli,
     init_db,
     make_settings,
     produce,
@@ -46,7 +49,7 @@ def cli_pipeline(tmp_path, prefix: str, records: int, partitions: int = 2) -> tu
     name = unique(prefix)
     config = tmp_path / "c.toml"
     config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", config).returncode == 0
+    init_cli(config)
     return topic, name, str(config)
 
 
@@ -307,7 +310,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(stack, tmp_path):
     name = unique("dry")
     config = tmp_path / "c.toml"
     config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", config).returncode == 0
+    init_cli(config)
 
     r = run_cli("run", "--config", config, "--dry-run")
 
@@ -424,3 +427,17 @@ def test_driver_rolls_back_when_spark_submit_is_killed(stack, tmp_path):
     assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s",
                  (name,)) == [("failed", 143)]
     assert result_keys(name) == [] and stored_offsets(name) == {}
+
+
+def test_the_tests_run_the_job_as_the_least_privilege_role_over_tls(stack):
+    """init_db hands back settings for the stack's 'pipeline' role, as deployed: not a
+    superuser, SCRAM over TLS with the server's name verified (tests/security checks its
+    grants and refusals)."""
+    s = init_db(make_settings(unique("role"), ["t"]))
+    assert make_url(s.database_url).username == "pipeline"
+    assert make_url(s.database_url).query["sslmode"] == "verify-full"
+    with psycopg.connect(s.database_url) as conn:
+        assert conn.execute("SELECT current_user, rolsuper FROM pg_roles "
+                            "WHERE rolname = current_user").fetchone() == ("pipeline", False)
+        assert conn.execute("SELECT ssl FROM pg_stat_ssl "
+                            "WHERE pid = pg_backend_pid()").fetchone() == (True,)

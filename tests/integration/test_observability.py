@@ -23,6 +23,7 @@ from pipeline.metrics import JOB
 from tests.helpers import (
     ROOT,
     create_topic,
+    init_cli,
     produce,
     produce_orders,
     query,
@@ -140,7 +141,7 @@ def submitted(stack, pushgateway, tmp_path_factory):
     config.write_text(toml_config(name, [topic], extra_kafka="max_records_per_partition = 30")
                       + f'\n[metrics]\ntextfile = "{textfile}"\n'
                       f'pushgateway = "{with_credentials(pushgateway)}"\n')
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    init_cli(config)
     command, env = spark_submit(str(config), "--json")
     script = command.index(str(ROOT / "pipeline" / "submit.py"))
     command.insert(script + 1, "--log-format=json")  # a global option, before the command
@@ -240,7 +241,7 @@ def test_a_noop_then_a_failed_run_report_their_outcome_and_keep_the_last_success
                                                          "timeout_seconds = 1")
                       + f'\n[metrics]\ntextfile = "{textfile}"\n'
                       f'pushgateway = "{with_credentials(pushgateway)}"\n')
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    init_cli(config)
     p = ("pipeline", name)
 
     noop = run_cli("run", "--config", str(config), "--json",
@@ -280,7 +281,7 @@ def test_a_metrics_export_that_fails_leaves_the_run_as_it_was(stack, tmp_path):
     config.write_text(toml_config(name, [topic])
                       + f'\n[metrics]\ntextfile = "{tmp_path / "missing" / "x.prom"}"\n'
                       f'pushgateway = "http://127.0.0.1:{free_port()}"\n')
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    init_cli(config)
 
     r = run_cli("run", "--config", str(config))
 
@@ -314,7 +315,7 @@ def test_the_json_log_format_from_the_command_line_without_spark_submit(stack, t
     name = unique("cli")
     config = Path(tmp_path / "c.toml")
     config.write_text(toml_config(name, [topic]))
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    init_cli(config)
 
     r = run_cli("--log-format", "json", "run", "--config", str(config), "--json")
 

@@ -108,7 +108,8 @@ class Soak:
             how, delay = "delay", self.rng.uniform(0.5, 1.1 * s.typical_run())
         # A fault spec that never fires for clean and delayed runs: it makes faults.py mark
         # the run's processes, so that leftovers can be found afterwards.
-        env = {"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_DATABASE_URL": TEST_DB_URL,
+        env = {"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
+               "PIPELINE_DATABASE_URL": self.settings.database_url,
                "PIPELINE_FAULT": f"{point}:kill"}
         started = time.monotonic()
         proc = start_cli("run", "--config", str(self.config), env=env)
@@ -146,7 +147,7 @@ class Soak:
     def cli_json(self) -> str:
         proc = start_cli("run", "--config", str(self.config),
                          env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
-                              "PIPELINE_DATABASE_URL": TEST_DB_URL})
+                              "PIPELINE_DATABASE_URL": self.settings.database_url})
         self.state.runs += 1
         code, out, err = finish(proc, timeout=600)
         assert code == 0, err[-3000:]

@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from tests.helpers import (
     BOOTSTRAP,
     create_topic,
+    init_cli,
     produce_orders,
     query,
     result_keys,
@@ -29,7 +30,7 @@ def config_for(tmp_path, name: str, topic: str, *, fmt: str = "json",
     path = tmp_path / f"{name}.toml"
     path.write_text(toml_config(name, [topic], fmt=fmt).replace(
         'master = "local[2]"', f'master = "{master}"'))
-    assert run_cli("init-db", "--config", str(path)).returncode == 0
+    init_cli(path)
     return str(path)
 
 
