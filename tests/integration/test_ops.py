@@ -38,6 +38,8 @@ from tests.helpers import (
     TEST_DB_URL,
     admin,
     create_topic,
+    init_cli,
+    job_db_url,
     produce_orders,
     query,
     run_cli,
@@ -96,7 +98,7 @@ def new_pipeline(tmp_path: Path, partitions: int = 1, extra_kafka: str = "",
         extra_kafka += f'\nmirror_group = "{group}"'
     config = tmp_path / f"{name}.toml"
     config.write_text(toml_config(name, [topic], extra_kafka=extra_kafka))
-    assert main(["init-db", "--config", str(config)]) == 0
+    init_cli(config)  # as the owner; the commands below run as the job role
     return Pipeline(name, topic, str(config), group)
 
 
@@ -510,8 +512,9 @@ def test_runs_json_filters(stack, tmp_path, capsys):
 # ---- unlock ------------------------------------------------------------------------------
 def hold_lock_as_run(p: Pipeline, host: str, pid: int) -> tuple[psycopg.Connection, int]:
     """A real session holding the pipeline's lock, with a 'running' run row naming the
-    host and pid of its driver (the one thing faked: which process the run says it is)."""
-    holder = psycopg.connect(TEST_DB_URL, autocommit=True)
+    host and pid of its driver (the one thing faked: which process the run says it is).
+    It logs in as the job's role, as a run does: that role may end its own sessions."""
+    holder = psycopg.connect(job_db_url(), autocommit=True)
     assert holder.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
                           (LOCK_CLASS, p.name)).fetchone()[0]
     run_id = holder.execute(

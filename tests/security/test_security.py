@@ -129,7 +129,8 @@ def test_the_pipeline_role_logs_in_over_tls_only_and_holds_only_its_grants(secur
                             "WHERE rolname = current_user").fetchone() == (False, False, False)
         privileges = conn.execute(
             "SELECT has_table_privilege(%s, 'INSERT'), has_table_privilege(%s, 'TRUNCATE'), "
-            "has_table_privilege(%s, 'DELETE'), has_schema_privilege('public', 'CREATE')",
+            "has_table_privilege(%s, 'DELETE'), "
+            "has_database_privilege(current_database(), 'CREATE')",
             (f"{SCHEMA}.{name}", f"{SCHEMA}.{name}", f"{SCHEMA}.pipeline_runs")).fetchone()
         assert privileges == (True, False, False, False)
     with pytest.raises(psycopg.OperationalError, match="pg_hba.conf rejects connection"):
