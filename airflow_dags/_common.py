@@ -41,7 +41,7 @@ import subprocess
 import tomllib
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +162,14 @@ def default_args() -> dict[str, Any]:
         "execution_timeout": timedelta(
             seconds=float(os.environ.get("PIPELINE_TASK_TIMEOUT_SECONDS", "7200"))),
     }
+
+
+def dag_settings(pipeline: str) -> dict[str, Any]:
+    """What every DAG of a pipeline shares: no catch-up, one run at a time, retries with
+    backoff, tagged with the pipeline's name."""
+    return {"start_date": datetime(2025, 1, 1, tzinfo=UTC), "catchup": False,
+            "max_active_runs": 1, "default_args": default_args(),
+            "tags": ["pipeline", "kafka", "spark", pipeline]}
 
 
 class PipelineTransientError(AirflowException):

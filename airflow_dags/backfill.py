@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import PipelineSubmitOperator, default_args, pipeline_configs
+from _common import PipelineSubmitOperator, dag_settings, pipeline_configs
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -93,10 +93,7 @@ def backfill_dag(name: str, config: Path) -> DAG:
         description=f"{name}: re-read an explicit Kafka offset or time range into Postgres "
         "(idempotent)",
         schedule=None,
-        start_date=datetime(2025, 1, 1, tzinfo=UTC),
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(),
+        **dag_settings(name),
         params={
             "topic": Param(type="string", pattern=r"^[A-Za-z0-9._-]{1,249}$",
                            description="Topic to re-read (required)"),
@@ -110,7 +107,6 @@ def backfill_dag(name: str, config: Path) -> DAG:
                                description="Overwrite existing rows instead of keeping them"),
         },
         doc_md=__doc__,
-        tags=["pipeline", "kafka", "spark", name],
     ) as dag:
 
         @task(retries=0)

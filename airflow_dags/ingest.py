@@ -22,9 +22,7 @@ Before the first run: `pipeline init-db --config <config>`. See docs/airflow.md.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from _common import SCHEDULE, PipelineSubmitOperator, default_args, pipeline_configs
+from _common import SCHEDULE, PipelineSubmitOperator, dag_settings, pipeline_configs
 from airflow.sdk import DAG
 
 for pipeline in pipeline_configs():
@@ -33,12 +31,8 @@ for pipeline in pipeline_configs():
         description=f"{pipeline.name}: Kafka offset ranges → Spark → Postgres, results and "
         "offsets in one transaction",
         schedule=SCHEDULE,
-        start_date=datetime(2025, 1, 1, tzinfo=UTC),
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(),
         doc_md=__doc__,
-        tags=["pipeline", "kafka", "spark", pipeline.name],
+        **dag_settings(pipeline.name),
     ):
         PipelineSubmitOperator(
             task_id="ingest",

@@ -82,6 +82,12 @@ class Store:
         self._session = connection.execution_options(
             schema_translate_map={tables.SCHEMA: settings.schema}, preserve_rowcount=True)
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         try:
             # Release the run lock now: closing does not wait for the server to end the

@@ -70,13 +70,10 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.kafka_meta import KafkaMeta
     from pipeline.store import Store
 
-    store = Store(settings)
-    try:
+    with Store(settings) as store:
         store.check_schema()
         rows_db = store.offset_rows()
         success = store.last_success()
-    finally:
-        store.close()
     topics = settings.kafka.topics
     kafka = KafkaMeta(settings.kafka).topic_offsets(topics)
     stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows_db}

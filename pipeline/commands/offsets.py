@@ -149,8 +149,7 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     target = parse_target(args.to if args.to is not None else settings.kafka.starting_offsets)
     require_topic(settings, args.topic)
     meta = KafkaMeta(settings.kafka)
-    store = Store(settings)
-    try:
+    with Store(settings) as store:
         store.check_schema()
         # Held until we exit: no run can start (or be half-way) while offsets change.
         store.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
@@ -197,8 +196,6 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
             meta.mirror_offsets(settings.kafka.mirror_group,
                                 {(c.topic, c.partition): c.new for c in effective
                                  if c.new is not None})
-    finally:
-        store.close()
     if args.json:
         print_json({"run_id": run_id, "changes": [asdict(c) for c in effective],
                     "archived": archived})
@@ -214,12 +211,9 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_offsets_show(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.store import Store
 
-    store = Store(settings)
-    try:
+    with Store(settings) as store:
         store.check_schema()
         rows = store.offset_rows()
-    finally:
-        store.close()
     if args.json:
         print_json({"pipeline": settings.name, "offsets": rows})
         return EXIT_OK

@@ -47,12 +47,9 @@ def cmd_run(args: argparse.Namespace, settings) -> int:
 def cmd_init_db(args: argparse.Namespace, settings) -> int:
     from pipeline.store import Store
 
-    store = Store(settings)
-    try:
+    with Store(settings) as store:
         for name in store.init_db():
             print(f"applied {name}")
-    finally:
-        store.close()
     return EXIT_OK
 
 

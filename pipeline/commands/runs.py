@@ -36,12 +36,9 @@ def duration(run: dict[str, Any]) -> str | None:
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.store import Store
 
-    store = Store(settings)
-    try:
+    with Store(settings) as store:
         store.check_schema()
         runs = store.list_runs(args.last, args.status, args.kind)
-    finally:
-        store.close()
     if args.json:
         print_json({"pipeline": settings.name, "runs": runs})
         return EXIT_OK

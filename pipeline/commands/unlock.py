@@ -98,8 +98,7 @@ def verdict(holder: LockHolder, this_host: str, force: bool) -> tuple[bool, str]
 def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.store import Store
 
-    store = Store(settings)
-    try:
+    with Store(settings) as store:
         store.check_schema()
         holders = lock_holders(store)
         if not holders:
@@ -131,8 +130,6 @@ def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
                        "; ".join(f"ended session {e['session_pid']} ({e['why']})"
                                  for e in ended) + f"; runs marked abandoned: "
                        f"{abandoned or 'none'}; the next run can start")
-    finally:
-        store.close()
 
 
 def _out(args):
