@@ -81,12 +81,37 @@ class KafkaSettings:
 
 
 @dataclass(frozen=True)
+class Aggregate:
+    """One column of an aggregate sink: ``name = "sum(amount)"``; ``of`` is None for
+    count(*)."""
+    name: str
+    function: str  # sum | count | min | max
+    of: str | None
+
+
+SINK_MODES = ("append", "upsert", "aggregate")
+AGGREGATE = re.compile(r"^(sum|count|min|max)\(\s*(\*|[a-z_][a-z0-9_]*)\s*\)$|^count$")
+
+
+@dataclass(frozen=True)
 class SinkSettings:
     format: str
     table: str
     max_bad_records: int = -1
     transform: str | None = None
     columns: tuple[Column, ...] = ()
+    # append: one row per record. upsert: the newest record per ``key``. aggregate:
+    # ``aggregates`` per ``group_by``, merged additively (docs/reliability.md).
+    mode: str = "append"
+    key: tuple[str, ...] = ()  # upsert: the business key; aggregate: the group_by columns
+    tombstones: str = "delete"  # upsert: a null value with a key deletes | dead_letter
+    aggregates: tuple[Aggregate, ...] = ()
+
+    @property
+    def deletes(self) -> bool:
+        """Upsert with tombstones that delete: a null-valued record's Kafka key names the
+        row to delete."""
+        return self.mode == "upsert" and self.tombstones == "delete"
 
 
 @dataclass(frozen=True)
@@ -132,7 +157,8 @@ class Settings:
                 "admin_client": redact_settings(self.kafka.admin_client),
             },
             "database_url": redact_url(self.database_url),
-            "sink": {"format": self.sink.format, "table": self.sink.table},
+            "sink": {"format": self.sink.format, "table": self.sink.table,
+                     "mode": self.sink.mode},
         }
 
 
@@ -198,7 +224,8 @@ _SECTIONS: dict[str, set[str]] = {
               "timeout_seconds", "mirror_group",
               "consumer", "spark_consumer", "admin_client"},
     "database": {"url", "schema", "lock_timeout_seconds", "statement_timeout_seconds"},
-    "sink": {"format", "table", "max_bad_records", "transform", "columns"},
+    "sink": {"format", "table", "max_bad_records", "transform", "columns", "mode", "key",
+             "tombstones", "group_by", "aggregates"},
     "spark": {"master", "min_partitions", "conf"},
     "metrics": {"textfile", "pushgateway"},
 }
@@ -367,7 +394,7 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         raise ConfigError("sink.format = 'json' needs at least one column in [sink.columns]")
     if fmt == "raw" and columns:
         raise ConfigError("[sink.columns] is only for sink.format = 'json'")
-    sink = SinkSettings(fmt, table, max_bad, transform, tuple(columns))
+    sink = _sink_mode(s, SinkSettings(fmt, table, max_bad, transform, tuple(columns)))
 
     sp = doc.get("spark", {})
     spark_conf = _get(sp, "spark", "conf", dict, {})
@@ -378,6 +405,74 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     )
     return Settings(name, kafka, url, schema, sink, spark, source, **timeouts,
                     metrics=_metrics(doc.get("metrics", {}), env))
+
+
+def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
+    """[sink] mode and what it needs: key (upsert), group_by and aggregates (aggregate)."""
+    mode = _choice(_get(s, "sink", "mode", str, "append"), "sink.mode", SINK_MODES)
+    declared = {c.name: c for c in sink.columns}
+    for key, wanted in (("key", "upsert"), ("tombstones", "upsert"),
+                        ("group_by", "aggregate"), ("aggregates", "aggregate")):
+        if key in s and mode != wanted:
+            raise ConfigError(f"'sink.{key}' is only for sink.mode = '{wanted}' (this is "
+                              f"'{mode}')")
+    if mode == "append":
+        return sink
+    if sink.format != "json":
+        raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json': its "
+                          f"{'key' if mode == 'upsert' else 'group_by'} columns are declared "
+                          "in [sink.columns]")
+    if sink.transform:
+        raise ConfigError(f"'sink.transform' works with sink.mode = 'append' only; for "
+                          f"'{mode}' declare the columns, or write to an append table and "
+                          "derive from it in Postgres")
+    name = "key" if mode == "upsert" else "group_by"
+    key = _get(s, "sink", name, list)
+    if not key or not all(isinstance(k, str) for k in key) or len(set(key)) != len(key):
+        raise ConfigError(f"'sink.{name}' must be a non-empty list of distinct column names")
+    for k in key:
+        if k not in declared:
+            raise ConfigError(f"'sink.{name}' names '{k}', which is not in [sink.columns]; "
+                              f"declare it there (e.g. {k} = \"string not null\")")
+        if declared[k].type in ("double",):
+            raise ConfigError(f"'sink.{name}' column '{k}' is a double: floating-point keys "
+                              "do not compare exactly; use long, string or decimal(p,s)")
+    # Key columns are required: a record without one becomes a dead letter.
+    columns = tuple(Column(c.name, c.type, c.required or c.name in key)
+                    for c in sink.columns)
+    if mode == "upsert":
+        tombstones = _choice(_get(s, "sink", "tombstones", str, "delete"), "sink.tombstones",
+                             ("delete", "dead_letter"))
+        return replace(sink, columns=columns, mode=mode, key=tuple(key), tombstones=tombstones)
+    aggregates = []
+    for aname, spec in _get(s, "sink", "aggregates", dict).items():
+        _identifier(aname, f"sink.aggregates.{aname}")
+        where = f"'sink.aggregates.{aname}'"
+        if aname in key or aname in RESERVED_COLUMNS | {"updated_at"}:
+            raise ConfigError(f"{where} clashes with a group_by or reserved column; rename it")
+        m = AGGREGATE.match(spec.strip().lower()) if isinstance(spec, str) else None
+        if not m:
+            raise ConfigError(f"{where} = {spec!r}: write sum(column), count(*), "
+                              "count(column), min(column) or max(column)")
+        function, of = m.group(1) or "count", m.group(2)
+        of = None if of in (None, "*") else of
+        if of is None and function != "count":
+            raise ConfigError(f"{where}: {function}(*) is not defined; name a column")
+        if of is not None and of not in declared:
+            raise ConfigError(f"{where} aggregates '{of}', which is not in [sink.columns]")
+        kind = declared[of].type if of else "long"
+        if function == "sum" and not (kind in ("long", "int", "double")
+                                      or kind.startswith("decimal(")):
+            raise ConfigError(f"{where}: sum() needs a number column; '{of}' is {kind}")
+        if function in ("min", "max") and kind == "boolean":
+            raise ConfigError(f"{where}: {function}() of a boolean is not defined; use "
+                              "count(column) of the rows you want, or a long 0/1 column")
+        aggregates.append(Aggregate(aname, function, of))
+    if not aggregates:
+        raise ConfigError("sink.mode = 'aggregate' needs at least one column in "
+                          "[sink.aggregates], e.g. total = \"sum(amount)\"")
+    return replace(sink, columns=columns, mode=mode, key=tuple(key),
+                   aggregates=tuple(aggregates))
 
 
 def _metrics(m: dict[str, Any], env: dict[str, str]) -> MetricsSettings:

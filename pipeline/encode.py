@@ -26,6 +26,7 @@ import json
 import re
 import struct
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 
@@ -374,12 +375,63 @@ def encode_rows(records, head, tail, loads, ts, {', '.join(params + [''])}reject
     return namespace["encode_rows"]
 
 
+class BadTombstone(ValueError):
+    """A null-valued record whose Kafka key cannot name the row to delete."""
+
+
+def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) -> list[str]:
+    """The business key of an upsert sink's tombstone, from its Kafka key, as COPY text
+    fields. ``columns``: (name, converter, declared type) of the key columns. The Kafka key
+    is a JSON object holding them (``{"order_id": 42}``); for a one-column key also a bare
+    JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``)."""
+    if key is None:
+        raise BadTombstone("has no Kafka key")
+    try:
+        as_text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadTombstone("has a Kafka key that is not UTF-8") from None
+    try:
+        doc = json.loads(as_text, parse_float=Decimal)
+    except ValueError:
+        doc = as_text if len(columns) == 1 and columns[0][2] == "string" else None
+    if type(doc) is not dict:
+        if len(columns) != 1 or doc is None:
+            names = ", ".join(n for n, _, _ in columns)
+            raise BadTombstone(f"has a Kafka key that is not a JSON object with {names}")
+        if columns[0][2] == "string" and type(doc) is not str:
+            doc = as_text  # 42 names the string key '42'
+        doc = {columns[0][0]: doc}
+    fields = []
+    for name, convert, declared in columns:
+        x = doc.get(name)
+        if x is None:
+            raise BadTombstone(f"has a Kafka key without '{name}'")
+        try:
+            fields.append(str(convert(x)))
+        except WrongType:
+            raise BadTombstone(f"has a Kafka key whose '{name}' is not a {declared}") from None
+        except Unstorable as e:
+            raise BadTombstone(f"has a Kafka key whose '{name}' {e}") from None
+    return fields
+
+
+class Encoded(NamedTuple):
+    """One batch's lines: result rows, dead letters, and an upsert sink's tombstones
+    (``topic, partition, offset, kafka_timestamp, key..., run_id, t``)."""
+    rows: list[str] | list[bytes]
+    dead: list[str]
+    tombstones: list[str]
+
+
 class Encoder:
     """Turns a batch of one partition's records into result lines and dead-letter lines.
 
-    ``columns``: the JSON sink's declared (name, type, required) triples; empty for raw."""
+    ``columns``: the JSON sink's declared (name, type, required) triples; empty for raw.
+    ``tombstone_key``: an upsert sink's key columns when a null value deletes its key
+    (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter."""
 
-    def __init__(self, fmt: str, columns: Sequence[tuple[str, str, bool]], run_id: int):
+    def __init__(self, fmt: str, columns: Sequence[tuple[str, str, bool]], run_id: int,
+                 tombstone_key: Sequence[str] = ()):
         self.raw = fmt == "raw"
         self.binary = binary_rows(fmt)
         self.columns = [(n, converter(t), r) for n, t, r in columns]
@@ -391,17 +443,19 @@ class Encoder:
         # orjson refuses a lone surrogate escape ("\ud800"); the standard library's parser
         # (wide decimals) lets it into a string that cannot be written as UTF-8.
         self.surrogates_possible = not self.raw and wide_decimals(self.declared)
+        types = dict(self.declared)
+        self.key = [(n, converter(types[n]), types[n]) for n in tombstone_key]
 
-    def encode(self, topic: str, partition: int, records
-               ) -> tuple[list[str] | list[bytes], list[str]]:
-        """(result rows, dead-letter lines): rows are COPY binary tuples for the raw sink
-        (bytes), COPY text lines for the JSON sink; dead letters are always text."""
+    def encode(self, topic: str, partition: int, records) -> Encoded:
+        """(result rows, dead-letter lines, tombstones): rows are COPY binary tuples for
+        the raw sink (bytes), COPY text lines for the JSON sink; the rest is text."""
         head = f"{text(topic)}\t{partition}\t"
         dead: list[str] = []
+        tombstones: list[str] = []
         if self.raw:
             rows = raw_rows_binary(topic, partition, self.run_id, records, lambda m, why:
                                    dead.append(self.dead_line(head, m, "unstorable", why)))
-            return rows, dead
+            return Encoded(rows, dead, tombstones)
         rejected: list = []
         rows = self.rows(records, head, self.tail, self.loads, kafka_timestamp,
                          *[c for _, c, _ in self.columns], rejected)
@@ -409,13 +463,24 @@ class Encoder:
             rows = self._utf8_only(rows, records, head, dead)
         for m in rejected:
             value = m.value()
+            if value is None and self.key:
+                try:
+                    fields = "\t".join(key_fields(m.key(), self.key))
+                except BadTombstone as e:
+                    dead.append(self.dead_line(head, m, "bad_tombstone", f"tombstone (null "
+                                               f"value) {e}: it cannot name the row to delete"))
+                else:
+                    tombstones.append(f"{head}{m.offset()}\t"
+                                      f"{kafka_timestamp(m.timestamp()[1])}\t{fields}"
+                                      f"\t{self.run_id}\tt\n")
+                continue
             try:
                 doc = self.loads(value)
             except Exception:  # noqa: BLE001 - any parse failure is the record's
                 doc = None
             error_type, message = self.explain(value, doc)
             dead.append(self.dead_line(head, m, error_type, message))
-        return rows, dead
+        return Encoded(rows, dead, tombstones)
 
     def _utf8_only(self, rows: list[str], records, head: str, dead: list[str]) -> list[str]:
         """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails

@@ -44,6 +44,7 @@ class RunResult:
     lost: list[dict] = field(default_factory=list)
     records_read: int = 0
     rows_written: int = 0
+    rows_deleted: int = 0  # an upsert sink's tombstones
     dead_letters: int = 0
     per_partition: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
@@ -308,6 +309,8 @@ def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess
 def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
               signals: StopSignals | None, requested: dict | None, timer: Timer,
               seen: Seen) -> RunResult:
+    if settings.sink.mode == "aggregate":
+        raise ConfigError(aggregate_refuses(settings, f"a {kind}"))
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
     reprocess = kind == "reprocess"
@@ -329,6 +332,16 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
                               overwrite=reprocess, topic_ids=topic_ids)
     finally:
         store.close()
+
+
+def aggregate_refuses(settings: Settings, what: str) -> str:
+    """Why an aggregate pipeline refuses to read a range twice."""
+    return (f"pipeline '{settings.name}' aggregates (sink.mode = 'aggregate'): its totals in "
+            f"{settings.sink.table} already count every committed record once, and {what} "
+            "would count them again; refused, nothing changed - to rebuild the totals from "
+            f"what Kafka still holds, empty {settings.sink.table} (TRUNCATE, as its owner) "
+            "and rewind with 'pipeline offsets set --to earliest'; to recount a range, keep "
+            "an append pipeline of the topic and derive the totals from it in SQL")
 
 
 def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: int, kind: str,
@@ -358,7 +371,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
             staged = publisher.staged()
             staged_dead = sum(v["dead"] for v in staged.values())
             if sc is not None:
-                records = sum(v["rows"] + v["dead"] for v in staged.values())
+                records = sum(sum(v.values()) for v in staged.values())
                 log.info("read and staged %d records of %s in %.1f s", records,
                          describe(ranges), timer.stages["read_and_stage"],
                          extra={"event": "read.done", "records": records,
@@ -379,13 +392,15 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
             with signals.shielded():
                 published = publisher.finish(offset_updates, timer.as_dict(), topic_ids)
         timer.lap("publish")
-        log.info("run %s %s: published %d rows, %d dead letters from %d records; offsets %s",
-                 run_id, kind, published["rows_written"], published["dead_letters"],
+        log.info("run %s %s: published %d rows (%d deleted), %d dead letters from %d records; "
+                 "offsets %s", run_id, kind, published["rows_written"],
+                 published["rows_deleted"], published["dead_letters"],
                  published["records_read"],
                  ", ".join(f"{u.range.topic}[{u.range.partition}] -> {u.range.until_offset}"
                            for u in offset_updates) or "unchanged",
                  extra={"event": "publish.done", "records": published["records_read"],
                         "rows": published["rows_written"],
+                        "rows_deleted": published["rows_deleted"],
                         "dead_letters": published["dead_letters"],
                         "offsets": [{"topic": u.range.topic, "partition": u.range.partition,
                                      "from": u.range.from_offset,
@@ -409,6 +424,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
     return RunResult(kind, "succeeded", run_id, [r.as_dict() for r in ranges],
                      records_read=published["records_read"],
                      rows_written=published["rows_written"],
+                     rows_deleted=published["rows_deleted"],
                      dead_letters=published["dead_letters"],
                      per_partition=published["per_partition"], timings=timer.as_dict())
 
@@ -506,7 +522,8 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
     columns = tuple((c.name, c.type, c.required) for c in settings.sink.columns)
     stager = range_stager(store.url, *store.staging_copy(run_id), reader, k.timeout_seconds,
-                          (settings.sink.format, columns, run_id))
+                          (settings.sink.format, columns, run_id,
+                           settings.sink.key if settings.sink.deletes else ()))
     log.info("run %s: %d read tasks for %s", run_id, len(pieces), describe(ranges),
              extra={"event": "read.start", "tasks": len(pieces),
                     "ranges": [r.as_dict() for r in ranges]})
@@ -530,7 +547,7 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
-    columns = tables.typed(tables.from_record(store.results))
+    columns = tables.typed(tables.from_record(store.records))
     dead_columns = tables.typed(tables.DEAD_LETTER_FIELDS)
     cached = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:

@@ -25,7 +25,8 @@ from pipeline import faults, tables
 from pipeline.database import db_errors
 from pipeline.encode import BINARY_SIGNATURE, BINARY_TRAILER
 from pipeline.offsets import OffsetRange, PlannedPartition
-from pipeline.stage import DEAD, ROW
+from pipeline.merge import merge
+from pipeline.stage import DEAD, ROW, TOMBSTONE
 from pipeline.store import Store
 
 _ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
@@ -44,7 +45,8 @@ class Publisher:
         self.parts: dict[int, int] = {}  # Spark partition -> the attempt published
         self.staging = store.t(store.staging_name(run_id))
         self.cols = sql.SQL(", ").join(
-            sql.Identifier(c.name) for c in tables.written(store.results))
+            sql.Identifier(c.name) for c in tables.written(store.records))
+        self.sink = store.settings.sink
         self.finished = False
         self.started = time.monotonic()
 
@@ -61,14 +63,14 @@ class Publisher:
         self.conn = self._tx.__enter__()
         try:
             store.set_timeouts(self.conn)
-            results = store.t(store.results.name)
-            # Plain COPY into the keyed table when the planned ranges hold no row yet (the
-            # usual case); through a temp table and ON CONFLICT otherwise.
-            self.direct = not self.overwrite and not store.ranges_hold_rows(self.ranges)
-            target = results if self.direct else sql.Identifier(_ROWS)
+            # An append sink copies straight into its keyed table when the planned ranges
+            # hold no row yet (the usual case); otherwise, and for the other modes, the rows
+            # go through a temp table and pipeline/merge.py.
+            self.direct = (self.sink.mode == "append" and not self.overwrite
+                           and not store.ranges_hold_rows(self.ranges))
+            target = store.t(store.results.name) if self.direct else sql.Identifier(_ROWS)
             if not self.direct:
-                self.conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING DEFAULTS) "
-                                          "ON COMMIT DROP").format(target, results))
+                store.run(CreateTable(tables.record_batch(self.sink, _ROWS)))
             self._cur = self.conn.cursor()
             cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
                 target, self.cols, sql.SQL(" (FORMAT BINARY)" if self.binary else "")))
@@ -127,8 +129,8 @@ class Publisher:
                 copy.write(blob)
 
     def staged(self) -> dict[tuple[str, int], dict[str, int]]:
-        """Per (topic, partition): result rows and dead letters of the published attempts,
-        from the staging table's per-blob counts (no blob is read)."""
+        """Per (topic, partition): result rows, dead letters and (upsert) tombstones of the
+        published attempts, from the staging table's per-blob counts (no blob is read)."""
         out: dict[tuple[str, int], dict[str, int]] = {}
         with db_errors(self.store.url), self._reader.begin():
             for topic, partition, kind, n in self._read.execute(sql.SQL(
@@ -137,7 +139,8 @@ class Publisher:
                     "ORDER BY 1, 2, 3").format(self.staging),
                     (list(self.parts), list(self.parts.values()))).fetchall():
                 item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})
-                item["rows" if kind == ROW else "dead"] += int(n)
+                name = {ROW: "rows", DEAD: "dead", TOMBSTONE: "deletes"}[kind]
+                item[name] = item.get(name, 0) + int(n)
         return out
 
     # ---- after Spark: the rest of the transaction ---------------------------------------
@@ -154,15 +157,17 @@ class Publisher:
             if self.binary:
                 self._copy.write(BINARY_TRAILER)
             cm.__exit__(None, None, None)
-            rows_written = self._cur.rowcount
+            rows_written, rows_deleted = self._cur.rowcount, 0
+            if any(v.get("deletes") for v in staged.values()):
+                self._tombstones()
             if self.overwrite:
                 store.clear_ranges(self.ranges)
             if not self.direct:
-                rows_written = conn.execute(store.merge_rows_sql(_ROWS, self.overwrite)).rowcount
+                merged = merge(store, conn, _ROWS, self.kind, run_id, self.overwrite)
+                rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
-            per_partition = {f"{t}[{p}]": {"rows": v["rows"], "dead": v["dead"]}
-                             for (t, p), v in sorted(staged.items())}
-            records_read = sum(v["rows"] + v["dead"] for v in staged.values())
+            per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
+            records_read = sum(sum(v.values()) for v in staged.values())
             store.compare_and_set_offsets(run_id, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.
@@ -171,13 +176,20 @@ class Publisher:
                        "total": round(timings.get("total", 0) + publish, 3)}
             store.succeed_run(run_id, records_read=records_read, rows_written=rows_written,
                               dead_letters=dead_written, per_partition=per_partition,
-                              timings=timings)
+                              timings=timings, rows_deleted=rows_deleted)
             store.drop_staging(run_id)
         self.finished = True
         self._tx.__exit__(None, None, None)  # COMMIT: from here on, the run is published
         return {"records_read": records_read, "rows_written": rows_written,
-                "dead_letters": dead_written, "per_partition": per_partition,
-                "timings": timings}
+                "rows_deleted": rows_deleted, "dead_letters": dead_written,
+                "per_partition": per_partition, "timings": timings}
+
+    def _tombstones(self) -> None:
+        """An upsert sink's tombstones, into the rows' temp table (flagged _tombstone)."""
+        cols = sql.SQL(", ").join(map(sql.Identifier, tables.tombstone_columns(self.sink)))
+        with self.conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+                sql.Identifier(_ROWS), cols)) as cp, self._reader.begin():
+            self._stream(TOMBSTONE, self.parts, cp)
 
     def _dead_letters(self, staged_dead: int) -> int:
         if not staged_dead:

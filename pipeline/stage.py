@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 ROW = "r"  # a blob of result rows
 DEAD = "d"  # a blob of dead-letter rows
+TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones)
 
 # Postgres truncates identifiers to 63 bytes: a longer staging name would be shared by two
 # runs and missed by the cleanup. 7 + 24 + 1 + 8 + 2 + 19 (any bigint run id) = 61 bytes.
@@ -244,7 +245,7 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
         ctx = TaskContext.get()
         part, attempt = ctx.partitionId(), ctx.attemptNumber()
         encoder = Encoder(*encoder_args)
-        totals = {ROW: 0, DEAD: 0}
+        totals = {ROW: 0, DEAD: 0, TOMBSTONE: 0}
         seq = 0
         injected = False
         with executor_connection(url) as conn:
@@ -253,8 +254,8 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
                 for r in pieces:
                     for records in read_range(reader, r, timeout_seconds):
                         lo, hi = records[0].offset(), records[-1].offset()
-                        rows, dead = encoder.encode(r.topic, r.partition, records)
-                        for kind, lines in ((ROW, rows), (DEAD, dead)):
+                        encoded = encoder.encode(r.topic, r.partition, records)
+                        for kind, lines in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
                             if lines:
                                 blob = (b"".join(lines) if kind == ROW and encoder.binary
                                         else "".join(lines).encode())
@@ -268,6 +269,6 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
             conn.commit()
         if attempt == 0:  # a retried task re-stages what this attempt committed
             f.inject("after_task_commit")
-        yield (part, attempt, totals[ROW], totals[DEAD])
+        yield (part, attempt, totals[ROW], totals[DEAD] + totals[TOMBSTONE])
 
     return stage_ranges

@@ -70,6 +70,8 @@ class Store:
         self.pipeline = settings.name
         self.schema = sql.Identifier(settings.schema)
         self.results = tables.results(settings.sink)
+        self.records = tables.record_rows(settings.sink)  # what the executors stage
+        self.sink_tables = tables.sink_tables(settings.sink)
         self.engine = database.engine(self.url)
         try:
             with db_errors(self.url):
@@ -164,8 +166,10 @@ class Store:
             for path in sorted(SQL_DIR.glob("*.sql")):  # scripts: psycopg runs them whole
                 conn.execute(path.read_text().replace("{schema}", f'"{self.settings.schema}"'))
                 applied.append(path.name)
-            self.session.execute(CreateTable(self.results, if_not_exists=True))
-            applied.append(f"results table {self.settings.schema}.{self.settings.sink.table}")
+            for table in self.sink_tables:
+                self.session.execute(CreateTable(table, if_not_exists=True))
+                applied.append(f"{self.settings.sink.mode} table {self.settings.schema}."
+                               f"{table.name}")
         return applied
 
     def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -184,8 +188,8 @@ class Store:
     def check_schema(self) -> None:
         """Every table of pipeline/tables.py is there, with every column it declares."""
         fixed = list(tables.metadata.tables.values())
-        live = self._reflect([t.name for t in fixed] + [self.results.name])
-        if offsets.name not in live or self.results.name not in live:
+        live = self._reflect([t.name for t in fixed + self.sink_tables])
+        if offsets.name not in live or any(t.name not in live for t in self.sink_tables):
             raise ConfigError(f"tables missing in schema {self.settings.schema}: run "
                               f"'pipeline init-db --config {self.settings.source}' first")
         missing = [t.name for t in fixed if t.name not in live] + [
@@ -197,36 +201,53 @@ class Store:
                               f"{self.settings.source}' to upgrade it (keeps all data)")
 
     def check_results_table(self) -> None:
-        """The results table must take the rows this config writes: compared before anything
+        """The sink's tables must take the rows this config writes: compared before anything
         is read, so that drift is one clear error, not a COPY that fails after the whole
-        read on every run. Extra columns are fine if they may stay NULL or have a default."""
-        table = f'"{self.settings.schema}"."{self.settings.sink.table}"'
-        have = {c["name"]: c for c in self._reflect([self.results.name]).get(
-            self.results.name, [])}
-        want = tables.written(self.results)
+        read on every run. Extra columns are fine if they may stay NULL or have a default;
+        the key must be the mode's (ON CONFLICT needs it)."""
+        live = self._reflect([t.name for t in self.sink_tables])
+        with self.transaction():
+            keys = inspect(self.session).get_multi_pk_constraint(
+                schema=self.settings.schema, filter_names=[t.name for t in self.sink_tables])
+        for table in self.sink_tables:
+            have = {c["name"]: c for c in live.get(table.name, [])}
+            key = keys.get((self.settings.schema, table.name), {}).get("constrained_columns", [])
+            self._check_table(table, have, key)
+
+    def _check_table(self, table: Table, have: dict[str, dict], key: list[str]) -> None:
+        name = f'"{self.settings.schema}"."{table.name}"'
+        want_key = [c.name for c in table.primary_key]
+        if have and key != want_key:
+            mode = self.settings.sink.mode
+            raise ConfigError(
+                f"table {name} is keyed by ({', '.join(key) or 'nothing'}), sink.mode = "
+                f"'{mode}' of {self.settings.source} needs the key ({', '.join(want_key)}): "
+                "point sink.table at a new table and run 'pipeline init-db', or rebuild this "
+                "one by hand; nothing was read")
+        want = tables.written(table)
         fixes = []
         for column in want:
-            name, pg_type = column.name, tables.ddl_type(column.type)
-            col = sql.Identifier(name).as_string(self.conn)
-            if name not in have:
-                fixes.append((f"column {name} is missing", f"ADD COLUMN {col} {pg_type}"))
-            elif _type_name(have[name]["type"]) != pg_type:
-                fixes.append((f"column {name} is {_type_name(have[name]['type'])}, the "
+            cname, pg_type = column.name, tables.ddl_type(column.type)
+            col = sql.Identifier(cname).as_string(self.conn)
+            if cname not in have:
+                fixes.append((f"column {cname} is missing", f"ADD COLUMN {col} {pg_type}"))
+            elif _type_name(have[cname]["type"]) != pg_type:
+                fixes.append((f"column {cname} is {_type_name(have[cname]['type'])}, the "
                               f"config writes {pg_type}", f"ALTER COLUMN {col} TYPE {pg_type}"))
-            elif not have[name]["nullable"] and column.nullable:
-                fixes.append((f"column {name} is NOT NULL, the config allows nulls",
+            elif not have[cname]["nullable"] and column.nullable:
+                fixes.append((f"column {cname} is NOT NULL, the config allows nulls",
                               f"ALTER COLUMN {col} DROP NOT NULL"))
         written = {c.name for c in want}
-        for name, c in have.items():
-            if not c["nullable"] and c["default"] is None and name not in written:
-                fixes.append((f"column {name} is NOT NULL without a default and the pipeline "
+        for cname, c in have.items():
+            if not c["nullable"] and c["default"] is None and cname not in written:
+                fixes.append((f"column {cname} is NOT NULL without a default and the pipeline "
                               "does not write it",
-                              f"ALTER COLUMN {sql.Identifier(name).as_string(self.conn)} "
+                              f"ALTER COLUMN {sql.Identifier(cname).as_string(self.conn)} "
                               "DROP NOT NULL"))
         if fixes:
             raise ConfigError(
-                f"results table {table} does not match [sink] of {self.settings.source}: "
-                + "; ".join(why for why, _ in fixes) + f" - run 'ALTER TABLE {table} "
+                f"results table {name} does not match [sink] of {self.settings.source}: "
+                + "; ".join(why for why, _ in fixes) + f" - run 'ALTER TABLE {name} "
                 + ", ".join(fix for _, fix in fixes) + "' or change [sink.columns]; "
                 "nothing was read")
 
@@ -313,11 +334,16 @@ class Store:
                  .values(status="failed", finished_at=func.now(), error=mask(error),
                          exit_code=exit_code, timings=timings))
 
-    def succeed_run(self, run_id: int, **counts: Any) -> None:
+    def succeed_run(self, run_id: int, rows_deleted: int = 0, **counts: Any) -> None:
         """The run row of a published run (inside its publishing transaction): records_read,
-        rows_written, dead_letters, per_partition, timings."""
+        rows_written, dead_letters, per_partition, timings; an upsert's deletes go into
+        details."""
+        extra = {}
+        if rows_deleted:
+            extra["details"] = func.coalesce(runs.c.details, literal({}, JSONB)).op(
+                "||", return_type=JSONB)(literal({"rows_deleted": rows_deleted}, JSONB))
         self.run(update_(runs).where(runs.c.run_id == run_id).values(
-            status="succeeded", finished_at=func.now(), exit_code=0, **counts))
+            status="succeeded", finished_at=func.now(), exit_code=0, **counts, **extra))
 
     def abandon_stale_runs(self, families: Sequence[str] = ("ingest",)) -> list[int]:
         """Runs of the families whose locks we hold, left 'running' by a crash (none of them
@@ -381,33 +407,24 @@ class Store:
         return any(self.run(select(exists().where(in_range(self.results, r)))).scalar_one()
                    for r in ranges)
 
+    def results_hold_rows(self) -> bool:
+        """Does the results table hold any row? (an aggregate's totals may be rewound only
+        when empty)"""
+        return self.run(select(exists().select_from(self.results))).scalar_one()
+
     def clear_ranges(self, ranges: Sequence[OffsetRange]) -> None:
         """Reprocess replaces what the planned ranges held: a record that was a result and
         is now a dead letter (or is filtered out by a transform) keeps no old row, and no
         offset stays in both tables. Inside the publishing transaction, like the rest."""
         if not ranges:
             return
-        self.run(delete(self.results).where(or_(*(in_range(self.results, r) for r in ranges))))
+        # An upsert sink's rows and tombstones of records in the ranges: their keys are
+        # derived again from the ranges (a newer record elsewhere is left as it is).
+        for table in self.sink_tables:
+            self.run(delete(table).where(or_(*(in_range(table, r) for r in ranges))))
         self.run(delete(dead_letters).where(
             dead_letters.c.pipeline == self.pipeline,
             or_(*(in_range(dead_letters, r) for r in ranges))))
-
-    def merge_rows_sql(self, source: str, overwrite: bool) -> sql.Composed:
-        """Rows already present in a planned range: keep them (ON CONFLICT DO NOTHING), or
-        replace them on reprocess. ``source``: the temp table the rows were copied into."""
-        names = [c.name for c in tables.written(self.results)]
-        fmt = {"res": self.t(self.results.name), "src": sql.Identifier(source),
-               "cols": _identifiers(names), "key": _key(self.results)}
-        if not overwrite:
-            return sql.SQL("INSERT INTO {res} ({cols}) SELECT {cols} FROM {src} "
-                           "ON CONFLICT ({key}) DO NOTHING").format(**fmt)
-        keys = {c.name for c in self.results.primary_key}
-        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
-                                     for n in names if n not in keys)
-        return sql.SQL(
-            "INSERT INTO {res} ({cols}) SELECT DISTINCT ON ({key}) {cols} FROM {src} "
-            "ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()").format(
-            **fmt, upd=updates)
 
     def merge_dead_letters_sql(self, source: str, overwrite: bool) -> sql.Composed:
         """The staged dead letters of a run (in temp table ``source``) into
@@ -491,7 +508,33 @@ class Store:
         return f"{self.settings.sink.table}_archived"
 
     def _archive_topic(self, conn, topic: str, old_id: str, run_id: int) -> dict[str, int]:
-        """Move a recreated topic's result rows and dead letters to the archive tables."""
+        """Move a recreated topic's result rows and dead letters to the archive tables. An
+        aggregate sink's totals stay (they count the old topic's records, which were read
+        once); an upsert sink's tombstones of the old topic are dropped (their offsets are
+        the old topic's, and would hide the new topic's records)."""
+        rows = 0
+        if self.settings.sink.mode != "aggregate":
+            rows = self._archive_results(conn, topic, old_id, run_id)
+        if self.settings.sink.mode == "upsert":
+            gone = tables.deleted(self.settings.sink)
+            conn.execute(sql.SQL("DELETE FROM {} WHERE topic = %s").format(self.t(gone.name)),
+                         (topic,))
+        origin = [sql.Identifier(c.name) for c in tables.RESULTS_ARCHIVE_COLUMNS
+                  if c.name != "archived_at"]  # topic_id, archived_by_run; the time defaults
+        dcols = _identifiers(c.name for c in dead_letters.columns)
+        dead_rows = conn.execute(sql.SQL(
+            "WITH moved AS (DELETE FROM {dl} WHERE pipeline = %s AND topic = %s "
+            "RETURNING {cols}) INSERT INTO {arc} ({cols}, {arc_cols}) "
+            "SELECT {cols}, %s, %s FROM moved").format(
+            dl=self.t(dead_letters.name), arc=self.t(tables.dead_letters_archived.name),
+            cols=dcols, arc_cols=sql.SQL(", ").join(origin)),
+            (self.pipeline, topic, old_id, run_id)).rowcount
+        log.warning("topic '%s' was recreated: archived %d result rows to %s and %d dead "
+                    "letters to pipeline_dead_letters_archived (old topic ID %s)", topic, rows,
+                    self.archive_table(), dead_rows, old_id)
+        return {"topic_id": old_id, "rows": rows, "dead_letters": dead_rows}
+
+    def _archive_results(self, conn, topic: str, old_id: str, run_id: int) -> int:
         results = self.t(self.settings.sink.table)
         archive = self.t(self.archive_table())
         # The live columns, in Postgres's own spelling (they may include columns added by
@@ -512,23 +555,11 @@ class Store:
         origin = [sql.Identifier(c.name) for c in tables.RESULTS_ARCHIVE_COLUMNS
                   if c.name != "archived_at"]  # topic_id, archived_by_run; the time defaults
         cols = _identifiers(n for n, _ in columns)
-        rows = conn.execute(sql.SQL(
+        return conn.execute(sql.SQL(
             "WITH moved AS (DELETE FROM {res} WHERE topic = %s RETURNING {cols}) "
             "INSERT INTO {arc} ({cols}, {arc_cols}) SELECT {cols}, %s, %s FROM moved").format(
             res=results, arc=archive, cols=cols, arc_cols=sql.SQL(", ").join(origin)),
             (topic, old_id, run_id)).rowcount
-        dcols = _identifiers(c.name for c in dead_letters.columns)
-        dead_rows = conn.execute(sql.SQL(
-            "WITH moved AS (DELETE FROM {dl} WHERE pipeline = %s AND topic = %s "
-            "RETURNING {cols}) INSERT INTO {arc} ({cols}, {arc_cols}) "
-            "SELECT {cols}, %s, %s FROM moved").format(
-            dl=self.t(dead_letters.name), arc=self.t(tables.dead_letters_archived.name),
-            cols=dcols, arc_cols=sql.SQL(", ").join(origin)),
-            (self.pipeline, topic, old_id, run_id)).rowcount
-        log.warning("topic '%s' was recreated: archived %d result rows to %s and %d dead "
-                    "letters to pipeline_dead_letters_archived (old topic ID %s)", topic, rows,
-                    self.archive_table(), dead_rows, old_id)
-        return {"topic_id": old_id, "rows": rows, "dead_letters": dead_rows}
 
     # ==== queries of the operator commands (pipeline/commands/) ==========================
     # What lag, offsets show, runs and unlock read (and unlock's one write), so that the

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     Numeric,
+    PrimaryKeyConstraint,
     Table,
     Text,
     func,
@@ -141,9 +142,10 @@ def sink_type(declared: str) -> TypeEngine:
             "date": Date()}[declared]
 
 
-def results(sink: SinkSettings) -> Table:
-    """The results table ``sink.table``: keyed by the record's coordinates; the raw format
-    keeps the record as it is, the JSON format the declared columns."""
+def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
+    """One row per record, keyed by its coordinates: what the executors stage (in this
+    column order, run_id last) whatever the mode, and an append sink's results table. The
+    raw format keeps the record as it is, the JSON format the declared columns."""
     if sink.format == "raw":
         body = [Column("key", BYTEA), Column("value", BYTEA), Column("headers", JSONB),
                 Column("kafka_timestamp", TIMESTAMPTZ)]
@@ -151,16 +153,98 @@ def results(sink: SinkSettings) -> Table:
         body = [Column("kafka_timestamp", TIMESTAMPTZ)] + [
             Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
     return Table(
-        sink.table, MetaData(schema=SCHEMA),
+        name, MetaData(schema=SCHEMA),
         _key("topic", Text), _key("partition", Integer), _key("offset", BigInteger), *body,
         Column("run_id", BigInteger, nullable=False),
         Column("ingested_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
 
 
+_COORDINATES = ("topic", "partition", "offset")
+
+
+def results(sink: SinkSettings) -> Table:
+    """The results table ``sink.table`` of the sink's mode.
+
+    append: ``record_rows``. upsert: the same columns keyed by the business key; topic,
+    partition and offset say which record the row is (it replaces the row only from a newer
+    offset). aggregate: the group_by columns as the key, one column per aggregate, the run
+    that last changed the group and when."""
+    if sink.mode == "append":
+        return record_rows(sink, sink.table)
+    if sink.mode == "upsert":
+        rows = record_rows(sink)
+        return Table(
+            sink.table, MetaData(schema=SCHEMA),
+            *[Column(c.name, c.type, nullable=c.name not in _COORDINATES and c.nullable,
+                     server_default=c.server_default, autoincrement=False)
+              for c in rows.columns],
+            PrimaryKeyConstraint(*sink.key, name=f"{sink.table}_pkey"))
+    declared = {c.name: c for c in sink.columns}
+    return Table(
+        sink.table, MetaData(schema=SCHEMA),
+        *[_key(k, sink_type(declared[k].type)) for k in sink.key],
+        *[Column(a.name, aggregate_type(a, declared)) for a in sink.aggregates],
+        Column("run_id", BigInteger, nullable=False),
+        Column("updated_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
+
+
+def aggregate_type(a, declared) -> TypeEngine:
+    """count: bigint; min/max: the column's type; sum: bigint of integers, double of
+    doubles, numeric(38, s) of decimal(p, s) (a sum outgrows p)."""
+    if a.function == "count":
+        return BigInteger()
+    kind = declared[a.of].type
+    if a.function == "sum":
+        if kind in ("long", "int"):
+            return BigInteger()
+        if kind.startswith("decimal("):
+            return Numeric(38, int(kind[len("decimal("):-1].split(",")[1]))
+    return sink_type(kind)
+
+
+def deleted(sink: SinkSettings) -> Table:
+    """An upsert sink's tombstones that deleted (or would have deleted) a key: which record
+    did, so that an older record of that key, replayed by a backfill, cannot bring the row
+    back. A newer record of the key removes its tombstone."""
+    declared = {c.name: c for c in sink.columns}
+    return Table(
+        f"{sink.table}_deleted", MetaData(schema=SCHEMA),
+        *[_key(k, sink_type(declared[k].type)) for k in sink.key],
+        Column("topic", Text, nullable=False), Column("partition", Integer, nullable=False),
+        Column("offset", BigInteger, nullable=False),
+        Column("kafka_timestamp", TIMESTAMPTZ),
+        Column("run_id", BigInteger, nullable=False),
+        Column("deleted_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
+
+
+def sink_tables(sink: SinkSettings) -> list[Table]:
+    """Every table init-db creates for a sink."""
+    return [results(sink)] + ([deleted(sink)] if sink.mode == "upsert" else [])
+
+
+def record_batch(sink: SinkSettings, name: str) -> Table:
+    """A temp table (dropped at COMMIT) that takes a run's staged rows before they are
+    merged (pipeline/merge.py): ``record_rows`` without constraints, and for an upsert sink
+    whose tombstones delete, ``_tombstone`` (its tombstone lines end in 't')."""
+    rows = record_rows(sink)
+    return Table(name, MetaData(), *[Column(c.name, c.type) for c in written(rows)],
+                 *([Column("_tombstone", Boolean, nullable=False, server_default=text("false"))]
+                   if sink.deletes else []),
+                 prefixes=["TEMPORARY"], postgresql_on_commit="DROP")
+
+
+def tombstone_columns(sink: SinkSettings) -> list[str]:
+    """What a tombstone line holds, in order (encode.Encoder)."""
+    return ["topic", "partition", "offset", "kafka_timestamp", *sink.key, "run_id",
+            "_tombstone"]
+
+
 def written(table: Table) -> list[Column]:
-    """The columns a run writes into a results table, in COPY order (ingested_at is
-    defaulted): the executors' lines (encode.py, stage.copy_line) end with run_id."""
-    return [c for c in table.columns if c.name != "ingested_at"]
+    """The columns a run writes into a table, in COPY order (ingested_at, updated_at and
+    deleted_at are defaulted): for ``record_rows``, the executors' lines (encode.py,
+    stage.copy_line), which end with run_id."""
+    return [c for c in table.columns if c.name not in ("ingested_at", "updated_at",
+                                                       "deleted_at")]
 
 
 def from_record(table: Table) -> list[Column]:

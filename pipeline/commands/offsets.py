@@ -183,6 +183,15 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
             if args.json:
                 print_json({"run_id": None, "changes": []})
             return EXIT_OK
+        rewound = [c for c in effective if c.old is not None and c.new is not None
+                   and c.new < c.old]
+        if settings.sink.mode == "aggregate" and rewound and not old_ids \
+                and store.results_hold_rows():
+            from pipeline.job import aggregate_refuses
+
+            c = rewound[0]
+            raise ConfigError(aggregate_refuses(
+                settings, f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new}"))
         if not confirm(f"change {len(effective)} stored offsets of pipeline "
                        f"'{settings.name}'?", args.yes):
             print("cancelled: nothing changed", file=out)

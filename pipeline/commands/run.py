@@ -72,11 +72,14 @@ def print_summary(result, out=None) -> None:
     if result.status == "noop":
         print(f"run {result.run_id}: nothing new to read", file=out)
         return
+    deleted = f"{result.rows_deleted} deleted, " if result.rows_deleted else ""
     print(f"run {result.run_id} ({result.kind}) {result.status}: {result.records_read} records, "
-          f"{result.rows_written} rows written, {result.dead_letters} dead letters, "
+          f"{result.rows_written} rows written, {deleted}{result.dead_letters} dead letters, "
           f"{result.timings.get('total', 0):.1f} s", file=out)
     for tp, counts in result.per_partition.items():
-        print(f"  {tp}: {counts['rows']} rows, {counts['dead']} dead letters", file=out)
+        tombstones = f", {counts['deletes']} tombstones" if counts.get("deletes") else ""
+        print(f"  {tp}: {counts['rows']} rows{tombstones}, {counts['dead']} dead letters",
+              file=out)
 
 
 def register(sub) -> None:

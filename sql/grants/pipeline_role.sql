@@ -31,6 +31,13 @@ GRANT SELECT, INSERT ON :"schema".pipeline_dead_letters_archived TO :"role";
 -- reprocess, DELETE when 'offsets reset' archives a recreated topic's rows.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".:"results" TO :"role";
 
+-- An upsert sink's tombstones (<results>_deleted, only there for sink.mode = 'upsert'):
+-- kept and superseded on publish, cleared on reprocess and 'offsets reset'.
+SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO %I', :'schema',
+              :'results' || '_deleted', :'role')
+ WHERE to_regclass(format('%I.%I', :'schema', :'results' || '_deleted')) IS NOT NULL
+\gexec
+
 -- Not granted: TRUNCATE, REFERENCES, TRIGGER, ownership of any table above (no ALTER, no
 -- DROP), other schemas, roles (pg_signal_backend: 'pipeline unlock --force' stays an
 -- owner's command). Temporary tables (the publishing COPY's) come with the database's

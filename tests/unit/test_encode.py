@@ -39,13 +39,13 @@ class Record:
 
 
 def dead_types(values, columns=COLUMNS):
-    _, dead = Encoder("json", columns, 1).encode("t", 0, [Record(i, v)
+    _, dead, _ = Encoder("json", columns, 1).encode("t", 0, [Record(i, v)
                                                           for i, v in enumerate(values)])
     return [line.rstrip("\n").split("\t")[7] for line in dead]
 
 
 def test_a_good_record_is_one_line_in_table_order_with_the_run_id():
-    rows, dead = Encoder("json", COLUMNS, 42).encode("orders", 3, [Record(
+    rows, dead, _ = Encoder("json", COLUMNS, 42).encode("orders", 3, [Record(
         17, b'{"order_id": 1, "customer": "a\\tb\\\\c", "amount": 1.005, '
             b'"placed_at": "2026-03-08T01:30:00-05:00", "extra": [1]}')])
     assert dead == []
@@ -56,7 +56,7 @@ def test_a_good_record_is_one_line_in_table_order_with_the_run_id():
 
 
 def test_optional_fields_absent_or_null_are_copy_nulls():
-    rows, _ = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(
+    rows, _, _ = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(
         0, b'{"order_id": 1, "customer": "c", "amount": null}')])
     assert rows[0].split("\t")[6:8] == ["\\N", "\\N"]
 
@@ -77,7 +77,7 @@ def test_each_bad_record_gets_its_dead_letter_type():
 
 
 def test_a_wrong_type_is_reported_before_a_missing_field_as_spark_marks_it():
-    _, dead = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(
+    _, dead, _ = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(
         0, b'{"customer": "c", "amount": "lots"}')])
     assert dead[0].split("\t")[7:9] == ["wrong_type",
                                         "field 'amount': expected decimal(12,2), got string\n"]
@@ -85,7 +85,7 @@ def test_a_wrong_type_is_reported_before_a_missing_field_as_spark_marks_it():
 
 def test_a_nul_character_makes_a_dead_letter_not_a_failed_copy():
     assert dead_types([b'{"order_id": 1, "customer": "a\\u0000b"}']) == ["unstorable"]
-    rows, dead = Encoder("raw", (), 1).encode("t", 0, [Record(0, b"v", h=[("k\x00", b"x")])])
+    rows, dead, _ = Encoder("raw", (), 1).encode("t", 0, [Record(0, b"v", h=[("k\x00", b"x")])])
     assert rows == [] and dead[0].split("\t")[7] == "unstorable"
 
 
@@ -97,7 +97,7 @@ def test_a_lone_surrogate_escape_is_a_dead_letter_on_both_json_parsers():
     wide = (("order_id", "long", True), ("customer", "string", True),
             ("amount", "decimal(20,2)", False))
     for columns, expected in ((COLUMNS, "malformed_json"), (wide, "unstorable")):
-        rows, dead = Encoder("json", columns, 1).encode("t", 0, [Record(0, value),
+        rows, dead, _ = Encoder("json", columns, 1).encode("t", 0, [Record(0, value),
                                                                  Record(1, good)])
         assert [r.split("\t")[2] for r in rows] == ["1"]
         assert [line.split("\t")[7] for line in dead] == [expected]
@@ -105,7 +105,7 @@ def test_a_lone_surrogate_escape_is_a_dead_letter_on_both_json_parsers():
 
 
 def test_the_original_bytes_of_a_dead_letter_are_kept_as_bytea_hex():
-    _, dead = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(5, b"\xff", k=b"\x00k")])
+    _, dead, _ = Encoder("json", COLUMNS, 1).encode("t", 0, [Record(5, b"\xff", k=b"\x00k")])
     fields = dead[0].split("\t")
     assert fields[:5] == ["t", "0", "5", "\\\\x006b", "\\\\xff"]
 
@@ -123,7 +123,7 @@ def binary_tuple(row: bytes) -> list:
 
 
 def test_raw_rows_are_copy_binary_tuples_keeping_bytes_headers_and_nulls():
-    rows, dead = Encoder("raw", (), 9).encode("t", 1, [
+    rows, dead, _ = Encoder("raw", (), 9).encode("t", 1, [
         Record(0, b"v\t", b"k", [("h", b"\x00\x01"), ("n", None), ("e", b"")]),
         Record(1, None, None, None)])
     assert dead == []
@@ -209,7 +209,7 @@ def test_the_inlined_row_encoder_agrees_with_the_column_converters(declared, req
     columns = (("id", "long", True), ("v", declared, required))
     records = [Record(i, json.dumps({"id": i, "v": v}).encode())
                for i, v in enumerate(PARITY[declared])]
-    rows, dead = Encoder("json", columns, 1).encode("t", 0, records)
+    rows, dead, _ = Encoder("json", columns, 1).encode("t", 0, records)
     written = {int(r.split("\t")[4]): stored(declared, r.rstrip("\n").split("\t")[5])
                for r in rows}
     assert len(rows) + len(dead) == len(records)

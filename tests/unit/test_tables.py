@@ -13,7 +13,7 @@ SINK = SinkSettings("json", "orders", columns=tuple(Column(n, t, r) for n, t, r 
 def test_a_json_row_has_one_field_per_written_column_in_table_order():
     from pipeline.encode import Encoder
 
-    rows, _ = Encoder("json", COLUMNS, 42).encode("orders", 3, [Record(
+    rows, _, _ = Encoder("json", COLUMNS, 42).encode("orders", 3, [Record(
         17, b'{"order_id": 1, "customer": "c", "amount": 2.5}')])
     written = [c.name for c in tables.written(tables.results(SINK))]
     assert written == ["topic", "partition", "offset", "kafka_timestamp", "order_id",
@@ -24,7 +24,7 @@ def test_a_json_row_has_one_field_per_written_column_in_table_order():
 def test_a_raw_row_is_one_binary_tuple_of_the_written_columns():
     from pipeline.encode import Encoder
 
-    rows, _ = Encoder("raw", (), 42).encode("orders", 3, [Record(17, b"v", k=b"k")])
+    rows, _, _ = Encoder("raw", (), 42).encode("orders", 3, [Record(17, b"v", k=b"k")])
     written = tables.written(tables.results(SinkSettings("raw", "raw_orders")))
     assert [c.name for c in written] == ["topic", "partition", "offset", "key", "value",
                                          "headers", "kafka_timestamp", "run_id"]
@@ -34,7 +34,7 @@ def test_a_raw_row_is_one_binary_tuple_of_the_written_columns():
 def test_a_dead_letter_line_has_one_field_per_dead_letter_field():
     from pipeline.encode import Encoder
 
-    _, dead = Encoder("json", COLUMNS, 1).encode("orders", 3, [Record(5, b"{not json")])
+    _, dead, _ = Encoder("json", COLUMNS, 1).encode("orders", 3, [Record(5, b"{not json")])
     assert [c.name for c in tables.DEAD_LETTER_FIELDS] == [
         "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
         "error_type", "error_message"]

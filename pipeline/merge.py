@@ -1,0 +1,169 @@
+"""How a run's rows land in its results table, per ``[sink] mode``: the statements that
+pipeline/publish.py runs inside the publishing transaction, after the run's rows were
+copied into a temp table (``tables.record_batch``: one row per record, plus an upsert
+sink's tombstones).
+
+Exactly once comes from the transaction, not from here: these statements commit with the
+offsets' compare-and-set or not at all, so each range is applied once (docs/reliability.md).
+What each mode adds:
+
+- append: keep a row already there (ON CONFLICT DO NOTHING), or replace it on reprocess.
+- upsert: per business key, the newest record of the run (one partition per key, checked);
+  it replaces the stored row only if it is newer: same partition and a higher offset, so a
+  backfill of an old range never overwrites newer state. Tombstones delete, and are kept in
+  ``<table>_deleted`` so that an older record replayed later cannot bring the row back.
+- aggregate: per group, the run's sum/count/min/max, added to the stored ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from pipeline import tables
+from pipeline.errors import DataError
+
+
+@dataclass
+class Merged:
+    rows: int  # rows inserted or updated (append, upsert) / groups changed (aggregate)
+    deleted: int = 0  # rows deleted by tombstones (upsert)
+
+
+def _ids(names) -> sql.Composed:
+    return sql.SQL(", ").join(map(sql.Identifier, names))
+
+
+def merge(store, conn, source: str, kind: str, run_id: int, overwrite: bool) -> Merged:
+    """Merge run ``run_id``'s rows (temp table ``source``) into the results table."""
+    mode = store.settings.sink.mode
+    if mode == "upsert":
+        return _upsert(store, conn, source, kind)
+    if mode == "aggregate":
+        return Merged(conn.execute(aggregate_sql(store, source), (run_id,))
+                      .rowcount)
+    return Merged(conn.execute(append_sql(store, source, overwrite)).rowcount)
+
+
+def append_sql(store, source: str, overwrite: bool) -> sql.Composed:
+    """Rows already present in a planned range: keep them (ON CONFLICT DO NOTHING), or
+    replace them on reprocess."""
+    names = [c.name for c in tables.written(store.results)]
+    keys = [c.name for c in store.results.primary_key]
+    fmt = {"res": store.t(store.results.name), "src": sql.Identifier(source),
+           "cols": _ids(names), "key": _ids(keys)}
+    if not overwrite:
+        return sql.SQL("INSERT INTO {res} ({cols}) SELECT {cols} FROM {src} "
+                       "ON CONFLICT ({key}) DO NOTHING").format(**fmt)
+    updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
+                                 for n in names if n not in keys)
+    return sql.SQL(
+        "INSERT INTO {res} ({cols}) SELECT DISTINCT ON ({key}) {cols} FROM {src} "
+        "ON CONFLICT ({key}) DO UPDATE SET {upd}, ingested_at = now()").format(
+        **fmt, upd=updates)
+
+
+# ---- upsert ------------------------------------------------------------------------------
+_LATEST = "_publish_latest"  # temp table: the run's newest record per key
+
+
+def newer(incoming: str, stored: str, kind: str) -> sql.Composable:
+    """``incoming`` (a record) supersedes ``stored`` (the row or tombstone of its key): a
+    higher offset of the same partition. A key found in another partition (partitions were
+    added, so Kafka's key hash moved it) is taken from an ingest run, which reads after
+    every earlier one; never from a backfill or reprocess of old ranges."""
+    i, s = sql.Identifier(incoming), sql.Identifier(stored)
+    same = sql.SQL("{i}.topic = {s}.topic AND {i}.partition = {s}.partition").format(i=i, s=s)
+    check = sql.SQL("({same} AND {i}.\"offset\" > {s}.\"offset\")").format(same=same, i=i, s=s)
+    if kind == "ingest":
+        check = sql.SQL("({check} OR NOT ({same}))").format(check=check, same=same)
+    return check
+
+
+def _upsert(store, conn, source: str, kind: str) -> Merged:
+    sink, results = store.settings.sink, store.results
+    deleted_table = tables.deleted(sink)
+    src = sql.Identifier(source)
+    key = _ids(sink.key)
+    def on(a: str, b: str) -> sql.Composable:
+        return sql.SQL(" AND ").join(
+            sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b),
+                                                k=sql.Identifier(k)) for k in sink.key)
+
+    # One partition per key and run: the newest offset per key is only defined within one.
+    split = conn.execute(sql.SQL(
+        "SELECT {key}, min(topic || '[' || partition || ']'), max(topic || '[' || partition "
+        "|| ']') FROM {src} GROUP BY {key} HAVING min(topic || '[' || partition || ']') <> "
+        "max(topic || '[' || partition || ']') LIMIT 1").format(key=key, src=src)).fetchone()
+    if split is not None:
+        *values, first, second = split
+        shown = ", ".join(f"{k}={v!r}" for k, v in zip(sink.key, values, strict=True))
+        raise DataError(
+            f"upsert key ({shown}) is in both {first} and {second} in this run: which record "
+            f"is newer is only known within one partition - produce with the key "
+            f"({', '.join(sink.key)}) as the Kafka record key so that Kafka keeps each key in "
+            "one partition, or use sink.mode = 'append'; nothing committed")
+    conn.execute(sql.SQL(
+        "CREATE TEMP TABLE {latest} ON COMMIT DROP AS SELECT DISTINCT ON ({key}) * FROM {src} "
+        "ORDER BY {key}, \"offset\" DESC").format(latest=sql.Identifier(_LATEST), key=key,
+                                                 src=src))
+    res, gone = store.t(results.name), store.t(deleted_table.name)
+    latest = sql.Identifier(_LATEST)
+    names = [c.name for c in tables.written(results)]
+    deleted = 0
+    if sink.deletes:
+        deleted = conn.execute(sql.SQL(
+            "DELETE FROM {res} AS r USING {latest} AS l WHERE l._tombstone AND {on} AND {newer}"
+        ).format(res=res, latest=latest, on=on("l", "r"), newer=newer("l", "r", kind))).rowcount
+        gone_cols = _ids(c.name for c in tables.written(deleted_table))
+        conn.execute(sql.SQL(
+            "INSERT INTO {gone} AS d ({cols}) SELECT {cols} FROM {latest} WHERE _tombstone "
+            "ON CONFLICT ({key}) DO UPDATE SET topic = EXCLUDED.topic, partition = "
+            "EXCLUDED.partition, \"offset\" = EXCLUDED.\"offset\", kafka_timestamp = "
+            "EXCLUDED.kafka_timestamp, run_id = EXCLUDED.run_id, deleted_at = now() "
+            "WHERE {newer}").format(gone=gone, cols=gone_cols, latest=latest, key=key,
+                                    newer=newer("excluded", "d", kind)))
+    live = sql.SQL("NOT l._tombstone AND ") if sink.deletes else sql.SQL("")
+    updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
+                                 for n in names if n not in sink.key)
+    written = conn.execute(sql.SQL(
+        "INSERT INTO {res} AS r ({cols}) SELECT {lcols} FROM {latest} AS l WHERE {live}"
+        "NOT EXISTS (SELECT FROM {gone} AS d WHERE {on_d} AND NOT {newer_d}) "
+        "ON CONFLICT ({key}) DO UPDATE SET {updates}, ingested_at = now() WHERE {newer}"
+    ).format(res=res, cols=_ids(names),
+             lcols=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(n))
+                                      for n in names),
+             latest=latest, live=live, gone=gone, on_d=on("d", "l"),
+             newer_d=newer("l", "d", kind), key=key, updates=updates,
+             newer=newer("excluded", "r", kind))).rowcount
+    # A tombstone superseded by a newer record of its key is done.
+    conn.execute(sql.SQL(
+        "DELETE FROM {gone} AS d USING {latest} AS l WHERE {live}{on} AND {newer}").format(
+        gone=gone, latest=latest, live=live, on=on("l", "d"), newer=newer("l", "d", kind)))
+    return Merged(written, deleted)
+
+
+# ---- aggregate ---------------------------------------------------------------------------
+def aggregate_sql(store, source: str) -> sql.Composed:
+    """The run's aggregates per group, added to the stored ones (%s: the run's id). A sum
+    or count adds up; min and max keep the extreme; a NULL (no value yet) is no value."""
+    sink = store.settings.sink
+    computed, merged = [], []
+    for a in sink.aggregates:
+        name = sql.Identifier(a.name)
+        arg = sql.SQL("*") if a.of is None else sql.Identifier(a.of)
+        computed.append(sql.SQL("{f}({arg})").format(f=sql.SQL(a.function), arg=arg))
+        merged.append(sql.SQL("{n} = {how}").format(n=name, how=sql.SQL({
+            "sum": "coalesce(g.{n} + EXCLUDED.{n}, g.{n}, EXCLUDED.{n})",
+            "count": "coalesce(g.{n} + EXCLUDED.{n}, g.{n}, EXCLUDED.{n})",
+            "min": "least(g.{n}, EXCLUDED.{n})",
+            "max": "greatest(g.{n}, EXCLUDED.{n})"}[a.function]).format(n=name)))
+    key = _ids(sink.key)
+    return sql.SQL(
+        "INSERT INTO {res} AS g ({key}, {aggs}, run_id) SELECT {key}, {computed}, %s "
+        "FROM {src} GROUP BY {key} ON CONFLICT ({key}) DO UPDATE SET {merged}, "
+        "run_id = EXCLUDED.run_id, updated_at = now()").format(
+        res=store.t(store.results.name), key=key, aggs=_ids(a.name for a in sink.aggregates),
+        computed=sql.SQL(", ").join(computed), src=sql.Identifier(source),
+        merged=sql.SQL(", ").join(merged))
