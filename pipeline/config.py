@@ -437,6 +437,14 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
         if declared[k].type in ("double",):
             raise ConfigError(f"'sink.{name}' column '{k}' is a double: floating-point keys "
                               "do not compare exactly; use long, string or decimal(p,s)")
+    # Columns the mode's own tables add (tables.py): a declared one would clash.
+    taken = {"upsert": {"deleted_at"}, "aggregate": {"updated_at"}}[mode]
+    for k in key:
+        if k in taken:
+            raise ConfigError(f"'sink.{name}' column '{k}' clashes with a column of the "
+                              f"{mode} tables; rename it")
+    if mode == "upsert" and "_tombstone" in declared:
+        raise ConfigError("'sink.columns._tombstone' is reserved for an upsert sink; rename it")
     # Key columns are required: a record without one becomes a dead letter.
     columns = tuple(Column(c.name, c.type, c.required or c.name in key)
                     for c in sink.columns)

@@ -375,6 +375,9 @@ def encode_rows(records, head, tail, loads, ts, {', '.join(params + [''])}reject
     return namespace["encode_rows"]
 
 
+_NOT_JSON = object()
+
+
 class BadTombstone(ValueError):
     """A null-valued record whose Kafka key cannot name the row to delete."""
 
@@ -393,13 +396,14 @@ def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) 
     try:
         doc = json.loads(as_text, parse_float=Decimal)
     except ValueError:
-        doc = as_text if len(columns) == 1 and columns[0][2] == "string" else None
+        doc = _NOT_JSON
     if type(doc) is not dict:
-        if len(columns) != 1 or doc is None:
+        single_string = len(columns) == 1 and columns[0][2] == "string"
+        if len(columns) != 1 or (doc is _NOT_JSON and not single_string):
             names = ", ".join(n for n, _, _ in columns)
             raise BadTombstone(f"has a Kafka key that is not a JSON object with {names}")
-        if columns[0][2] == "string" and type(doc) is not str:
-            doc = as_text  # 42 names the string key '42'
+        if single_string and type(doc) is not str:
+            doc = as_text  # 42 (or null, or any text) names the string key '42'
         doc = {columns[0][0]: doc}
     fields = []
     for name, convert, declared in columns:

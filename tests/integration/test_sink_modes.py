@@ -1,0 +1,322 @@
+"""The upsert and aggregate sinks against the real stack: the table always equals what a
+recomputation from Kafka says it must (the newest record per key, or the totals of every
+committed record), after several runs, replays, tombstones and SIGKILLs at every fault
+point."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import defaultdict
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline import faults
+from pipeline.config import load_settings
+from pipeline.errors import ConfigError, DataError
+from pipeline.job import run_backfill, run_ingest
+from pipeline.offsets import OffsetRange
+from tests.helpers import (
+    BOOTSTRAP,
+    TEST_DB_URL,
+    create_topic,
+    init_cli,
+    init_db,
+    make_settings,
+    produce,
+    query,
+    run_cli,
+    stored_offsets,
+    toml_config,
+    unique,
+    watermarks,
+)
+from tests.integration._reliability import finish, one_error_line, start_cli
+
+UPSERT = {"mode": "upsert", "key": ["order_id"]}
+AGGREGATE = {"mode": "aggregate", "group_by": ["customer"],
+             "aggregates": {"orders": "count(*)", "total": "sum(amount)",
+                            "smallest": "min(amount)", "biggest": "max(amount)",
+                            "priced": "count(amount)"}}
+
+
+def event(order_id: int, version: int, customer: str | None = None) -> tuple[bytes, bytes]:
+    """An order's change event, keyed by its id (so Kafka keeps each order in one partition)."""
+    amount = None if version % 5 == 4 else f"{order_id % 97}.{version:02d}"
+    return (str(order_id).encode(), json.dumps({
+        "order_id": order_id, "customer": customer or f"c{order_id % 7}",
+        "amount": amount, "status": f"v{version}"}).encode())
+
+
+def tombstone(order_id: int) -> tuple[bytes, None]:
+    return (str(order_id).encode(), None)
+
+
+def upsert_settings(name: str, topic: str, **sink):
+    columns = {"order_id": "long", "customer": "string not null", "amount": "decimal(12,2)",
+               "status": "string"}
+    return init_db(make_settings(name, [topic], sink={**UPSERT, "columns": columns, **sink}))
+
+
+def kafka_log(topic: str, until: dict[int, int]) -> list:
+    """Every record of ``topic`` below ``until`` (per partition), in offset order per
+    partition: (partition, offset, key, value)."""
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": unique("check"),
+                         "enable.auto.commit": False})
+    out = []
+    try:
+        for partition, end in until.items():
+            if end == 0:
+                continue
+            consumer.assign([TopicPartition(topic, partition, 0)])
+            while True:
+                m = consumer.poll(10)
+                assert m is not None, f"{topic}[{partition}] ended early"
+                if m.error():
+                    continue
+                out.append((partition, m.offset(), m.key(), m.value()))
+                if m.offset() >= end - 1:
+                    break
+    finally:
+        consumer.close()
+    return out
+
+
+def committed(settings, topic: str) -> dict[int, int]:
+    return {p: o for (t, p), o in stored_offsets(settings.name).items() if t == topic}
+
+
+def expected_state(settings, topic: str) -> dict[int, tuple]:
+    """The newest record per order_id among the committed records (a tombstone deletes):
+    order_id -> (status, amount, partition, offset)."""
+    state: dict[int, tuple] = {}
+    for partition, offset, key, value in sorted(kafka_log(topic, committed(settings, topic))):
+        order_id = int(key)
+        if value is None:
+            state.pop(order_id, None)
+            continue
+        doc = json.loads(value)
+        amount = None if doc["amount"] is None else Decimal(doc["amount"])
+        state[order_id] = (doc["status"], amount, partition, offset)
+    return state
+
+
+def table_state(table: str) -> dict[int, tuple]:
+    return {r[0]: tuple(r[1:]) for r in query(
+        f'SELECT order_id, status, amount, "partition", "offset" FROM {table}')}
+
+
+def assert_upsert_exact(settings, topic: str) -> None:
+    want, got = expected_state(settings, topic), table_state(settings.sink.table)
+    wrong = {k: (want.get(k), got.get(k)) for k in set(want) | set(got)
+             if want.get(k) != got.get(k)}
+    assert not wrong, f"{len(wrong)} keys differ (expected, actual): {list(wrong.items())[:5]}"
+
+
+# ---- upsert ------------------------------------------------------------------------------
+
+def test_upsert_keeps_the_newest_record_per_key_across_runs(spark):
+    name = unique("ups")
+    topic = create_topic(name, 3)
+    settings = upsert_settings(name, topic)
+    keys = range(1000)
+    for version in range(4):  # four runs, each updating every key once more
+        produce(topic, [event(k, version) for k in keys])
+        if version == 2:  # every 10th order deleted; every 20th comes back in the next run
+            produce(topic, [tombstone(k) for k in keys if k % 10 == 0])
+        result = run_ingest(settings)
+        assert result.status == "succeeded"
+        if version == 3:
+            produce(topic, [tombstone(k) for k in keys if k % 10 == 5])
+            result = run_ingest(settings)
+            assert result.rows_deleted == 100 and result.rows_written == 0, result
+    assert_upsert_exact(settings, topic)
+    state = table_state(settings.sink.table)
+    assert len(state) == 900 and all(v[0] == "v3" for v in state.values())
+    # The tombstones are remembered, by the record that deleted.
+    assert query(f"SELECT count(*) FROM {name}_deleted") == [(100,)]
+
+
+def test_upsert_replay_of_old_ranges_changes_nothing(spark):
+    name = unique("upsr")
+    topic = create_topic(name, 2)
+    settings = upsert_settings(name, topic)
+    produce(topic, [event(k, 0) for k in range(200)])
+    run_ingest(settings)
+    produce(topic, [event(k, 1) for k in range(200)] + [tombstone(k) for k in range(0, 200, 3)])
+    run_ingest(settings)
+    before = query(f"SELECT *, xmin::text FROM {name} ORDER BY order_id")
+    ends = committed(settings, topic)
+    ranges = [OffsetRange(topic, p, 0, end) for p, end in ends.items()]
+    result = run_backfill(settings, ranges)
+    assert result.records_read == sum(ends.values())
+    assert result.rows_written == 0 and result.rows_deleted == 0
+    # Not one row rewritten (xmin would change), no deleted key brought back.
+    assert query(f"SELECT *, xmin::text FROM {name} ORDER BY order_id") == before
+    assert_upsert_exact(settings, topic)
+    # A reprocess derives the rows of its ranges again, and still keeps the newest.
+    result = run_backfill(settings, ranges, reprocess=True)
+    assert_upsert_exact(settings, topic)
+
+
+def test_upsert_key_in_two_partitions_of_one_run_is_a_data_error(spark):
+    name = unique("upsp")
+    topic = create_topic(name, 2)
+    settings = upsert_settings(name, topic)
+    produce(topic, [event(1, 0)], partition=0)
+    produce(topic, [event(1, 1)], partition=1)
+    with pytest.raises(DataError, match=r"order_id=1.*in both .*\[0\] and .*\[1\]"):
+        run_ingest(settings)
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
+    assert stored_offsets(name) == {}
+
+
+def test_upsert_tombstone_without_a_usable_key_is_a_dead_letter(spark):
+    name = unique("upst")
+    topic = create_topic(name, 1)
+    settings = upsert_settings(name, topic)
+    produce(topic, [event(7, 0), (None, None), (b'{"customer": "x"}', None), tombstone(7)])
+    result = run_ingest(settings)
+    assert (result.rows_written, result.rows_deleted, result.dead_letters) == (0, 0, 2)
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
+    dead = query("SELECT \"offset\", error_type, error_message FROM pipeline_dead_letters "
+                 "WHERE pipeline = %s ORDER BY 1", (name,))
+    assert [(o, t) for o, t, _ in dead] == [(1, "bad_tombstone"), (2, "bad_tombstone")]
+    assert "no Kafka key" in dead[0][2] and "without 'order_id'" in dead[1][2]
+
+
+def test_upsert_tombstones_as_dead_letters_when_configured(spark):
+    name = unique("upsd")
+    topic = create_topic(name, 1)
+    settings = upsert_settings(name, topic, tombstones="dead_letter")
+    produce(topic, [event(7, 0), tombstone(7)])
+    result = run_ingest(settings)
+    assert (result.rows_written, result.dead_letters) == (1, 1)
+    assert table_state(name)[7][0] == "v0"
+
+
+def test_switching_an_append_table_to_upsert_is_refused_before_reading(spark):
+    name = unique("upsk")
+    topic = create_topic(name, 1)
+    init_db(make_settings(name, [topic]))  # an append table of the same name
+    settings = init_db(make_settings(name, [topic], sink=UPSERT))  # adds upk_deleted
+    produce(topic, [event(1, 0)])
+    with pytest.raises(ConfigError, match=r"keyed by \(topic, partition, offset\).*needs the "
+                                          r"key \(order_id\)"):
+        run_ingest(settings)
+    assert stored_offsets(name) == {}
+
+
+# ---- aggregate ---------------------------------------------------------------------------
+
+def aggregate_settings(name: str, topic: str):
+    return init_db(make_settings(name, [topic], sink=AGGREGATE))
+
+
+def expected_totals(settings, topic: str) -> dict[str, tuple]:
+    """Recomputed from every committed Kafka record: customer -> (orders, total, smallest,
+    biggest, priced)."""
+    groups: dict[str, list] = defaultdict(list)
+    for _, _, _, value in kafka_log(topic, committed(settings, topic)):
+        doc = json.loads(value)
+        groups[doc["customer"]].append(None if doc["amount"] is None
+                                       else Decimal(doc["amount"]))
+    out = {}
+    for customer, amounts in groups.items():
+        priced = [a for a in amounts if a is not None]
+        out[customer] = (len(amounts), sum(priced) if priced else None,
+                         min(priced, default=None), max(priced, default=None), len(priced))
+    return out
+
+
+def table_totals(table: str) -> dict[str, tuple]:
+    return {r[0]: tuple(r[1:]) for r in query(
+        f"SELECT customer, orders, total, smallest, biggest, priced FROM {table}")}
+
+
+def test_aggregate_totals_equal_a_recomputation_after_several_runs(spark):
+    name = unique("agg")
+    topic = create_topic(name, 3)
+    settings = aggregate_settings(name, topic)
+    for batch in range(3):
+        produce(topic, [event(k, batch) for k in range(batch * 500, batch * 500 + 700)])
+        assert run_ingest(settings).status == "succeeded"
+    assert run_ingest(settings).status == "noop"
+    want = expected_totals(settings, topic)
+    assert sum(v[0] for v in want.values()) == 2100
+    assert table_totals(name) == want
+
+
+def aggregate_config(tmp_path, name: str, topic: str) -> str:
+    sink = ('mode = "aggregate"\ngroup_by = ["customer"]\n[sink.aggregates]\n'
+            + "".join(f'{k} = "{v}"\n' for k, v in AGGREGATE["aggregates"].items()))
+    config = tmp_path / f"{name}.toml"
+    config.write_text(toml_config(name, [topic], extra_sink=sink))
+    init_cli(config)
+    return str(config)
+
+
+def test_aggregate_pipeline_refuses_backfill_reprocess_and_rewind(spark, tmp_path):
+    name = unique("aggr")
+    topic = create_topic(name, 1)
+    config = aggregate_config(tmp_path, name, topic)
+    produce(topic, [event(k, 0) for k in range(10)])
+    r = run_cli("run", "--config", config)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before = query(f"SELECT * FROM {name} ORDER BY customer")
+    for args in (["backfill", "--topic", topic, "--from", "0", "--until", "10"],
+                 ["backfill", "--topic", topic, "--from", "0", "--until", "10", "--reprocess"],
+                 ["offsets", "set", "--topic", topic, "--to", "earliest", "--yes"]):
+        r = run_cli(*args, "--config", config)
+        assert r.returncode == 2, (args, r.stderr[-2000:])
+        line = one_error_line(r.stderr)
+        assert "count them again" in line and "TRUNCATE" in line, line
+    assert query(f"SELECT * FROM {name} ORDER BY customer") == before
+    assert stored_offsets(name) == {(topic, 0): 10}
+
+
+# ---- crashes -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["upsert", "aggregate"])
+def test_sigkill_at_every_fault_point_then_rerun_is_exact(spark, tmp_path, mode):
+    """For each fault point in turn: new events (updates, tombstones), a CLI run killed
+    there (SIGKILL of its whole process tree), a rerun. Before and after the rerun, the
+    table must equal the recomputation from the committed Kafka records: nothing applied
+    half, nothing applied twice."""
+    name = unique(mode[:3] + "k")
+    topic = create_topic(name, 2)
+    if mode == "upsert":
+        config = tmp_path / f"{name}.toml"
+        config.write_text(toml_config(name, [topic], extra_sink=(
+            'mode = "upsert"\nkey = ["order_id"]')).replace(
+            'order_id = "long not null"', 'order_id = "long"\nstatus = "string"'))
+        init_cli(config)
+        config = str(config)
+    else:
+        config = aggregate_config(tmp_path, name, topic)
+    settings = load_settings(config, environ={})
+
+    def assert_exact() -> None:
+        if mode == "upsert":
+            assert_upsert_exact(settings, topic)
+        else:
+            assert table_totals(name) == expected_totals(settings, topic)
+
+    for n, point in enumerate(faults.POINTS):
+        records = [event(k, n) for k in range(n * 50, n * 50 + 300)]
+        if mode == "upsert":
+            records += [tombstone(k) for k in range(n * 50, n * 50 + 300, 7)]
+        produce(topic, records)
+        before = committed(settings, topic)
+        ends = {p: hi for p, (_, hi) in watermarks(topic).items()}
+        code, _, err = finish(start_cli("run", "--config", config,
+                                        env={"PIPELINE_FAULT": f"{point}:kill"}))
+        assert code == -signal.SIGKILL, (point, err[-2000:])
+        assert committed(settings, topic) == (ends if point == "after_commit" else before)
+        assert_exact()
+        assert run_ingest(settings).status == ("noop" if point == "after_commit"
+                                               else "succeeded")
+        assert committed(settings, topic) == ends
+        assert_exact()
