@@ -26,9 +26,9 @@ import json
 import re
 import struct
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from typing import NamedTuple
 
 from pipeline import diagnose as d
 

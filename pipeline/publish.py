@@ -24,8 +24,8 @@ from sqlalchemy.schema import CreateTable
 from pipeline import faults, tables
 from pipeline.database import db_errors
 from pipeline.encode import BINARY_SIGNATURE, BINARY_TRAILER
-from pipeline.offsets import OffsetRange, PlannedPartition
 from pipeline.merge import merge
+from pipeline.offsets import OffsetRange, PlannedPartition
 from pipeline.stage import DEAD, ROW, TOMBSTONE
 from pipeline.store import Store
 

@@ -20,7 +20,6 @@ from pipeline.job import run_backfill, run_ingest
 from pipeline.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
-    TEST_DB_URL,
     create_topic,
     init_cli,
     init_db,
