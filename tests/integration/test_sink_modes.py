@@ -265,8 +265,8 @@ def test_aggregate_pipeline_refuses_backfill_reprocess_and_rewind(spark, tmp_pat
     r = run_cli("run", "--config", config)
     assert r.returncode == 0, r.stderr[-2000:]
     before = query(f"SELECT * FROM {name} ORDER BY customer")
-    for args in (["backfill", "--topic", topic, "--from", "0", "--until", "10"],
-                 ["backfill", "--topic", topic, "--from", "0", "--until", "10", "--reprocess"],
+    for args in (["backfill", "--topic", topic, "--from-offset", "0", "--to-offset", "10"],
+                 ["backfill", "--topic", topic, "--from-offset", "0", "--to-offset", "10", "--reprocess"],
                  ["offsets", "set", "--topic", topic, "--to", "earliest", "--yes"]):
         r = run_cli(*args, "--config", config)
         assert r.returncode == 2, (args, r.stderr[-2000:])
