@@ -20,6 +20,7 @@ from pipeline.job import run_backfill, run_ingest
 from pipeline.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
+    TEST_DB_URL,
     create_topic,
     init_cli,
     init_db,
@@ -278,6 +279,43 @@ def test_aggregate_pipeline_refuses_backfill_reprocess_and_rewind(spark, tmp_pat
         assert "count them again" in line and "TRUNCATE" in line, line
     assert query(f"SELECT * FROM {name} ORDER BY customer") == before
     assert stored_offsets(name) == {(topic, 0): 10}
+
+
+def test_the_example_configs_run_as_documented(spark):
+    """conf/examples/*.toml, pointed at a fresh topic, table and pipeline name."""
+    from dataclasses import replace
+
+    from pipeline.config import with_overrides
+
+    def example(path: str, topic: str):
+        s = load_settings(path, environ={})
+        name = unique(s.name[:10])
+        s = replace(with_overrides(s, topics=(topic,)), name=name, database_url=TEST_DB_URL,
+                    sink=replace(s.sink, table=name))
+        return init_db(s)
+
+    topic = create_topic(unique("ex"), 2)
+    produce(topic, [(b"1", b'{"order_id": 1, "customer": "a", "status": "placed"}'),
+                    (b"2", b'{"order_id": 2, "customer": "b", "status": "placed"}'),
+                    (b"1", b'{"order_id": 1, "customer": "a", "status": "shipped"}'),
+                    (b"2", None)])
+    upsert = example("conf/examples/upsert.toml", topic)
+    result = run_ingest(upsert)
+    assert (result.rows_written, result.rows_deleted) == (1, 0)  # 2 was deleted in-run
+    assert query(f"SELECT order_id, status FROM {upsert.sink.table}") == [(1, "shipped")]
+    assert query(f"SELECT order_id FROM {upsert.sink.table}_deleted") == [(2,)]
+
+    topic = create_topic(unique("ex"), 2)
+    produce(topic, [(b"a", json.dumps({"customer": "a", "day": d, "amount": amount,
+                                       "placed_at": f"{d}T10:00:00Z"}).encode())
+                    for d, amount in [("2026-01-01", "1.50"), ("2026-01-01", None),
+                                      ("2026-01-02", "2.25"), ("2026-01-01", "3.00")]])
+    totals = example("conf/examples/aggregate.toml", topic)
+    run_ingest(totals)
+    assert query(f"SELECT customer, day::text, orders, total_amount, priced_orders, biggest "
+                 f"FROM {totals.sink.table} ORDER BY day") == [
+        ("a", "2026-01-01", 3, Decimal("4.50"), 2, Decimal("3.00")),
+        ("a", "2026-01-02", 1, Decimal("2.25"), 1, Decimal("2.25"))]
 
 
 # ---- crashes -----------------------------------------------------------------------------

@@ -24,6 +24,14 @@ def test_shipped_config_is_valid():
     assert [c.name for c in s.sink.columns][:2] == ["order_id", "customer"]
 
 
+def test_example_configs_are_valid():
+    upsert = load_settings("conf/examples/upsert.toml", environ={}).sink
+    assert (upsert.mode, upsert.key, upsert.deletes) == ("upsert", ("order_id",), True)
+    totals = load_settings("conf/examples/aggregate.toml", environ={}).sink
+    assert (totals.mode, totals.key) == ("aggregate", ("customer", "day"))
+    assert {a.function for a in totals.aggregates} == {"sum", "count", "min", "max"}
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"kafka": {"topicz": ["t"]}}, "unknown key 'kafka.topicz'"),
     ({"kafka": {"max_records_per_partition": "10"}}, "'kafka.max_records_per_partition' must be "
