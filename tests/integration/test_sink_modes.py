@@ -270,8 +270,8 @@ def test_aggregate_pipeline_refuses_backfill_reprocess_and_rewind(spark, tmp_pat
     r = run_cli("run", "--config", config)
     assert r.returncode == 0, r.stderr[-2000:]
     before = query(f"SELECT * FROM {name} ORDER BY customer")
-    for args in (["backfill", "--topic", topic, "--from-offset", "0", "--to-offset", "10"],
-                 ["backfill", "--topic", topic, "--from-offset", "0", "--to-offset", "10", "--reprocess"],
+    backfill = ["backfill", "--topic", topic, "--from-offset", "0", "--to-offset", "10"]
+    for args in (backfill, [*backfill, "--reprocess"],
                  ["offsets", "set", "--topic", topic, "--to", "earliest", "--yes"]):
         r = run_cli(*args, "--config", config)
         assert r.returncode == 2, (args, r.stderr[-2000:])
@@ -316,6 +316,51 @@ def test_the_example_configs_run_as_documented(spark):
                  f"FROM {totals.sink.table} ORDER BY day") == [
         ("a", "2026-01-01", 3, Decimal("4.50"), 2, Decimal("3.00")),
         ("a", "2026-01-02", 1, Decimal("2.25"), 1, Decimal("2.25"))]
+
+
+@pytest.mark.parametrize("mode", ["upsert", "aggregate"])
+def test_offsets_reset_of_a_recreated_topic_per_mode(spark, tmp_path, monkeypatch, mode):
+    """The named fix of a recreated topic: upsert archives the old topic's rows and drops
+    its tombstones (their offsets would hide the new topic's records); aggregate keeps the
+    totals, which counted the old topic's records once, and adds the new topic's."""
+    from pipeline.cli import main as cli_main
+    from tests.integration.test_bad_input import recreate_topic
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", BOOTSTRAP)
+    monkeypatch.delenv("PIPELINE_DATABASE_URL", raising=False)
+    name = unique(f"re{mode[:3]}")
+    topic = create_topic(name, 1)
+    config = tmp_path / "c.toml"
+    if mode == "upsert":
+        config.write_text(toml_config(name, [topic], extra_sink=(
+            'mode = "upsert"\nkey = ["order_id"]')).replace(
+            'order_id = "long not null"', 'order_id = "long"\nstatus = "string"'))
+        init_cli(config)
+    else:
+        config = aggregate_config(tmp_path, name, topic)
+    settings = load_settings(config, environ={})
+    old = [event(k, 0) for k in range(10)] + ([tombstone(9)] if mode == "upsert" else [])
+    produce(topic, old)
+    run_ingest(settings)
+    recreate_topic(topic, 1)
+    new = [event(k, 1) for k in range(10)]  # key 9 at offset 9, below its tombstone's 10
+    produce(topic, new)
+    with pytest.raises(DataError, match="deleted and recreated"):
+        run_ingest(settings)
+    assert cli_main(["offsets", "reset", "--topic", topic, "--to", "earliest",
+                     "--config", str(config), "--yes"]) == 0
+    run_ingest(settings)
+    if mode == "upsert":
+        assert table_state(name) == {k: ("v1", Decimal(f"{k}.01"), 0, k) for k in range(10)}
+        assert query(f"SELECT count(*) FROM {name}_archived") == [(9,)]
+        assert query(f"SELECT count(*) FROM {name}_deleted") == [(0,)]
+    else:
+        want: dict[str, list] = defaultdict(list)
+        for _, value in old + new:
+            doc = json.loads(value)
+            want[doc["customer"]].append(Decimal(doc["amount"]))
+        assert {c: (v[0], v[1]) for c, v in table_totals(name).items()} == {
+            c: (len(a), sum(a)) for c, a in want.items()}
 
 
 # ---- crashes -----------------------------------------------------------------------------
