@@ -66,6 +66,7 @@ def append_sql(store, source: str, overwrite: bool) -> sql.Composed:
 
 # ---- upsert ------------------------------------------------------------------------------
 _LATEST = "_publish_latest"  # temp table: the run's newest record per key
+MERGE_LOCK_CLASS = 7_400_002  # advisory lock of the upsert merges (store.LOCK_CLASS + 1)
 
 
 def newer(incoming: str, stored: str, kind: str) -> sql.Composable:
@@ -91,6 +92,11 @@ def _upsert(store, conn, source: str, kind: str) -> Merged:
             sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b),
                                                 k=sql.Identifier(k)) for k in sink.key)
 
+    # A backfill may publish beside the ingest (locks of their own): their merges take
+    # turns, so each one's statements see what the other committed (a tombstone the other
+    # just recorded, say) instead of an older snapshot.
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                 (MERGE_LOCK_CLASS, store.pipeline))
     # One partition per key and run: the newest offset per key is only defined within one.
     split = conn.execute(sql.SQL(
         "SELECT {key}, min(topic || '[' || partition || ']'), max(topic || '[' || partition "
