@@ -87,6 +87,7 @@ def _upsert(store, conn, source: str, kind: str) -> Merged:
     deleted_table = tables.deleted(sink)
     src = sql.Identifier(source)
     key = _ids(sink.key)
+
     def on(a: str, b: str) -> sql.Composable:
         return sql.SQL(" AND ").join(
             sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b),
