@@ -123,14 +123,19 @@ def _upsert(store, conn, source: str, kind: str) -> Merged:
         deleted = conn.execute(sql.SQL(
             "DELETE FROM {res} AS r USING {latest} AS l WHERE l._tombstone AND {on} AND {newer}"
         ).format(res=res, latest=latest, on=on("l", "r"), newer=newer("l", "r", kind))).rowcount
+        # Remembered unless the key's row is newer (a replayed old tombstone).
         gone_cols = _ids(c.name for c in tables.written(deleted_table))
         conn.execute(sql.SQL(
-            "INSERT INTO {gone} AS d ({cols}) SELECT {cols} FROM {latest} WHERE _tombstone "
+            "INSERT INTO {gone} AS d ({cols}) SELECT {lcols} FROM {latest} AS l WHERE "
+            "l._tombstone AND NOT EXISTS (SELECT FROM {res} AS r WHERE {on} AND NOT {newer_r}) "
             "ON CONFLICT ({key}) DO UPDATE SET topic = EXCLUDED.topic, partition = "
             "EXCLUDED.partition, \"offset\" = EXCLUDED.\"offset\", kafka_timestamp = "
             "EXCLUDED.kafka_timestamp, run_id = EXCLUDED.run_id, deleted_at = now() "
-            "WHERE {newer}").format(gone=gone, cols=gone_cols, latest=latest, key=key,
-                                    newer=newer("excluded", "d", kind)))
+            "WHERE {newer}").format(
+            gone=gone, cols=gone_cols, latest=latest, key=key, res=res, on=on("r", "l"),
+            lcols=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(c.name))
+                                     for c in tables.written(deleted_table)),
+            newer_r=newer("l", "r", kind), newer=newer("excluded", "d", kind)))
     live = sql.SQL("NOT l._tombstone AND ") if sink.deletes else sql.SQL("")
     updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
                                  for n in names if n not in sink.key)

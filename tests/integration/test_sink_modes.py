@@ -148,17 +148,28 @@ def test_upsert_replay_of_old_ranges_changes_nothing(spark):
     first = committed(settings, topic)
     produce(topic, [event(k, 1) for k in range(200)] + [tombstone(k) for k in range(0, 200, 3)])
     run_ingest(settings)
-    before = query(f"SELECT *, xmin::text FROM {name} ORDER BY order_id")
+    second = committed(settings, topic)
+    produce(topic, [event(k, 2) for k in range(0, 200, 6)])  # half the deleted keys return
+    run_ingest(settings)
     ends = committed(settings, topic)
-    # The first run's ranges (older versions of every key, the deleted ones included),
-    # then everything.
-    for until in (first, ends):
+
+    def snapshot() -> tuple:
+        return (query(f"SELECT *, xmin::text FROM {name} ORDER BY order_id"),
+                query(f"SELECT *, xmin::text FROM {name}_deleted ORDER BY order_id"))
+
+    before = snapshot()
+    assert len(before[1]) == 67 - 34  # the keys still deleted
+    # Ranges ending after the first run (older versions of every key, the deleted ones
+    # included), after the second (tombstones older than the rows that came back), and
+    # everything.
+    for until in (first, second, ends):
         ranges = [OffsetRange(topic, p, 0, end) for p, end in until.items()]
         result = run_backfill(settings, ranges)
         assert result.records_read == sum(until.values())
         assert result.rows_written == 0 and result.rows_deleted == 0, result
-        # Not one row rewritten (xmin would change), no deleted key brought back.
-        assert query(f"SELECT *, xmin::text FROM {name} ORDER BY order_id") == before
+        # Not one row or tombstone written (xmin would change), no deleted key brought
+        # back, no stale tombstone added.
+        assert snapshot() == before
     assert_upsert_exact(settings, topic)
     # A reprocess derives the rows of its ranges again, and still keeps the newest.
     run_backfill(settings, ranges, reprocess=True)
