@@ -121,6 +121,9 @@ class Soak:
         """After any run of ``target``, killed or not."""
         self.check_prefixes()
 
+    def between_runs(self, target: Target) -> None:
+        """After a run of ``target`` and its check, before the next records."""
+
     # ---- the loop ---------------------------------------------------------------------
     def run(self) -> str:
         p, s = self.plan, self.state
@@ -136,6 +139,7 @@ class Soak:
             target = self.next_target()
             self.one_run(target, kill)
             self.check(target)
+            self.between_runs(target)
             assert s.runs < 4 * expected_runs + 20, f"the soak does not converge: {s}"
         self.drain()
         return self.compare()
@@ -295,6 +299,8 @@ class SinkModesSoak(Soak):
         self.undelivered: list = []
         self.last_offsets: dict[str, dict[int, int]] = {}
         self.turn = 0
+        self.replays: list[str] = []
+        self.stale = 0  # stale tombstones (upsert_mismatches)
         aggregates = "".join(f'{k} = "{v}"\n' for k, v in self.AGGREGATES.items())
         self.upsert = self.pipeline(tmp_path, "upsert", 'mode = "upsert"\nkey = ["id"]\n')
         self.aggregate = self.pipeline(tmp_path, "aggregate", 'mode = "aggregate"\n'
@@ -356,6 +362,41 @@ master = "local[2]"
             if candidates:
                 return self.rng.choice(candidates)
         return super().next_point()
+
+    # Replays: after some runs of the upsert pipeline, and once at the end, it re-reads an
+    # old range (`pipeline backfill`, every other time with --reprocess): an older record
+    # must never replace or resurrect newer state, so the table must still equal the model
+    # (and a backfill writes and deletes nothing).
+    def between_runs(self, target: Target) -> None:
+        if target is self.upsert and self.rng.random() < 0.4:
+            self.replay(reprocess=len(self.replays) % 2 == 1)
+
+    def drain(self) -> None:
+        super().drain()
+        self.replay(reprocess=False, whole=True)
+
+    def replay(self, reprocess: bool, whole: bool = False) -> None:
+        target = self.upsert
+        end = min(stored(target.name, TEST_DB_URL).get(p, 0)
+                  for p in range(self.plan.partitions))
+        if end == 0:
+            return
+        start = 0 if whole else self.rng.randrange(end)
+        stop = end if whole else self.rng.randint(start + 1, end)
+        proc = start_cli("backfill", "--config", str(target.config), "--topic", self.topic,
+                         "--from-offset", str(start), "--to-offset", str(stop), "--json",
+                         *(["--reprocess"] if reprocess else []),
+                         env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
+                              "PIPELINE_DATABASE_URL": target.database_url})
+        self.state.runs += 1
+        code, out, err = finish(proc, timeout=600)
+        what = f"{'reprocess' if reprocess else 'backfill'} [{start}, {stop})"
+        assert code == 0, f"{what}: exit {code}\n{err[-3000:]}"
+        self.replays.append(what)
+        result = json.loads(out)
+        if not reprocess:
+            assert (result["rows_written"], result["rows_deleted"]) == (0, 0), (what, result)
+        self.check(target)
 
     # ---- records ------------------------------------------------------------------------
     def amount(self) -> tuple[object, Decimal | None]:
@@ -435,7 +476,13 @@ master = "local[2]"
 
     def upsert_mismatches(self, table: str, committed: list[list[tuple]]) -> list[tuple]:
         """The newest committed record per id (a tombstone deletes it, and is kept in
-        <table>_deleted until a newer record of the id); no dead letters."""
+        <table>_deleted until a newer record of the id); no dead letters.
+
+        One tolerance: once old ranges were replayed, <table>_deleted may also hold a stale
+        tombstone, older than the live row of its id (a backfill whose newest record of
+        the id is a tombstone inserts it: merge._upsert checks it against the stored
+        tombstone, not the stored row). It cannot hide a row (only records older than the
+        live row are held back by it); counted in ``self.stale``, not a mismatch."""
         rows: dict[int, tuple] = {}
         deleted: dict[int, tuple] = {}
         for p, records in enumerate(committed):  # an id lives in one partition
@@ -452,6 +499,10 @@ master = "local[2]"
             f'SELECT id, "partition", "offset" FROM {table}_deleted')}
         dead = query("SELECT count(*) FROM pipeline_dead_letters WHERE pipeline = %s",
                      (table,))[0][0]
+        stale = {k for k, (p, o) in got_deleted.items() if self.replays and k not in deleted
+                 and k in rows and rows[k][3] == p and rows[k][4] > o}
+        self.stale = len(stale)
+        got_deleted = {k: v for k, v in got_deleted.items() if k not in stale}
         return (self.differ("row", rows, got_rows)
                 + self.differ("tombstone", deleted, got_deleted)
                 + ([("dead letters", None, 0, dead)] if dead else []))
@@ -507,7 +558,8 @@ master = "local[2]"
                 f"mismatches={len(wrong)}")
         tombstones = sum(1 for records in self.log for r in records if r[1] is None)
         detail = (f"soak modes detail: plan={self.plan} runs={s.runs} clean={s.clean} "
-                  f"conflicts={s.conflicts} tombstones={tombstones} "
+                  f"conflicts={s.conflicts} tombstones={tombstones} replays={self.replays} "
+                  f"stale_tombstones={self.stale} "
                   f"kills_by={dict(sorted(s.kills_by.items()))} statuses={statuses}")
         assert not wrong, (line, detail, wrong[:10])
         assert not any(st.get("running") for st in statuses.values()), statuses
