@@ -393,10 +393,10 @@ master = "local[2]"
         what = f"{'reprocess' if reprocess else 'backfill'} [{start}, {stop})"
         assert code == 0, f"{what}: exit {code}\n{err[-3000:]}"
         self.replays.append(what)
+        self.check(target)
         result = json.loads(out)
         if not reprocess:
             assert (result["rows_written"], result["rows_deleted"]) == (0, 0), (what, result)
-        self.check(target)
 
     # ---- records ------------------------------------------------------------------------
     def amount(self) -> tuple[object, Decimal | None]:
