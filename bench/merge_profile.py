@@ -54,10 +54,22 @@ class Timing:
         text = query if isinstance(query, str) else query.as_string(self.conn)
         if params is not None:  # only the aggregate's run id
             text = text.replace("%s", str(params[0]))
+        lsn = wal_lsn(self.conn)
         t0 = time.perf_counter()
         cur = self.conn.execute(text)
-        self.log.append((text, time.perf_counter() - t0, cur.rowcount))
+        self.log.append((text, time.perf_counter() - t0, cur.rowcount,
+                         wal_since(self.conn, lsn)))
         return cur
+
+
+def wal_lsn(conn) -> str:
+    return conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+
+
+def wal_since(conn, lsn: str) -> float:
+    """MB of WAL written since ``lsn`` (by anyone: the machine's other writers count too)."""
+    return conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)",
+                        (lsn,)).fetchone()[0] / 2**20
 
 
 def label(statement: str) -> str:
@@ -106,9 +118,31 @@ def store_for(settings) -> SimpleNamespace:
 
 def show(title: str, log: list, total: float) -> None:
     print(f"\n{title}")
-    for text, seconds, rows in log:
-        print(f"  {seconds:7.2f} s  {rows:>10,} rows  {label(text)}")
+    for text, seconds, rows, wal in log:
+        print(f"  {seconds:7.2f} s  {rows:>10,} rows  {wal:7.1f} MB WAL  {label(text)}")
     print(f"  {total:7.2f} s  all, with COMMIT")
+
+
+def merge_statement(conn, settings, table: str, insert: str, kind: str) -> str:
+    """The product's upsert INSERT as one MERGE: the same rows of the newest-per-key table
+    (its WHERE: live rows not deleted by a newer tombstone), the same newer rule."""
+    names = [c.name for c in tables.written(tables.results(settings.sink))]
+    where = insert.split(f" FROM {sql.Identifier(LATEST).as_string(conn)} AS l WHERE ", 1)[1]
+    where = where.split(" ON CONFLICT", 1)[0]
+    key = settings.sink.key
+    return sql.SQL(
+        "MERGE INTO {res} AS r USING (SELECT * FROM {latest} AS l WHERE {where}) AS l "
+        "ON {on} WHEN MATCHED AND {newer} THEN UPDATE SET {updates}, ingested_at = now() "
+        "WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})").format(
+        res=sql.Identifier(table), latest=sql.Identifier(LATEST), where=sql.SQL(where),
+        on=sql.SQL(" AND ").join(sql.SQL("r.{0} = l.{0}").format(sql.Identifier(k))
+                                 for k in key),
+        newer=merge.newer("l", "r", kind),
+        updates=sql.SQL(", ").join(sql.SQL("{0} = l.{0}").format(sql.Identifier(n))
+                                   for n in names if n not in key),
+        cols=sql.SQL(", ").join(map(sql.Identifier, names)),
+        values=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(n))
+                                  for n in names)).as_string(conn)
 
 
 def alternatives(conn, settings, table: str, statements: dict[str, list[str]]) -> dict:
@@ -127,6 +161,9 @@ def alternatives(conn, settings, table: str, statements: dict[str, list[str]]) -
         out[f"{what}: same INSERT, rows that cannot win filtered out first (NOT EXISTS on "
             "the results table)"] = (setup, [insert.replace(" ON CONFLICT", pre
                                                             + " ON CONFLICT", 1)])
+        out[f"{what}: MERGE ... WHEN MATCHED AND newer THEN UPDATE WHEN NOT MATCHED THEN "
+            "INSERT (PostgreSQL 15+; no speculative insertion, no lock on a row kept)"] = (
+            setup, [merge_statement(conn, settings, table, insert, kind)])
         if kind == "ingest":  # what inserting the rows costs at least
             out["first run: the same INSERT without ON CONFLICT (a lower bound, not a "
                 "candidate)"] = (setup, [insert.split(" ON CONFLICT")[0]])
@@ -177,7 +214,7 @@ def main(argv: list[str]) -> int:
                     merged = merge._upsert(store_for(upsert), timing, SOURCE, kind)
                 print(f"\n(temp table filled in {filled:.2f} s; rows written {merged.rows:,})")
                 show(title, timing.log, time.perf_counter() - t0)
-                statements[kind] = [text for text, _, _ in timing.log]
+                statements[kind] = [text for text, *_ in timing.log]
             timing = Timing(conn)
             with conn.transaction():
                 fill(conn, aggregate, n, 1)
@@ -191,9 +228,11 @@ def main(argv: list[str]) -> int:
                     fill(conn, upsert, n, 3)
                     for s in setup:
                         conn.execute(s)
-                    t0 = time.perf_counter()
+                    lsn, t0 = wal_lsn(conn), time.perf_counter()
                     rows = [conn.execute(s).rowcount for s in timed]
-                    print(f"  {time.perf_counter() - t0:7.2f} s  {rows[-1]:>10,} rows  {name}")
+                    seconds = time.perf_counter() - t0
+                    print(f"  {seconds:7.2f} s  {rows[-1]:>10,} rows  "
+                          f"{wal_since(conn, lsn):7.1f} MB WAL  {name}")
             if explain:
                 for kind in ("ingest", "backfill"):
                     with conn.transaction(force_rollback=True):

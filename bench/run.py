@@ -7,6 +7,8 @@
     scripts/bench --scaling 2000000  # only the scaling line: the same json run on a Spark
                                      # standalone cluster of 1, then 2 one-core workers
                                      # (scripts/cluster on its own ports), local[2] beside
+    scripts/bench --modes 2000000    # only the sink modes: append, upsert, an upsert replay
+                                     # (backfill), aggregate; each BENCH_REPEAT times
 
 Each size is produced once (JSON orders, 4 partitions). Every contender runs as its own
 process, as a user would start it (the pipeline through its CLI, so each run pays its own
@@ -17,6 +19,16 @@ was produced, or the bench fails. The peak RSS of each contender's whole process
 docs/benchmarks.png; the pipeline's phase split is printed for every run. ``--scaling``
 writes its own table (between the bench-scaling markers of docs/benchmarks.md) and leaves
 the main one alone.
+
+``--modes`` runs the json sink in each ``[sink] mode`` on one topic, each into a fresh table
+through the CLI: append; upsert with ``key = ["order_id"]`` (every key new); the upsert
+replay, ``pipeline backfill`` of the whole topic on the table the upsert run just wrote
+(every record older than or equal to the stored one: ``rows_written`` must be 0 and no row
+may change); aggregate with ``group_by = ["customer"]`` (count, sum, min, max). The append
+and upsert tables are checked like the main table, the aggregate's 97 groups against the
+generator. Its table (with each run's phases and the machine's load before it) goes between
+the bench-modes markers of docs/benchmarks.md. ``python -m bench.merge_profile`` times the
+statements of the upsert and aggregate merges alone.
 """
 
 from __future__ import annotations
@@ -539,13 +551,13 @@ def bench_modes(sizes: list[int], env: dict) -> list[tuple[Result, list]]:
 def modes_report(rows: list[tuple[Result, list]]) -> str:
     lines = ["| records | sink mode | runs | seconds (min-max) | rows/s (best) | time "
              "relative to append | spark_start | read_and_stage | publish | publish "
-             "relative to append |",
+             "beyond append's |",
              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for n in sorted({r.size for r, _ in rows}):
         group = [r for r, _ in rows if r.size == n]
         base = next(r for r in group if r.name == "append")
         base_s = min(base.seconds)
-        base_pub = min(p.get("publish", 0) for p in base.phases)
+        base_pub = max(min(p.get("publish", 0) for p in base.phases), 0.001)
         for r in group:
             best = min(r.seconds)
             phase = {k: min(p.get(k, 0) for p in r.phases)
@@ -555,7 +567,7 @@ def modes_report(rows: list[tuple[Result, list]]) -> str:
                 f"{best:.1f}-{max(r.seconds):.1f} | {n / best / 1000:,.1f}k | "
                 f"{best / base_s:.2f} | {phase['spark_start']:.2f} | "
                 f"{phase['read_and_stage']:.2f} | {phase['publish']:.2f} | "
-                f"{phase['publish'] / base_pub:.1f}x |")
+                f"+{phase['publish'] - base_pub:.2f} s ({phase['publish'] / base_pub:.0f}x) |")
     lines += ["", "Every run (seconds; `timings` of the run's --json output; the 1-minute "
               "load average and the other pipeline processes when it started):", "",
               "| records | sink mode | run | seconds | spark_start | read_and_stage | publish "
