@@ -7,6 +7,8 @@
     scripts/bench --scaling 2000000  # only the scaling line: the same json run on a Spark
                                      # standalone cluster of 1, then 2 one-core workers
                                      # (scripts/cluster on its own ports), local[2] beside
+    scripts/bench --modes 2000000    # only the sink modes: append, upsert, an upsert replay
+                                     # (backfill), aggregate; each BENCH_REPEAT times
 
 Each size is produced once (JSON orders, 4 partitions). Every contender runs as its own
 process, as a user would start it (the pipeline through its CLI, so each run pays its own
@@ -17,6 +19,16 @@ was produced, or the bench fails. The peak RSS of each contender's whole process
 docs/benchmarks.png; the pipeline's phase split is printed for every run. ``--scaling``
 writes its own table (between the bench-scaling markers of docs/benchmarks.md) and leaves
 the main one alone.
+
+``--modes`` runs the json sink in each ``[sink] mode`` on one topic, each into a fresh table
+through the CLI: append; upsert with ``key = ["order_id"]`` (every key new); the upsert
+replay, ``pipeline backfill`` of the whole topic on the table the upsert run just wrote
+(every record older than or equal to the stored one: ``rows_written`` must be 0 and no row
+may change); aggregate with ``group_by = ["customer"]`` (count, sum, min, max). The append
+and upsert tables are checked like the main table, the aggregate's 97 groups against the
+generator. Its table (with each run's phases and the machine's load before it) goes between
+the bench-modes markers of docs/benchmarks.md. ``python -m bench.merge_profile`` times the
+statements of the upsert and aggregate merges alone.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -155,15 +167,18 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
     return seconds, peak, out
 
 
-def pipeline_config(path: Path, name: str, topic: str, fmt: str, spark: str = "") -> None:
-    """``spark``: a [spark] section (e.g. a cluster master); none = the default local[2]."""
+def pipeline_config(path: Path, name: str, topic: str, fmt: str, spark: str = "",
+                    mode: str = "", tables: str = "") -> None:
+    """``spark``: a [spark] section (e.g. a cluster master); none = the default local[2].
+    ``mode``: more [sink] keys (a sink mode and its key), ``tables``: sub-tables of [sink]
+    after the columns (e.g. [sink.aggregates])."""
     columns = ('[sink.columns]\norder_id = "long not null"\ncustomer = "string not null"\n'
                'amount = "decimal(12,2)"\nplaced_at = "timestamp"\n') if fmt == "json" else ""
     path.write_text(
         f'[pipeline]\nname = "{name}"\n[kafka]\nbootstrap_servers = "{BOOTSTRAP}"\n'
         f'topics = ["{topic}"]\nmax_records_per_partition = 0\nmax_records_per_run = 0\n'
         f'[database]\nurl = "{DB}"\n[sink]\nformat = "{fmt}"\ntable = "{name}"\n'
-        f'max_bad_records = 0\n{columns}{spark}')
+        f'max_bad_records = 0\n{mode}{columns}{tables}{spark}')
 
 
 def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict, *, spark: str = "",
@@ -386,6 +401,187 @@ def scaling_report(rows: list[tuple[int, str, Result]]) -> str:
     return "\n".join(lines)
 
 
+# ---- sink modes: append, upsert, an upsert replay, aggregate on the same topic ----------
+MODES = {
+    "append": ("append (`pipeline run`, the json sink above)", "", ""),
+    "upsert": ('upsert, `key = ["order_id"]` (`pipeline run`, every key new)',
+               'mode = "upsert"\nkey = ["order_id"]\n', ""),
+    "replay": ("upsert replay: `pipeline backfill` of the whole topic on the upsert table "
+               "(every record already there: 0 rows change)", None, None),
+    "aggregate": ('aggregate, `group_by = ["customer"]`: count(*), sum(amount), '
+                  "min(placed_at), max(amount) (`pipeline run`)",
+                  'mode = "aggregate"\ngroup_by = ["customer"]\n',
+                  '[sink.aggregates]\norders = "count(*)"\ntotal = "sum(amount)"\n'
+                  'first_placed = "min(placed_at)"\nbiggest = "max(amount)"\n'),
+}
+GROUPS = 97  # order(i): customer c{i % 97}
+# The whole topic, whatever its records' timestamps: from before the first to after the last.
+WHOLE_TOPIC = ["--from-time", "2000-01-01T00:00:00Z", "--to-time", "2100-01-01T00:00:00Z"]
+
+
+def machine_load() -> tuple[float, int]:
+    """(1-minute load average, other processes running a pipeline command or the soak):
+    sampled before each timed run, so the table says how quiet the machine was."""
+    others = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        line = " ".join(args)
+        if ("pipeline" in line and any(a in ("run", "backfill") for a in args)) \
+                or "scripts/soak" in line:
+            others += 1
+    return os.getloadavg()[0], others
+
+
+def expected_groups(n: int) -> dict[str, tuple]:
+    """customer -> (orders, total, first_placed, biggest), from the generator itself
+    (pipeline.sample.order): what the aggregate table must hold after one run."""
+    out: dict[str, list] = {}
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(n):
+        amount = Decimal(str(round(i * 1.25, 2)))
+        g = out.get(f"c{i % GROUPS}")
+        if g is None:
+            out[f"c{i % GROUPS}"] = [1, amount, start + timedelta(minutes=i), amount]
+        else:
+            g[0] += 1
+            g[1] += amount
+            g[3] = max(g[3], amount)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def init_db(config: Path, env: dict) -> None:
+    """``pipeline init-db``; retried when it exits 75 (transient: e.g. a lock timeout while
+    another pipeline on this database holds its tables), else its stderr is shown."""
+    for attempt in range(3):
+        done = subprocess.run([PY, "-m", "pipeline", "init-db", "--config", str(config)],
+                              env=env, capture_output=True, text=True, cwd=ROOT)
+        if done.returncode == 0:
+            return
+        print(f"bench: init-db exited {done.returncode}: {done.stderr.strip()[-500:]}",
+              flush=True)
+        if done.returncode != 75 or attempt == 2:
+            raise SystemExit(f"bench: init-db failed ({done.returncode})")
+        time.sleep(5)
+
+
+def mode_cli(config: Path, topic: str, mode: str) -> list[str]:
+    cli = [PY, "-m", "pipeline"]
+    if mode == "replay":
+        return [*cli, "backfill", "--config", str(config), "--topic", topic, *WHOLE_TOPIC,
+                "--json"]
+    return [*cli, "run", "--config", str(config), "--json"]
+
+
+def verify_mode(mode: str, name: str, n: int, summary: dict, groups: dict) -> None:
+    """The table each mode must leave, or the bench fails."""
+    assert summary["records_read"] == n and summary["dead_letters"] == 0, (mode, summary)
+    if mode in ("append", "upsert", "replay"):
+        got = checksum(DB, name)
+        assert tuple(got[:3]) == expected(n) and got[4] == n, (mode, name, got, expected(n))
+        want_written = 0 if mode == "replay" else n
+        assert summary["rows_written"] == want_written and summary["rows_deleted"] == 0, \
+            (mode, summary)
+    if mode == "replay":  # not one row rewritten: every row still the first run's
+        with psycopg.connect(DB) as conn:
+            runs = conn.execute(f"SELECT count(DISTINCT run_id) FROM {name}").fetchone()[0]
+        assert runs == 1, (name, runs)
+    if mode == "aggregate":
+        with psycopg.connect(DB) as conn:
+            rows = conn.execute(f"SELECT customer, orders, total, first_placed, biggest "
+                                f"FROM {name}").fetchall()
+        got = {r[0]: tuple(r[1:]) for r in rows}
+        assert len(got) == GROUPS and got == groups, (name, len(got), {
+            k: (got.get(k), v) for k, v in groups.items() if got.get(k) != v})
+        assert summary["rows_written"] == GROUPS, summary
+
+
+def bench_modes(sizes: list[int], env: dict) -> list[tuple[Result, list]]:
+    """Per size, each mode BENCH_REPEAT times, each into a fresh table; the replay runs on
+    the table its upsert run just wrote. Returns (result, load samples) per size and mode."""
+    out = []
+    for n in sizes:
+        topic = bench_topic(n)
+        groups = expected_groups(n)
+        results = {m: (Result(m, n), []) for m in MODES}
+        for run in range(REPEAT):
+            upsert_table = ""
+            for mode, (_, sink_mode, sink_tables) in MODES.items():
+                with tempfile.TemporaryDirectory() as tmp:
+                    config = Path(tmp) / "bench.toml"
+                    if mode == "replay":
+                        name = upsert_table
+                        _, sink_mode, sink_tables = MODES["upsert"]
+                    else:
+                        name = f"b_m{mode}_{STAMP}_{n}_{run}"
+                    pipeline_config(config, name, topic, "json", mode=sink_mode,
+                                    tables=sink_tables)
+                    if mode != "replay":
+                        init_db(config, env)
+                    warm(topic)
+                    checkpoint()
+                    load = machine_load()
+                    seconds, rss, out_text = timed(mode_cli(config, topic, mode), env)
+                summary = json.loads(out_text)
+                verify_mode(mode, name, n, summary, groups)
+                if mode == "upsert":
+                    upsert_table = name  # the replay's table; dropped after it
+                else:
+                    drop(name)
+                    if mode == "replay":
+                        drop(f"{name}_deleted")
+                result, loads = results[mode]
+                result.seconds.append(seconds)
+                result.rss_mb.append(rss)
+                result.phases.append(summary["timings"])
+                loads.append(load)
+                print(f"bench: modes {n:,} {mode} run {run + 1}: {seconds:.1f} s, rows "
+                      f"written {summary['rows_written']:,}, phases {summary['timings']}, "
+                      f"load before {load[0]:.2f} ({load[1]} other pipeline processes)",
+                      flush=True)
+        out += list(results.values())
+    return out
+
+
+def modes_report(rows: list[tuple[Result, list]]) -> str:
+    lines = ["| records | sink mode | runs | seconds (min-max) | rows/s (best) | time "
+             "relative to append | spark_start | read_and_stage | publish | publish "
+             "beyond append's |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for n in sorted({r.size for r, _ in rows}):
+        group = [r for r, _ in rows if r.size == n]
+        base = next(r for r in group if r.name == "append")
+        base_s = min(base.seconds)
+        base_pub = max(min(p.get("publish", 0) for p in base.phases), 0.001)
+        for r in group:
+            best = min(r.seconds)
+            phase = {k: min(p.get(k, 0) for p in r.phases)
+                     for k in ("spark_start", "read_and_stage", "publish")}
+            lines.append(
+                f"| {n:,} | {MODES[r.name][0]} | {len(r.seconds)} | "
+                f"{best:.1f}-{max(r.seconds):.1f} | {n / best / 1000:,.1f}k | "
+                f"{best / base_s:.2f} | {phase['spark_start']:.2f} | "
+                f"{phase['read_and_stage']:.2f} | {phase['publish']:.2f} | "
+                f"+{phase['publish'] - base_pub:.2f} s ({phase['publish'] / base_pub:.0f}x) |")
+    lines += ["", "Every run (seconds; `timings` of the run's --json output; the 1-minute "
+              "load average and the other pipeline processes when it started):", "",
+              "| records | sink mode | run | seconds | spark_start | read_and_stage | publish "
+              "| load before | other pipeline processes |",
+              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r, loads in rows:
+        for i, (s, p, (load, others)) in enumerate(zip(r.seconds, r.phases, loads,
+                                                       strict=True)):
+            lines.append(f"| {r.size:,} | {r.name} | {i + 1} | {s:.1f} | "
+                         f"{p.get('spark_start', 0):.2f} | {p.get('read_and_stage', 0):.2f} | "
+                         f"{p.get('publish', 0):.2f} | {load:.2f} | {others} |")
+    return "\n".join(lines)
+
+
 def write_between(markers: tuple[str, str], text: str) -> None:
     """Replace what docs/benchmarks.md holds between two markers; the analysis around them
     is written by people."""
@@ -456,8 +652,8 @@ def plot(all_results: list[Result], path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    scale = "--scaling" in argv
-    sizes = [int(a) for a in argv if a != "--scaling"] or [2_000_000]
+    scale, modes = "--scaling" in argv, "--modes" in argv
+    sizes = [int(a) for a in argv if a not in ("--scaling", "--modes")] or [2_000_000]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
            "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
     env.pop("PIPELINE_DATABASE_URL", None)
@@ -473,6 +669,24 @@ def main(argv: list[str]) -> int:
         write_between(("<!-- bench-scaling:start -->", "<!-- bench-scaling:end -->"),
                       header + table)
         print("bench: wrote the scaling table in docs/benchmarks.md")
+        return 0
+    if modes:
+        rows = bench_modes(sizes, env)
+        table = modes_report(rows)
+        print(table)
+        loads = [load for _, samples in rows for load, _ in samples]
+        others = max(o for _, samples in rows for _, o in samples)
+        header = (f"Measured by `scripts/bench --modes {' '.join(map(str, sizes))}` on "
+                  f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, "
+                  f"`local[2]`, Python {platform.python_version()}, the local stack on the "
+                  f"same machine; 1-minute load average before the runs {min(loads):.2f}-"
+                  f"{max(loads):.2f}, at most {others} other pipeline process(es) running. "
+                  "Every run reads the same topic from the start into a fresh table (the "
+                  "replay: into its upsert run's table) and is verified; phases are the "
+                  "best of the runs.\n\n")
+        write_between(("<!-- bench-modes:start -->", "<!-- bench-modes:end -->"),
+                      header + table)
+        print("bench: wrote the sink modes table in docs/benchmarks.md")
         return 0
     all_results: list[Result] = []
     for n in sizes:
