@@ -52,8 +52,8 @@ class Timing:
 
     def execute(self, query, params=None):
         text = query if isinstance(query, str) else query.as_string(self.conn)
-        if params is not None:  # only the aggregate's run id
-            text = text.replace("%s", str(params[0]))
+        if params is not None:  # the merge lock's and the aggregate's: inline them
+            text = psycopg.ClientCursor(self.conn).mogrify(text, params)
         lsn = wal_lsn(self.conn)
         t0 = time.perf_counter()
         cur = self.conn.execute(text)
@@ -75,19 +75,25 @@ def wal_since(conn, lsn: str) -> float:
 def label(statement: str) -> str:
     """A statement of merge.py, named for the table."""
     s = " ".join(statement.split())
+    if s.startswith("SELECT pg_advisory"):
+        return "merge lock: pg_advisory_xact_lock"
+    if s.startswith("SELECT count(*) ="):
+        return "one partition per key: count(*) = count(DISTINCT key)"
     if s.startswith("SELECT"):
-        return "two-partition check: GROUP BY key HAVING min(text) <> max(text)"
+        return "naming a key found in two partitions"
     if s.startswith("CREATE TEMP TABLE"):
-        return "newest per key: CREATE TEMP TABLE AS SELECT DISTINCT ON (key) ... ORDER BY"
+        return "newest per key and partition: CREATE TEMP TABLE AS SELECT DISTINCT ON ... ORDER BY"
+    if s.startswith("ANALYZE"):
+        return "ANALYZE the newest-per-key temp table"
+    if s.startswith("MERGE"):
+        return "MERGE rows: WHEN MATCHED AND newer UPDATE, WHEN NOT MATCHED INSERT"
     if "GROUP BY" in s:
         return "aggregate: INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE (add up)"
     target = s.split()[2].split(".")[-1].strip('"')
     if s.startswith("DELETE"):
         return (f"DELETE FROM {target}" if target.endswith("_deleted")
                 else "DELETE rows of tombstones")
-    if target.endswith("_deleted"):
-        return "INSERT tombstones ... ON CONFLICT"
-    return "INSERT rows ... ON CONFLICT DO UPDATE WHERE newer"
+    return "INSERT tombstones ... ON CONFLICT"
 
 
 def settings_for(name: str, mode: str, tables_toml: str = ""):
@@ -113,6 +119,7 @@ def fill(conn, settings, n: int, run: int) -> float:
 def store_for(settings) -> SimpleNamespace:
     """What merge.py reads of a Store."""
     return SimpleNamespace(settings=settings, results=tables.results(settings.sink),
+                           pipeline=settings.name,
                            t=lambda name: sql.Identifier(name))
 
 
@@ -123,66 +130,51 @@ def show(title: str, log: list, total: float) -> None:
     print(f"  {total:7.2f} s  all, with COMMIT")
 
 
-def merge_statement(conn, settings, table: str, insert: str, kind: str) -> str:
-    """The product's upsert INSERT as one MERGE: the same rows of the newest-per-key table
-    (its WHERE: live rows not deleted by a newer tombstone), the same newer rule."""
+def statement(log: list[str], prefix: str) -> str:
+    return next(text for text in log if text.lstrip().startswith(prefix))
+
+
+def on_conflict_statement(conn, settings, table: str, merge_sql: str, kind: str) -> str:
+    """The product's MERGE as the INSERT ... ON CONFLICT DO UPDATE WHERE newer it replaced:
+    the same rows (its USING subquery), the same newer rule."""
     names = [c.name for c in tables.written(tables.results(settings.sink))]
-    where = insert.split(f" FROM {sql.Identifier(LATEST).as_string(conn)} AS l WHERE ", 1)[1]
-    where = where.split(" ON CONFLICT", 1)[0]
+    rows = merge_sql.split(" USING (", 1)[1].split(") AS l ON ", 1)[0]
     key = settings.sink.key
     return sql.SQL(
-        "MERGE INTO {res} AS r USING (SELECT * FROM {latest} AS l WHERE {where}) AS l "
-        "ON {on} WHEN MATCHED AND {newer} THEN UPDATE SET {updates}, ingested_at = now() "
-        "WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})").format(
-        res=sql.Identifier(table), latest=sql.Identifier(LATEST), where=sql.SQL(where),
-        on=sql.SQL(" AND ").join(sql.SQL("r.{0} = l.{0}").format(sql.Identifier(k))
-                                 for k in key),
-        newer=merge.newer("l", "r", kind),
-        updates=sql.SQL(", ").join(sql.SQL("{0} = l.{0}").format(sql.Identifier(n))
+        "INSERT INTO {res} AS r ({cols}) {rows} ON CONFLICT ({key}) DO UPDATE SET {updates}, "
+        "ingested_at = now() WHERE {newer}").format(
+        res=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, names)),
+        rows=sql.SQL(rows.replace("SELECT * FROM", "SELECT {} FROM".format(
+            ", ".join(f"l.{sql.Identifier(n).as_string(conn)}" for n in names)), 1)),
+        key=sql.SQL(", ").join(map(sql.Identifier, key)),
+        updates=sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
                                    for n in names if n not in key),
-        cols=sql.SQL(", ").join(map(sql.Identifier, names)),
-        values=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(n))
-                                  for n in names)).as_string(conn)
+        newer=merge.newer("excluded", "r", kind)).as_string(conn)
 
 
 def alternatives(conn, settings, table: str, statements: dict[str, list[str]]) -> dict:
     """name -> (setup statements, untimed; timed statements); run on a fresh temp table."""
-    latest = statements["backfill"][1]  # CREATE TEMP TABLE ... DISTINCT ON
-    gate = sql.SQL(" AND NOT EXISTS (SELECT FROM {res} AS x WHERE x.order_id = l.order_id "
-                   "AND NOT {newer})")
+    latest = statement(statements["backfill"], "CREATE TEMP TABLE")
     out = {}
     for kind, what in (("backfill", "replay"), ("ingest", "first run")):
-        insert = statements[kind][4]
-        pre = gate.format(res=sql.Identifier(table),
-                          newer=merge.newer("l", "x", kind)).as_string(conn)
+        merge_sql = statement(statements[kind], "MERGE")
         setup = [latest] + ([f"TRUNCATE {table}"] if kind == "ingest" else [])
-        out[f"{what}: the product's INSERT ... ON CONFLICT (for comparison)"] = (
+        insert = on_conflict_statement(conn, settings, table, merge_sql, kind)
+        out[f"{what}: the product's MERGE (for comparison)"] = (setup, [merge_sql])
+        out[f"{what}: INSERT ... ON CONFLICT DO UPDATE WHERE newer (the former statement)"] = (
             setup, [insert])
-        out[f"{what}: same INSERT, rows that cannot win filtered out first (NOT EXISTS on "
-            "the results table)"] = (setup, [insert.replace(" ON CONFLICT", pre
-                                                            + " ON CONFLICT", 1)])
-        out[f"{what}: MERGE ... WHEN MATCHED AND newer THEN UPDATE WHEN NOT MATCHED THEN "
-            "INSERT (PostgreSQL 15+; no speculative insertion, no lock on a row kept)"] = (
-            setup, [merge_statement(conn, settings, table, insert, kind)])
         if kind == "ingest":  # what inserting the rows costs at least
             out["first run: the same INSERT without ON CONFLICT (a lower bound, not a "
                 "candidate)"] = (setup, [insert.split(" ON CONFLICT")[0]])
     src = SOURCE
     out.update({
+        "check: GROUP BY key HAVING min(text) <> max(text) on every record (the former check)":
+            ([], [f"SELECT order_id, min(topic || '[' || partition || ']'), max(topic || '[' "
+                  f"|| partition || ']') FROM {src} GROUP BY order_id HAVING min(topic || '[' "
+                  f"|| partition || ']') <> max(topic || '[' || partition || ']') LIMIT 1"]),
         "check: count(DISTINCT (topic, partition)) > 1 per key": ([], [
             f'SELECT order_id FROM {src} GROUP BY order_id '
             f'HAVING count(DISTINCT (topic, "partition")) > 1 LIMIT 1']),
-        "check: min/max of topic and of partition per key (no text)": ([], [
-            f'SELECT order_id FROM {src} GROUP BY order_id HAVING min(topic) <> max(topic) '
-            f'OR min("partition") <> max("partition") LIMIT 1']),
-        "check skipped when no key repeats: count(*) = count(DISTINCT key)": ([], [
-            f"SELECT count(*) = count(DISTINCT order_id) FROM {src}"]),
-        "check and newest per key in one sort: DISTINCT ON over a window, then a scan": ([], [
-            f'CREATE TEMP TABLE {LATEST} ON COMMIT DROP AS SELECT DISTINCT ON (order_id) *, '
-            f'min("partition") OVER k <> max("partition") OVER k OR min(topic) OVER k <> '
-            f'max(topic) OVER k AS _split FROM {src} WINDOW k AS (PARTITION BY order_id) '
-            f'ORDER BY order_id, "offset" DESC',
-            f"SELECT order_id FROM {LATEST} WHERE _split LIMIT 1"]),
         "newest per key with work_mem = 256MB (sort in memory)": (
             ["SET LOCAL work_mem = '256MB'"], [latest]),
     })
@@ -240,6 +232,9 @@ def main(argv: list[str]) -> int:
                             conn.execute(f"TRUNCATE {up}")
                         fill(conn, upsert, n, 4)
                         for text in statements[kind]:
+                            if text.startswith("ANALYZE"):  # cannot be EXPLAINed: run it
+                                conn.execute(text)
+                                continue
                             print(f"\nEXPLAIN ANALYZE ({kind}) {label(text)}:")
                             for (line,) in conn.execute(
                                     "EXPLAIN (ANALYZE, BUFFERS, WAL) " + text).fetchall():
