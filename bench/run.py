@@ -676,11 +676,13 @@ def main(argv: list[str]) -> int:
         print(table)
         loads = [load for _, samples in rows for load, _ in samples]
         others = max(o for _, samples in rows for _, o in samples)
+        busy = (f"at most {others} other pipeline process{'es' if others > 1 else ''} running"
+                 if others else "no other pipeline process running")
         header = (f"Measured by `scripts/bench --modes {' '.join(map(str, sizes))}` on "
                   f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, "
                   f"`local[2]`, Python {platform.python_version()}, the local stack on the "
                   f"same machine; 1-minute load average before the runs {min(loads):.2f}-"
-                  f"{max(loads):.2f}, at most {others} other pipeline process(es) running. "
+                  f"{max(loads):.2f}, {busy}. "
                   "Every run reads the same topic from the start into a fresh table (the "
                   "replay: into its upsert run's table) and is verified; phases are the "
                   "best of the runs.\n\n")
