@@ -221,13 +221,14 @@ def reported(settings: Settings, kind: str, timer: Timer, seen: Seen, *,
         log.info("run %s (%s) %s in %.1f s", result.run_id, kind, result.status, total,
                  extra={"event": "run.done", "kind": kind, "status": result.status,
                         "records": result.records_read, "rows": result.rows_written,
-                        "dead_letters": result.dead_letters, "duration": total,
+                        "deleted": result.rows_deleted, "dead_letters": result.dead_letters,
+                        "duration": total,
                         "timings": result.timings})
         if export_metrics:
             metrics.export(settings, metrics.RunOutcome(
                 kind, result.status, 0, result.run_id, result.records_read,
-                result.rows_written, result.dead_letters, result.timings,
-                seen.lag(committed=True)))
+                result.rows_written, result.dead_letters, result.rows_deleted,
+                result.timings, seen.lag(committed=True)))
     finally:
         logs.bind(pipeline=None, run_id=None)
 

@@ -44,6 +44,7 @@ class RunOutcome:
     records_read: int = 0  # committed: 0 for a failed run
     rows_written: int = 0
     dead_letters: int = 0
+    rows_deleted: int = 0  # by tombstones (upsert sinks)
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds, and total
     lag: dict[tuple[str, int], int] | None = None  # None: not measured
     finished_at: float = field(default_factory=time.time)
@@ -64,6 +65,8 @@ def registry_for(pipeline: str, outcome: RunOutcome) -> CollectorRegistry:
           outcome.records_read)
     gauge("pipeline_run_rows_written", "Result rows the last run committed",
           outcome.rows_written)
+    gauge("pipeline_run_rows_deleted", "Result rows the last run's tombstones deleted "
+          "(upsert sinks)", outcome.rows_deleted)
     gauge("pipeline_run_dead_letters", "Dead letters the last run committed",
           outcome.dead_letters)
     gauge("pipeline_run_exit_code", "Exit code of the last run (0 success, 75/143 retry, "

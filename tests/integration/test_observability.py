@@ -197,6 +197,7 @@ def expected_metrics(summary: dict, name: str, topic: str) -> dict[tuple, float]
         ("pipeline_run_records_read", p): summary["records_read"],
         ("pipeline_run_rows_written", p): summary["rows_written"],
         ("pipeline_run_dead_letters", p): summary["dead_letters"],
+        ("pipeline_run_rows_deleted", p): summary["rows_deleted"],
         ("pipeline_run_exit_code", p): 0,
         ("pipeline_run_status", p, ("status", "succeeded")): 1,
         ("pipeline_run_status", p, ("status", "noop")): 0,

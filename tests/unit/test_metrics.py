@@ -34,7 +34,7 @@ def settings(**metrics_table):
 
 SUCCESS = metrics.RunOutcome(
     "ingest", "succeeded", 0, 12, records_read=10, rows_written=8, dead_letters=2,
-    timings={"plan": 0.5, "read_and_stage": 2.0, "total": 3.0},
+    rows_deleted=3, timings={"plan": 0.5, "read_and_stage": 2.0, "total": 3.0},
     lag={("t", 0): 0, ("t", 1): 7}, finished_at=1_000.0)
 FAILED = metrics.RunOutcome("ingest", "failed", 75, None, timings={"total": 0.2},
                             finished_at=2_000.0)
@@ -46,7 +46,8 @@ def test_a_succeeded_run_exports_its_counts_phases_lag_and_success_time():
     p = ("pipeline", "p1")
     assert got == {
         ("pipeline_run_records_read", p): 10, ("pipeline_run_rows_written", p): 8,
-        ("pipeline_run_dead_letters", p): 2, ("pipeline_run_exit_code", p): 0,
+        ("pipeline_run_dead_letters", p): 2, ("pipeline_run_rows_deleted", p): 3,
+        ("pipeline_run_exit_code", p): 0,
         ("pipeline_run_status", p, ("status", "succeeded")): 1,
         ("pipeline_run_status", p, ("status", "noop")): 0,
         ("pipeline_run_status", p, ("status", "failed")): 0,
