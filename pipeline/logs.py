@@ -89,13 +89,27 @@ class JsonFormatter(logging.Formatter):
 _HANDLER_MARK = "_pipeline_handler"
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the one at setup:
+    a program that runs the CLI in-process and swaps stderr afterwards (pytest's capture,
+    an embedding scheduler) would otherwise leave us writing to a closed stream."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
 def setup(fmt: str = "text", verbose: bool = False, stream: TextIO | None = None) -> None:
     """Log to ``stream`` (stderr) in ``fmt``; called once per command (again: replaces ours,
     keeps any other handler, e.g. a test runner's)."""
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
         root.removeHandler(old)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _CurrentStderr()
     setattr(handler, _HANDLER_MARK, True)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     handler.addFilter(_Context())

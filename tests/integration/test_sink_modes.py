@@ -325,7 +325,8 @@ def test_the_example_configs_run_as_documented(spark):
     def example(path: str, topic: str):
         s = load_settings(path, environ={})
         name = unique(s.name[:10])
-        s = replace(with_overrides(s, topics=(topic,)), name=name, database_url=TEST_DB_URL,
+        s = replace(with_overrides(s, topics=(topic,), bootstrap_servers=BOOTSTRAP), name=name,
+                    database_url=TEST_DB_URL,
                     sink=replace(s.sink, table=name))
         return init_db(s)
 

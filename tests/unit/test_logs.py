@@ -177,3 +177,16 @@ def test_a_stderr_that_cannot_be_shared_sends_the_logs_to_a_file_named_in_a_noti
         os.unlink(where)
     assert json.loads(document) == {"the": "document"}
     assert (tmp_path / "err").read_text() == ""
+
+
+def test_logs_follow_stderr_when_it_is_replaced_after_setup(monkeypatch):
+    """The CLI run in-process, then stderr swapped (pytest's capture, an embedding
+    scheduler): our handler must not keep writing to the closed stream it started with."""
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    logs.setup("text")
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("pipeline.test").info("after the swap")
+    lines = second.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("after the swap"), lines
