@@ -231,9 +231,9 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
                  timeout_seconds: float, encoder_args: tuple):
     """A picklable function for ``RDD.mapPartitions`` over read tasks (one OffsetRange per
     Spark partition): read the range on the executor (consume.read_range), encode each
-    batch (encode.Encoder) and store it as one result blob and one dead-letter blob, all of
+    batch (encode.Encoder) and store it as one blob per kind (ROW, DEAD, TOMBSTONE), all of
     a task attempt in one transaction (``copy_sql``, ``types``: as for blob_writer). Yields
-    one summary tuple per task."""
+    one summary tuple per task: (part, attempt, rows, dead letters, tombstones)."""
 
     def stage_ranges(pieces):
         from pyspark import TaskContext
@@ -269,6 +269,6 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
             conn.commit()
         if attempt == 0:  # a retried task re-stages what this attempt committed
             f.inject("after_task_commit")
-        yield (part, attempt, totals[ROW], totals[DEAD] + totals[TOMBSTONE])
+        yield (part, attempt, totals[ROW], totals[DEAD], totals[TOMBSTONE])
 
     return stage_ranges

@@ -51,6 +51,9 @@ from pipeline.tables import dead_letters, offsets, runs
 log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+# What an archive row adds (topic_id, archived_by_run; archived_at defaults), in that order.
+_ARCHIVE_ORIGIN = sql.SQL(", ").join(sql.Identifier(c.name) for c in tables.RESULTS_ARCHIVE_COLUMNS
+                                     if c.name != "archived_at")
 LOCK_CLASS = 7_400_001  # first key of our advisory locks; the second is the pipeline's hash
 
 
@@ -519,16 +522,14 @@ class Store:
             gone = tables.deleted(self.settings.sink)
             conn.execute(sql.SQL("DELETE FROM {} WHERE topic = %s").format(self.t(gone.name)),
                          (topic,))
-        origin = [sql.Identifier(c.name) for c in tables.RESULTS_ARCHIVE_COLUMNS
-                  if c.name != "archived_at"]  # topic_id, archived_by_run; the time defaults
         dcols = _identifiers(c.name for c in dead_letters.columns)
         dead_rows = conn.execute(sql.SQL(
             "WITH moved AS (DELETE FROM {dl} WHERE pipeline = %s AND topic = %s "
             "RETURNING {cols}) INSERT INTO {arc} ({cols}, {arc_cols}) "
             "SELECT {cols}, %s, %s FROM moved").format(
             dl=self.t(dead_letters.name), arc=self.t(tables.dead_letters_archived.name),
-            cols=dcols, arc_cols=sql.SQL(", ").join(origin)),
-            (self.pipeline, topic, old_id, run_id)).rowcount
+            cols=dcols, arc_cols=_ARCHIVE_ORIGIN), (self.pipeline, topic, old_id, run_id)
+        ).rowcount
         log.warning("topic '%s' was recreated: archived %d result rows to %s and %d dead "
                     "letters to pipeline_dead_letters_archived (old topic ID %s)", topic, rows,
                     self.archive_table(), dead_rows, old_id)
@@ -552,13 +553,11 @@ class Store:
                 sql.SQL("ADD COLUMN IF NOT EXISTS {}").format(sql.SQL(str(
                     CreateColumn(c).compile(dialect=self.session.dialect))))
                 for c in tables.RESULTS_ARCHIVE_COLUMNS])))
-        origin = [sql.Identifier(c.name) for c in tables.RESULTS_ARCHIVE_COLUMNS
-                  if c.name != "archived_at"]  # topic_id, archived_by_run; the time defaults
         cols = _identifiers(n for n, _ in columns)
         return conn.execute(sql.SQL(
             "WITH moved AS (DELETE FROM {res} WHERE topic = %s RETURNING {cols}) "
             "INSERT INTO {arc} ({cols}, {arc_cols}) SELECT {cols}, %s, %s FROM moved").format(
-            res=results, arc=archive, cols=cols, arc_cols=sql.SQL(", ").join(origin)),
+            res=results, arc=archive, cols=cols, arc_cols=_ARCHIVE_ORIGIN),
             (topic, old_id, run_id)).rowcount
 
     # ==== queries of the operator commands (pipeline/commands/) ==========================

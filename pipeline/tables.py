@@ -181,11 +181,16 @@ def results(sink: SinkSettings) -> Table:
             PrimaryKeyConstraint(*sink.key, name=f"{sink.table}_pkey"))
     declared = {c.name: c for c in sink.columns}
     return Table(
-        sink.table, MetaData(schema=SCHEMA),
-        *[_key(k, sink_type(declared[k].type)) for k in sink.key],
+        sink.table, MetaData(schema=SCHEMA), *_business_key(sink),
         *[Column(a.name, aggregate_type(a, declared)) for a in sink.aggregates],
         Column("run_id", BigInteger, nullable=False),
         Column("updated_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
+
+
+def _business_key(sink: SinkSettings) -> list[Column]:
+    """The key columns (an upsert's key, an aggregate's group_by), typed as declared."""
+    declared = {c.name: c.type for c in sink.columns}
+    return [_key(k, sink_type(declared[k])) for k in sink.key]
 
 
 def aggregate_type(a, declared) -> TypeEngine:
@@ -206,10 +211,8 @@ def deleted(sink: SinkSettings) -> Table:
     """An upsert sink's tombstones that deleted (or would have deleted) a key: which record
     did, so that an older record of that key, replayed by a backfill, cannot bring the row
     back. A newer record of the key removes its tombstone."""
-    declared = {c.name: c for c in sink.columns}
     return Table(
-        f"{sink.table}_deleted", MetaData(schema=SCHEMA),
-        *[_key(k, sink_type(declared[k].type)) for k in sink.key],
+        f"{sink.table}_deleted", MetaData(schema=SCHEMA), *_business_key(sink),
         Column("topic", Text, nullable=False), Column("partition", Integer, nullable=False),
         Column("offset", BigInteger, nullable=False),
         Column("kafka_timestamp", TIMESTAMPTZ),
