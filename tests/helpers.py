@@ -53,7 +53,9 @@ def create_topic(name: str, partitions: int = 3, bootstrap: str = BOOTSTRAP,
 def produce(topic: str, records: list[tuple[bytes | None, bytes | None]] | None = None, *,
             partition: int | None = None, bootstrap: str = BOOTSTRAP,
             headers: list | None = None) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # Idempotent: a retried batch (a slow broker under a loaded CI machine) keeps its place,
+    # so offsets follow the order given here, which the tests' expected rows assume.
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for key, value in records or []:
         kwargs: dict[str, Any] = {}
         if partition is not None:
