@@ -31,6 +31,21 @@ examples:
 """
 
 
+def version() -> str:
+    """The installed package's version, and pyspark's (read from package metadata: no
+    pyspark import, so --version stays instant)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    def of(name: str) -> str:
+        try:
+            return installed(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"pipeline {of('kafka-offset-pipeline')} (pyspark {of('pyspark')})"
+
+
 def build_parser() -> CommandParser:
     parser = CommandParser(
         prog="pipeline",
@@ -38,6 +53,8 @@ def build_parser() -> CommandParser:
         "and offsets commit in one transaction, so reruns never lose or duplicate a record.",
         epilog=epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=version(),
+                        help="print the pipeline's version and the pyspark it runs on")
     parser.add_argument("--log-format", choices=logs.FORMATS, default=None,
                         help="logs on stderr as text (default) or one JSON object per line "
                         f"(env {logs.ENV_LOG_FORMAT})")

@@ -5,6 +5,7 @@ Every entry point (CLI, spark-submit, Airflow) ends up here.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -470,8 +471,16 @@ def start_spark(settings: Settings):
     from pipeline.spark import get_context
 
     try:
+        transform = bool(settings.sink.transform)
+        if transform:
+            missing = [m for m in ("pyarrow", "pandas") if importlib.util.find_spec(m) is None]
+            if missing:
+                raise ConfigError(
+                    f"[sink] transform {settings.sink.transform!r} needs {' and '.join(missing)}"
+                    ", which the built-in sinks do not: pip install "
+                    "'kafka-offset-pipeline[transform]'; nothing was read")
         return get_context(settings.spark.master, settings.spark.conf,
-                           jvm="sql" if settings.sink.transform else "light")
+                           jvm="sql" if transform else "light", kafka_source=transform)
     except PipelineError:
         raise
     except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here

@@ -15,14 +15,34 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def connector_jars() -> list[str]:
-    """The Kafka connector jars fetched by scripts/stack (PIPELINE_JARS_DIR overrides)."""
+    """The Kafka connector jars fetched by scripts/stack (PIPELINE_JARS_DIR overrides); only a
+    user transform reads Kafka through Spark's Kafka source and needs them."""
     jar_dir = os.environ.get("PIPELINE_JARS_DIR") or str(ROOT / ".jars" / "spark")
     jars = sorted(glob.glob(os.path.join(jar_dir, "*.jar")))
     if not any("spark-sql-kafka" in j for j in jars):
         raise ConfigError(
-            f"Spark's Kafka connector not found in {jar_dir}; run 'scripts/stack install' "
-            "or set PIPELINE_JARS_DIR")
+            f"a [sink] transform reads Kafka through Spark's Kafka connector, which is not in "
+            f"{jar_dir}; provide it with one of: [spark.conf] \"spark.jars.packages\" = "
+            f"\"{connector_coordinate()}\" (or spark-submit --packages), PIPELINE_JARS_DIR "
+            "set to a folder of its jars (spark-submit --jars), or 'scripts/stack install' in "
+            "a checkout; nothing was read")
     return jars
+
+
+def connector_coordinate() -> str:
+    """The Maven coordinate of the Kafka connector matching this pyspark (Scala 2.13 from
+    Spark 4, 2.12 before)."""
+    import pyspark
+
+    version = pyspark.__version__
+    scala = "2.13" if int(version.split(".")[0]) >= 4 else "2.12"
+    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"
+
+
+def _brings_connector(conf: dict[str, str]) -> bool:
+    """The user's [spark.conf] names the connector itself (packages or jars)."""
+    return any("spark-sql-kafka" in conf.get(key, "")
+               for key in ("spark.jars", "spark.jars.packages"))
 
 
 # The driver JVM's flags when we start it (a user's spark.driver.extraJavaOptions replaces
@@ -36,8 +56,12 @@ JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
 
 
 def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
-               app_name: str = "kafka-offset-pipeline", jvm: str = "sql"):
-    """The job's SparkConf: ours first, then the user's ``[spark.conf]`` over it."""
+               app_name: str = "kafka-offset-pipeline", jvm: str = "sql",
+               kafka_source: bool = True):
+    """The job's SparkConf: our defaults where nothing set the key (spark-submit's --conf and
+    spark-defaults.conf win, so a cluster can turn the UI back on), then the user's
+    ``[spark.conf]`` over it. ``kafka_source``: Spark's Kafka source will be used (a user
+    transform), so its connector jars are added unless the user names them."""
     from pyspark import SparkConf
 
     conf = dict(conf or {})
@@ -55,10 +79,18 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark_conf = SparkConf().setAppName(app_name)
+    if submitted() and kafka_source and not _brings_connector(
+            {k: spark_conf.get(k, "") for k in ("spark.jars", "spark.jars.packages")}):
+        raise ConfigError(
+            "a [sink] transform reads Kafka through Spark's Kafka connector, and this "
+            "spark-submit was given none: add --packages "
+            f"{connector_coordinate()} (or --jars with its jars, e.g. "
+            '"$(ls .jars/spark/*.jar | paste -sd,)" in a checkout); nothing was read')
     if not submitted():
         # Under spark-submit, --master and --jars decide; otherwise we do.
         spark_conf.setMaster(master)
-        spark_conf.set("spark.jars", ",".join(connector_jars()))
+        if kafka_source and not _brings_connector(conf):
+            spark_conf.set("spark.jars", ",".join(connector_jars()))
     defaults = {
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -84,7 +116,7 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         defaults.update({"spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1"})
     for key, value in defaults.items():
-        spark_conf.set(key, value)
+        spark_conf.setIfMissing(key, value)
     if not submitted():
         conf.setdefault("spark.driver.extraJavaOptions", JVM_FLAGS[jvm])
     for key, value in conf.items():
@@ -93,13 +125,14 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
 
 
 def get_context(master: str = "local[2]", conf: dict[str, str] | None = None,
-                app_name: str = "kafka-offset-pipeline", jvm: str = "light"):
+                app_name: str = "kafka-offset-pipeline", jvm: str = "light",
+                kafka_source: bool = False):
     """Get or create the process's SparkContext, without Spark SQL: the built-in sinks
     only schedule Python tasks, and a SparkSession's SQL state costs ~2 s more to start
     (docs/benchmarks.md). A session created later on this context inherits its conf."""
     from pyspark import SparkContext
 
-    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm))
+    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, kafka_source))
     sc.setLogLevel("WARN")
     return sc
 

@@ -10,6 +10,7 @@ list comes from pipeline/tables.py. Nothing here runs on the executors.
 
 from __future__ import annotations
 
+import importlib.resources
 import logging
 import os
 import re
@@ -17,7 +18,6 @@ import socket
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -50,7 +50,9 @@ from pipeline.tables import dead_letters, offsets, runs
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+# The migrations ship inside the package (pipeline/sql links to the repository's sql/), so a
+# wheel installed anywhere applies them; in a checkout the link leads to the same files.
+SQL_DIR = importlib.resources.files("pipeline") / "sql"
 # What an archive row adds (topic_id, archived_by_run; archived_at defaults), in that order.
 _ARCHIVE_ORIGIN = sql.SQL(", ").join(sql.Identifier(c.name) for c in tables.RESULTS_ARCHIVE_COLUMNS
                                      if c.name != "archived_at")
@@ -62,6 +64,12 @@ def in_range(table: Table, r: OffsetRange) -> ColumnElement[bool]:
     offset = table.c["offset"]
     return and_(table.c["topic"] == r.topic, table.c["partition"] == r.partition,
                 offset >= r.from_offset, offset < r.until_offset)
+
+
+def migrations() -> list:
+    """The schema scripts in the order they apply (sql/NNN_*.sql)."""
+    return sorted((p for p in SQL_DIR.iterdir() if p.name.endswith(".sql")),
+                  key=lambda p: p.name)
 
 
 class Store:
@@ -166,7 +174,7 @@ class Store:
             # Serialize concurrent init-db calls; IF NOT EXISTS alone races.
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(self.schema))
-            for path in sorted(SQL_DIR.glob("*.sql")):  # scripts: psycopg runs them whole
+            for path in migrations():  # scripts: psycopg runs them whole
                 conn.execute(path.read_text().replace("{schema}", f'"{self.settings.schema}"'))
                 applied.append(path.name)
             for table in self.sink_tables:
