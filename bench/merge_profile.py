@@ -77,10 +77,8 @@ def label(statement: str) -> str:
     s = " ".join(statement.split())
     if s.startswith("SELECT pg_advisory"):
         return "merge lock: pg_advisory_xact_lock"
-    if s.startswith("SELECT count(*) ="):
-        return "one partition per key: count(*) = count(DISTINCT key)"
-    if s.startswith("SELECT"):
-        return "naming a key found in two partitions"
+    if s.startswith("SELECT count(*)"):
+        return "keys in several partitions: count(*) vs count(DISTINCT key)"
     if s.startswith("CREATE TEMP TABLE"):
         return "newest per key and partition: CREATE TEMP TABLE AS SELECT DISTINCT ON ... ORDER BY"
     if s.startswith("ANALYZE"):
@@ -90,6 +88,8 @@ def label(statement: str) -> str:
     if "GROUP BY" in s:
         return "aggregate: INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE (add up)"
     target = s.split()[2].split(".")[-1].strip('"')
+    if s.startswith("DELETE") and target == merge._LATEST:
+        return "the rule across partitions: DELETE the older of a key's records"
     if s.startswith("DELETE"):
         return (f"DELETE FROM {target}" if target.endswith("_deleted")
                 else "DELETE rows of tombstones")
@@ -149,7 +149,7 @@ def on_conflict_statement(conn, settings, table: str, merge_sql: str, kind: str)
         key=sql.SQL(", ").join(map(sql.Identifier, key)),
         updates=sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
                                    for n in names if n not in key),
-        newer=merge.newer("excluded", "r", kind)).as_string(conn)
+        newer=merge.newer("excluded", "r")).as_string(conn)
 
 
 def alternatives(conn, settings, table: str, statements: dict[str, list[str]]) -> dict:

@@ -29,6 +29,7 @@ from pipeline.errors import (
     TransientError,
 )
 from pipeline.kafka_meta import KafkaMeta
+from pipeline.merge import partitions_added
 from pipeline.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.publish import Publisher
 from pipeline.store import Store
@@ -275,6 +276,12 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         for gap in plan.lost_ranges:
             log.warning("data loss skipped (on_data_loss=skip): %s was deleted before it was read",
                         gap, extra={"event": "plan.data_loss_skipped", **gap.as_dict()})
+        for topic, (had, added) in partitions_added(stored, kafka).items():
+            log.info("topic %s grew: partitions %s are new to the pipeline (it had read %s)%s",
+                     topic, added, had, "; an upsert key found in two partitions keeps its "
+                     "record with the latest Kafka timestamp" if settings.sink.mode == "upsert"
+                     else "", extra={"event": "plan.partitions_added", "topic": topic,
+                                     "added": added})
         faults.inject("after_plan")
         if dry_run:
             return RunResult("ingest", "planned", None, planned, lost)

@@ -8,21 +8,24 @@ offsets' compare-and-set or not at all, so each range is applied once (docs/reli
 What each mode adds:
 
 - append: keep a row already there (ON CONFLICT DO NOTHING), or replace it on reprocess.
-- upsert: per business key, the newest record of the run (one partition per key, checked);
-  it replaces the stored row only if it is newer: same partition and a higher offset, so a
-  backfill of an old range never overwrites newer state. Tombstones delete, and are kept in
+- upsert: per business key, the newest record (see ``newer``), the same rule within a run
+  and across runs, for an ingest, a backfill and a reprocess alike; it replaces the stored
+  row only if it is newer, so a re-read of an old range (or of an old partition after the
+  topic grew) never overwrites newer state. Tombstones delete, and are kept in
   ``<table>_deleted`` so that an older record replayed later cannot bring the row back.
 - aggregate: per group, the run's sum/count/min/max, added to the stored ones.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from psycopg import sql
 
 from pipeline import tables
-from pipeline.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,17 +72,42 @@ _LATEST = "_publish_latest"  # temp table: the run's newest record per key
 MERGE_LOCK_CLASS = 7_400_002  # advisory lock of the upsert merges (store.LOCK_CLASS + 1)
 
 
-def newer(incoming: str, stored: str, kind: str) -> sql.Composable:
-    """``incoming`` (a record) supersedes ``stored`` (the row or tombstone of its key): a
-    higher offset of the same partition. A key found in another partition (partitions were
-    added, so Kafka's key hash moved it) is taken from an ingest run, which reads after
-    every earlier one; never from a backfill or reprocess of old ranges."""
+def newer(incoming: str, stored: str) -> sql.Composable:
+    """``incoming`` (a record) supersedes ``stored`` (the row or tombstone of its key).
+
+    Within one partition Kafka's order decides: the higher offset is newer, whatever the
+    timestamps say. Across partitions (the topic grew, so Kafka's key hash moved the key; or
+    a pipeline of two topics) no offset order exists, so the later Kafka record timestamp
+    wins; equal timestamps: the higher partition number (growth adds higher-numbered
+    partitions, where a moved key's records go from then on), then the topic name. A NULL
+    timestamp is older than any. So two different partitions never tie: any two records of
+    a key are ordered, nothing blocks. The same expression picks the run's newest record per
+    key (``_upsert``) and compares it with the stored row or tombstone, whatever the kind of
+    run, so how records fall into runs changes nothing (docs/reliability.md, "Upsert across
+    partitions")."""
     i, s = sql.Identifier(incoming), sql.Identifier(stored)
-    same = sql.SQL("{i}.topic = {s}.topic AND {i}.partition = {s}.partition").format(i=i, s=s)
-    check = sql.SQL("({same} AND {i}.\"offset\" > {s}.\"offset\")").format(same=same, i=i, s=s)
-    if kind == "ingest":
-        check = sql.SQL("({check} OR NOT ({same}))").format(check=check, same=same)
-    return check
+
+    def order(t: sql.Identifier) -> sql.Composable:
+        return sql.SQL("(coalesce({t}.kafka_timestamp, '-infinity'), {t}.partition, {t}.topic)"
+                       ).format(t=t)
+    return sql.SQL(
+        "(CASE WHEN {i}.topic = {s}.topic AND {i}.partition = {s}.partition "
+        "THEN {i}.\"offset\" > {s}.\"offset\" ELSE {oi} > {os} END)").format(
+        i=i, s=s, oi=order(i), os=order(s))
+
+
+def partitions_added(stored, kafka) -> dict[str, tuple[list[int], list[int]]]:
+    """Topics that grew since the pipeline last stored offsets: topic -> (partitions
+    stored, partitions Kafka has that are not). Only reported (job.py logs it): an upsert
+    sink stays right without it, as ``newer`` orders a key's records across partitions."""
+    known: dict[str, set[int]] = {}
+    for topic, partition in stored:
+        known.setdefault(topic, set()).add(partition)
+    out: dict[str, tuple[list[int], list[int]]] = {}
+    for k in kafka:
+        if k.topic in known and k.partition not in known[k.topic]:
+            out.setdefault(k.topic, (sorted(known[k.topic]), []))[1].append(k.partition)
+    return {t: (had, sorted(new)) for t, (had, new) in out.items()}
 
 
 def _upsert(store, conn, source: str, kind: str) -> Merged:
@@ -99,36 +127,35 @@ def _upsert(store, conn, source: str, kind: str) -> Merged:
     conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                  (MERGE_LOCK_CLASS, store.pipeline))
     # Newest record per key and partition: one sort (bench/merge_profile.py: 1.2 s for 2M
-    # rows); a key must then have one row, as the newest offset is only defined within one
-    # partition. count(DISTINCT) is the cheap test; the slow GROUP BY only names the key.
+    # rows). A key normally has one partition, so that is the run's newest per key;
+    # count(DISTINCT) is the cheap test. One sort cannot order by ``newer`` (offsets within
+    # a partition, timestamps across), so a key in several partitions (a topic that grew)
+    # keeps, of its per-partition newest, the one ``newer`` puts last: the rule across runs.
     latest = sql.Identifier(_LATEST)
     conn.execute(sql.SQL(
         "CREATE TEMP TABLE {latest} ON COMMIT DROP AS SELECT DISTINCT ON ({key}, topic, "
         "partition) * FROM {src} ORDER BY {key}, topic, partition, \"offset\" DESC").format(
         latest=latest, key=key, src=src))
-    one_per_key = conn.execute(sql.SQL("SELECT count(*) = count(DISTINCT {k}) FROM {latest}")
-                               .format(k=key if len(sink.key) == 1 else
-                                       sql.SQL("({})").format(key), latest=latest)).fetchone()[0]
-    if not one_per_key:
-        where = sql.SQL("topic || '[' || partition || ']'")
-        *values, first, second = conn.execute(sql.SQL(
-            "SELECT {key}, min({w}), max({w}) FROM {latest} GROUP BY {key} HAVING count(*) > 1 "
-            "LIMIT 1").format(key=key, w=where, latest=latest)).fetchone()
-        shown = ", ".join(f"{k}={v!r}" for k, v in zip(sink.key, values, strict=True))
-        raise DataError(
-            f"upsert key ({shown}) is in both {first} and {second} in this run: which record "
-            f"is newer is only known within one partition - produce with the key "
-            f"({', '.join(sink.key)}) as the Kafka record key so that Kafka keeps each key in "
-            "one partition, or use sink.mode = 'append'; nothing committed")
+    rows, keys = conn.execute(sql.SQL("SELECT count(*), count(DISTINCT {k}) FROM {latest}")
+                              .format(k=key if len(sink.key) == 1 else
+                                      sql.SQL("({})").format(key), latest=latest)).fetchone()
     # Temp tables get no autovacuum: without statistics the joins below are planned blind.
     conn.execute(sql.SQL("ANALYZE {}").format(latest))
+    if rows != keys:
+        older = conn.execute(sql.SQL(
+            "DELETE FROM {latest} AS o USING {latest} AS l WHERE {on} AND {newer}").format(
+            latest=latest, on=on("o", "l"), newer=newer("l", "o"))).rowcount
+        log.info("upsert (%s): %d records superseded by their key's record in another "
+                 "partition of this run (the topic grew?); across partitions the later Kafka "
+                 "timestamp is newer, then the higher partition", kind, older,
+                 extra={"event": "upsert.keys_in_partitions", "superseded": older})
     res, gone = store.t(results.name), store.t(deleted_table.name)
     names = [c.name for c in tables.written(results)]
     deleted = 0
     if sink.deletes:
         deleted = conn.execute(sql.SQL(
             "DELETE FROM {res} AS r USING {latest} AS l WHERE l._tombstone AND {on} AND {newer}"
-        ).format(res=res, latest=latest, on=on("l", "r"), newer=newer("l", "r", kind))).rowcount
+        ).format(res=res, latest=latest, on=on("l", "r"), newer=newer("l", "r"))).rowcount
         # Remembered unless the key's row is newer (a replayed old tombstone).
         gone_cols = _ids(c.name for c in tables.written(deleted_table))
         conn.execute(sql.SQL(
@@ -141,7 +168,7 @@ def _upsert(store, conn, source: str, kind: str) -> Merged:
             gone=gone, cols=gone_cols, latest=latest, key=key, res=res, on=on("r", "l"),
             lcols=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(c.name))
                                      for c in tables.written(deleted_table)),
-            newer_r=newer("l", "r", kind), newer=newer("excluded", "d", kind)))
+            newer_r=newer("l", "r"), newer=newer("excluded", "d")))
     live = sql.SQL("NOT l._tombstone AND ") if sink.deletes else sql.SQL("")
     # MERGE, not INSERT ... ON CONFLICT: no speculative insertion and no lock on a row kept
     # (bench/merge_profile.py). Safe without ON CONFLICT's retry because MERGE_LOCK_CLASS
@@ -155,14 +182,14 @@ def _upsert(store, conn, source: str, kind: str) -> Merged:
              lcols=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(n))
                                       for n in names),
              latest=latest, live=live, gone=gone, on_d=on("d", "l"),
-             newer_d=newer("l", "d", kind), on_r=on("r", "l"),
+             newer_d=newer("l", "d"), on_r=on("r", "l"),
              updates=sql.SQL(", ").join(sql.SQL("{0} = l.{0}").format(sql.Identifier(n))
                                         for n in names if n not in sink.key),
-             newer=newer("l", "r", kind))).rowcount
+             newer=newer("l", "r"))).rowcount
     # A tombstone superseded by a newer record of its key is done.
     conn.execute(sql.SQL(
         "DELETE FROM {gone} AS d USING {latest} AS l WHERE {live}{on} AND {newer}").format(
-        gone=gone, latest=latest, live=live, on=on("l", "d"), newer=newer("l", "d", kind)))
+        gone=gone, latest=latest, live=live, on=on("l", "d"), newer=newer("l", "d")))
     return Merged(written, deleted)
 
 

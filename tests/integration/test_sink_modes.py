@@ -62,7 +62,7 @@ def upsert_settings(name: str, topic: str, **sink):
 
 def kafka_log(topic: str, until: dict[int, int]) -> list:
     """Every record of ``topic`` below ``until`` (per partition), in offset order per
-    partition: (partition, offset, key, value)."""
+    partition: (partition, offset, key, value, Kafka timestamp in ms)."""
     consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": unique("check"),
                          "enable.auto.commit": False})
     out = []
@@ -76,7 +76,7 @@ def kafka_log(topic: str, until: dict[int, int]) -> list:
                 assert m is not None, f"{topic}[{partition}] ended early"
                 if m.error():
                     continue
-                out.append((partition, m.offset(), m.key(), m.value()))
+                out.append((partition, m.offset(), m.key(), m.value(), m.timestamp()[1]))
                 if m.offset() >= end - 1:
                     break
     finally:
@@ -88,14 +88,31 @@ def committed(settings, topic: str) -> dict[int, int]:
     return {p: o for (t, p), o in stored_offsets(settings.name).items() if t == topic}
 
 
+def newest_per_key(records) -> dict:
+    """The upsert rule, recomputed apart from pipeline/merge.py (docs/reliability.md,
+    "Upsert across partitions"): of one key's records, within a partition the higher offset
+    is newer; across partitions the later Kafka timestamp, then the higher partition.
+    ``records``: (key, partition, offset, timestamp, ...) of one topic -> key -> record."""
+    per_partition: dict[tuple, tuple] = {}
+    for r in records:
+        k, partition, offset = r[:3]
+        if (k, partition) not in per_partition or offset > per_partition[(k, partition)][2]:
+            per_partition[(k, partition)] = r
+    newest: dict = {}
+    for (k, _), r in per_partition.items():
+        if k not in newest or (r[3], r[1]) > (newest[k][3], newest[k][1]):
+            newest[k] = r
+    return newest
+
+
 def expected_state(settings, topic: str) -> dict[int, tuple]:
-    """The newest record per order_id among the committed records (a tombstone deletes):
-    order_id -> (status, amount, partition, offset)."""
+    """The newest record per order_id among the committed records, by the upsert rule (a
+    tombstone deletes): order_id -> (status, amount, partition, offset)."""
     state: dict[int, tuple] = {}
-    for partition, offset, key, value in sorted(kafka_log(topic, committed(settings, topic))):
-        order_id = int(key)
+    log = [(int(key), partition, offset, ts, value)
+           for partition, offset, key, value, ts in kafka_log(topic, committed(settings, topic))]
+    for order_id, (_, partition, offset, _, value) in newest_per_key(log).items():
         if value is None:
-            state.pop(order_id, None)
             continue
         doc = json.loads(value)
         amount = None if doc["amount"] is None else Decimal(doc["amount"])
@@ -200,16 +217,19 @@ def test_a_backfill_beside_an_ingest_that_deletes_does_not_bring_the_key_back(sp
     assert_upsert_exact(settings, topic)
 
 
-def test_upsert_key_in_two_partitions_of_one_run_is_a_data_error(spark):
+def test_upsert_key_in_two_partitions_of_one_run_keeps_the_later_record(spark):
+    """Before: exit 3 "key in both [0] and [1]", in every rerun. Now the rule across
+    partitions decides (tests/integration/test_partition_growth.py has its cases)."""
     name = unique("upsp")
     topic = create_topic(name, 2)
     settings = upsert_settings(name, topic)
     produce(topic, [event(1, 0)], partition=0)
-    produce(topic, [event(1, 1)], partition=1)
-    with pytest.raises(DataError, match=r"order_id=1.*in both .*\[0\] and .*\[1\]"):
-        run_ingest(settings)
-    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
-    assert stored_offsets(name) == {}
+    produce(topic, [event(1, 1)], partition=1)  # produced later: a later or equal timestamp
+    result = run_ingest(settings)
+    assert (result.status, result.rows_written) == ("succeeded", 1), result
+    assert table_state(name)[1][0::2] == ("v1", 1)
+    assert_upsert_exact(settings, topic)
+    assert stored_offsets(name) == {(topic, 0): 1, (topic, 1): 1}
 
 
 def test_upsert_tombstone_without_a_usable_key_is_a_dead_letter(spark):
@@ -258,7 +278,7 @@ def expected_totals(settings, topic: str) -> dict[str, tuple]:
     """Recomputed from every committed Kafka record: customer -> (orders, total, smallest,
     biggest, priced)."""
     groups: dict[str, list] = defaultdict(list)
-    for _, _, _, value in kafka_log(topic, committed(settings, topic)):
+    for _, _, _, value, _ in kafka_log(topic, committed(settings, topic)):
         doc = json.loads(value)
         groups[doc["customer"]].append(None if doc["amount"] is None
                                        else Decimal(doc["amount"]))

@@ -487,10 +487,13 @@ master = "local[2]"
     def upsert_mismatches(self, table: str, committed: list[list[tuple]]) -> list[tuple]:
         """The newest committed record per id (a tombstone deletes it, and is kept in
         <table>_deleted until a newer record of the id); no dead letters. A replayed old
-        tombstone leaves no trace (the first version of this soak found one that did)."""
+        tombstone leaves no trace (the first version of this soak found one that did).
+        Newest by the upsert rule (docs/reliability.md, "Upsert across partitions"): an id
+        never changes partition here (k % partitions, the topic does not grow), so the rule
+        is the offset order; records across partitions: test_partition_growth.py."""
         rows: dict[int, tuple] = {}
         deleted: dict[int, tuple] = {}
-        for p, records in enumerate(committed):  # an id lives in one partition
+        for p, records in enumerate(committed):  # an id lives in one partition: by offset
             for offset, (k, value, seq, bucket, amount) in enumerate(records):
                 if value is None:
                     rows.pop(k, None)

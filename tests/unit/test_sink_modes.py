@@ -10,6 +10,7 @@ from pipeline import merge, tables
 from pipeline.config import Aggregate, parse_settings
 from pipeline.encode import Encoder
 from pipeline.errors import ConfigError
+from pipeline.offsets import PartitionOffsets
 from tests.unit.test_encode import Record
 
 COLS = {"region": "string", "order_id": "long", "amount": "decimal(12,2)",
@@ -273,12 +274,25 @@ def test_without_deleting_tombstones_a_null_value_is_a_null_value_dead_letter(si
 
 
 # ---- merge SQL ---------------------------------------------------------------------------
-def test_an_ingest_takes_a_key_from_another_partition_a_backfill_does_not():
-    same = '"l".topic = "r".topic AND "l".partition = "r".partition'
-    higher = f'({same} AND "l"."offset" > "r"."offset")'
-    assert merge.newer("l", "r", "ingest").as_string(None) == f"({higher} OR NOT ({same}))"
-    for kind in ("backfill", "reprocess"):
-        assert merge.newer("l", "r", kind).as_string(None) == higher
+def test_newer_is_the_offset_within_a_partition_and_the_timestamp_across():
+    """One rule for every kind of run (before: an ingest took any record of another
+    partition, a backfill none); across partitions the later timestamp, then the higher
+    partition, then the topic, so two partitions never tie; a NULL timestamp is oldest."""
+    assert merge.newer("l", "r").as_string(None) == (
+        '(CASE WHEN "l".topic = "r".topic AND "l".partition = "r".partition '
+        'THEN "l"."offset" > "r"."offset" '
+        'ELSE (coalesce("l".kafka_timestamp, \'-infinity\'), "l".partition, "l".topic) > '
+        '(coalesce("r".kafka_timestamp, \'-infinity\'), "r".partition, "r".topic) END)')
+
+
+def test_partitions_added_names_the_topics_that_grew():
+    def kafka(topic, n):
+        return [PartitionOffsets(topic, p, 0, 0) for p in range(n)]
+
+    stored = {("a", 0): 5, ("a", 1): 3, ("b", 0): 1}
+    assert merge.partitions_added(stored, kafka("a", 4) + kafka("b", 1) + kafka("c", 2)) == {
+        "a": ([0, 1], [2, 3])}  # c: never read yet, so not grown
+    assert merge.partitions_added({}, kafka("a", 2)) == {}
 
 
 class FakeStore:
