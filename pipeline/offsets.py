@@ -194,24 +194,35 @@ def plan_ranges(
                                         current, lost,
                                         pin_new=current is None and from_latest))
     if max_records_per_run:
-        shares = share_budget([p.range.count for p in planned], max_records_per_run)
+        # Who gets the remainder of an uneven split rotates with the offsets read so far:
+        # derived from the stored state (a dry run shows the run that follows) and, while
+        # more partitions have a backlog than the budget has offsets, it moves on by exactly
+        # the budget each run, so each of them advances within ceil(partitions / budget)
+        # runs (tests/unit/test_offsets.py proves it on random backlogs).
+        rotation = sum(p.range.from_offset for p in planned)
+        shares = share_budget([p.range.count for p in planned], max_records_per_run,
+                              rotation=rotation)
         planned = [replace(p, range=replace(p.range, until_offset=p.range.from_offset + n))
                    for p, n in zip(planned, shares, strict=True)]
     return Plan(tuple(planned), topic_ids)
 
 
-def share_budget(counts: Sequence[int], budget: int) -> list[int]:
+def share_budget(counts: Sequence[int], budget: int, rotation: int = 0) -> list[int]:
     """Split ``budget`` offsets over partitions that have ``counts`` to read: each gets at
     most its count, and what one does not need goes to the others (max-min fair), so a
     busy partition cannot starve a quiet one. The remainder of an uneven split goes to the
-    first partitions in plan order, so the same inputs give the same plan."""
+    partitions that come first in plan order counted cyclically from position ``rotation``
+    (mod the number of partitions): the same inputs give the same plan, and a caller that
+    moves ``rotation`` on between runs spreads the remainder over every partition (with a
+    budget below the number of partitions with a backlog, the remainder is everything)."""
     shares = [0] * len(counts)
     remaining = budget
     open_ = [i for i, count in enumerate(counts) if count > 0]
     while open_ and remaining > 0:
         share, extra = divmod(remaining, len(open_))
         if share == 0:
-            for i in open_[:extra]:
+            start = rotation % len(counts)
+            for i in ([i for i in open_ if i >= start] + [i for i in open_ if i < start])[:extra]:
                 shares[i] += 1
             break
         still_open = []

@@ -94,6 +94,68 @@ def test_a_backlog_is_drained_exactly_by_successive_capped_plans():
         assert all(a[1] == b[0] for a, b in zip(read[p], read[p][1:], strict=False))
 
 
+def drain(stored: dict, kafka, **caps) -> list[set[int]]:
+    """Plan and 'commit' successive runs purely; per run, the partitions that advanced."""
+    advanced = []
+    while not (plan := plan_ranges(stored, kafka, **caps)).is_empty:
+        assert len(advanced) < 1000
+        advanced.append({r.partition for r in plan.ranges})
+        stored.update({u.range.tp: u.range.until_offset for u in plan.offset_updates})
+    return advanced
+
+
+def test_a_run_cap_below_the_backlogged_partitions_starves_none_of_them():
+    """4 partitions x 10 records, 2 records a run: every partition advances within
+    ceil(4 / 2) = 2 runs, and after 8 runs every partition holds 4 (not 0=8, 1=8)."""
+    stored: dict = {}
+    kafka = [k("t", p, 0, 10) for p in range(4)]
+    advanced = drain(stored, kafka, max_records_per_run=2)
+    assert len(advanced) == 20 and stored == {("t", p): 10 for p in range(4)}
+    for i in range(len(advanced) - 1):
+        assert advanced[i] | advanced[i + 1] == {0, 1, 2, 3}, (i, advanced)
+    after_8: dict = {}
+    for _ in range(8):
+        plan = plan_ranges(after_8, kafka, max_records_per_run=2)
+        after_8.update({u.range.tp: u.range.until_offset for u in plan.offset_updates})
+    assert after_8 == {("t", p): 4 for p in range(4)}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_backlogged_partition_advances_within_ceil_partitions_over_budget_runs(seed):
+    """Property, on random backlogs, caps and stored offsets (records keep arriving): a
+    partition with a backlog advances within ceil(partitions / budget) runs."""
+    import random
+
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 9)
+    budget = rnd.randint(1, n + 2)
+    per_partition = rnd.choice([0, 0, 1, 3])
+    latest = [rnd.randint(0, 30) for _ in range(n)]
+    stored = {("t", p): rnd.randint(0, latest[p]) for p in range(n) if rnd.random() < 0.8}
+    bound = -(-n // budget)
+    waiting: dict[int, int] = {}  # partition -> runs it has had a backlog without advancing
+    for _ in range(200):
+        if rnd.random() < 0.3:  # new records arrive
+            latest[rnd.randrange(n)] += rnd.randint(1, 5)
+        kafka = [k("t", p, 0, latest[p]) for p in range(n)]
+        plan = plan_ranges(stored, kafka, max_records_per_run=budget,
+                           max_records_per_partition=per_partition)
+        moved = {r.partition for r in plan.ranges}
+        for p in range(n):
+            backlog = latest[p] > stored.get(("t", p), 0)
+            waiting[p] = 0 if (p in moved or not backlog) else waiting.get(p, 0) + 1
+            assert waiting[p] < bound, (p, waiting, n, budget)
+        stored.update({u.range.tp: u.range.until_offset for u in plan.offset_updates})
+
+
+def test_the_plan_is_the_same_for_the_same_stored_offsets():
+    """The rotation derives from the stored state: a dry run shows the run that follows."""
+    kafka = [k("t", p, 0, 10) for p in range(4)]
+    stored = {("t", 0): 3, ("t", 1): 2, ("t", 2): 2, ("t", 3): 2}
+    assert plan_ranges(stored, kafka, max_records_per_run=2) == \
+        plan_ranges(dict(stored), kafka, max_records_per_run=2)
+
+
 def test_nothing_new_is_an_empty_plan():
     plan = plan_ranges({("t", 0): 9, ("t", 1): 0}, [k("t", 0, 0, 9), k("t", 1, 0, 0)])
     assert plan.is_empty and plan.ranges == []
