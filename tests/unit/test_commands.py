@@ -192,6 +192,26 @@ def test_plan_offset_changes_marks_new_rows_and_forgotten_partitions():
     assert not same[0].changes
 
 
+def test_an_aggregate_refuses_only_moves_that_re_read_counted_records():
+    """Counted: below the stored offset. Re-read: still in Kafka and at or after the new
+    offset. A move forward, or to the new end of a log truncated below the stored offset,
+    re-reads nothing."""
+    def change(old, new, earliest=0, latest=10):
+        return offsets.OffsetChange("t", 0, old, new, earliest, latest)
+
+    assert offsets.recounted(change(10, 0)) == (0, 10)  # a real rewind
+    assert offsets.recounted(change(10, 7)) == (7, 10)
+    assert offsets.recounted(change(10, 10)) is None
+    assert offsets.recounted(change(4, 10)) is None  # forward
+    # The log was truncated from 15 to 10: its end re-reads nothing, its start everything.
+    assert offsets.recounted(change(15, 10)) is None
+    assert offsets.recounted(change(15, 0)) == (0, 10)
+    # Retention deleted [0, 6): only what is left can be counted twice.
+    assert offsets.recounted(change(10, 0, earliest=6)) == (6, 10)
+    assert offsets.recounted(change(None, 0)) is None  # never read: nothing counted
+    assert offsets.recounted(offsets.OffsetChange("t", 7, 3, None)) is None  # forgotten
+
+
 def test_select_partitions():
     kafka = [("t", 0), ("t", 1), ("u", 0)]
     assert select_partitions("t", kafka, None) == ([0, 1], [])

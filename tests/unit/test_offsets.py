@@ -7,9 +7,11 @@ from pipeline.offsets import (
     OffsetRange,
     PartitionOffsets,
     check_topic_ids,
+    chunk_ranges,
     plan_backfill,
     plan_ranges,
     share_budget,
+    subtract_ranges,
 )
 
 
@@ -268,3 +270,55 @@ def test_the_one_dict_shape_of_a_range():
     assert r.as_dict(count=False) == {"topic": "t", "partition": 2, "from": 10, "until": 25}
     [planned] = plan_ranges({("t", 2): 10}, [k("t", 2, 0, 25)]).partitions
     assert planned.as_dict() == {**r.as_dict(), "stored": 10}
+
+
+# ---- backfill chunks ------------------------------------------------------------------------
+
+def test_a_backfill_without_caps_is_one_chunk():
+    ranges = [OffsetRange("t", 0, 0, 10**9), OffsetRange("t", 1, 5, 6)]
+    assert chunk_ranges(ranges) == [ranges]
+    assert chunk_ranges([]) == [] and chunk_ranges([OffsetRange("t", 0, 3, 3)]) == []
+
+
+def test_backfill_chunks_keep_the_caps_of_a_run():
+    ranges = [OffsetRange("t", 0, 100, 130), OffsetRange("t", 1, 0, 5)]
+    chunks = chunk_ranges(ranges, max_records_per_partition=10, max_records_per_run=12)
+    # Max-min fair like a run: the small range is read whole, the big one gets the rest.
+    assert chunks == [[OffsetRange("t", 0, 100, 107), OffsetRange("t", 1, 0, 5)],
+                      [OffsetRange("t", 0, 107, 117)], [OffsetRange("t", 0, 117, 127)],
+                      [OffsetRange("t", 0, 127, 130)]]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_backfill_chunks_cover_every_offset_once_in_order_within_the_caps(seed):
+    import random
+
+    rnd = random.Random(seed)
+    ranges = [OffsetRange(t, p, a, a + rnd.randint(0, 60)) for t in ("a", "b")
+              for p in range(rnd.randint(1, 4)) for a in [rnd.randint(0, 100)]]
+    per_partition, per_run = rnd.choice([0, 1, 7, 50]), rnd.choice([0, 1, 3, 20, 1000])
+    chunks = chunk_ranges(ranges, max_records_per_partition=per_partition,
+                          max_records_per_run=per_run)
+    seen: dict = {}
+    for chunk in chunks:
+        assert chunk and all(r.count > 0 for r in chunk)
+        assert not per_run or sum(r.count for r in chunk) <= per_run
+        assert not per_partition or all(r.count <= per_partition for r in chunk)
+        for r in chunk:
+            assert seen.setdefault(r.tp, [r.from_offset])[-1] == r.from_offset  # contiguous
+            seen[r.tp].append(r.until_offset)
+    assert {tp: (v[0], v[-1]) for tp, v in seen.items()} == {
+        r.tp: (r.from_offset, r.until_offset) for r in ranges if r.count}
+    total = sum(r.count for r in ranges)
+    if per_run and not per_partition:
+        assert len(chunks) == -(-total // per_run)  # every chunk but the last is full
+
+
+def test_what_an_interrupted_backfill_has_left():
+    ranges = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 50)]
+    done = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 10), OffsetRange("t", 0, 10, 20),
+            OffsetRange("t", 0, 40, 50), OffsetRange("u", 0, 0, 100)]
+    assert subtract_ranges(ranges, done) == [
+        OffsetRange("t", 0, 20, 40), OffsetRange("t", 0, 50, 100), OffsetRange("t", 1, 10, 50)]
+    assert subtract_ranges(ranges, []) == ranges
+    assert subtract_ranges(ranges, ranges) == []
