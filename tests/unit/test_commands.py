@@ -42,6 +42,19 @@ def test_backfill_time_args_resolve_to_utc_milliseconds():
         from_ms=ms(2026, 1, 31, 12), to_ms=ms(2026, 1, 31, 13))
 
 
+def test_a_rerun_of_the_same_backfill_command_has_the_same_resume_key():
+    a = parse("backfill", "--topic", "t", "--partition", "2", "--partition", "0",
+              "--from-offset", "5", "--to-offset", "9")
+    b = parse("backfill", "--topic", "t", "--partition", "0", "--partition", "2",
+              "--from-offset", "5", "--to-offset", "9", "--restart")
+    key = backfill.resume_key(a.topic, a.partition, backfill.backfill_bounds(a))
+    assert key == backfill.resume_key(b.topic, b.partition, backfill.backfill_bounds(b))
+    assert key == {"topic": "t", "partitions": [0, 2], "from_offset": 5, "to_offset": 9}
+    assert (a.restart, b.restart, a.dry_run) == (False, True, False)
+    every = parse("backfill", "--topic", "t", "--from-offset", "5", "--to-offset", "9")
+    assert backfill.resume_key("t", None, backfill.backfill_bounds(every))["partitions"] == "all"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--from-offset", "1"], "needs a range"),
     (["--from-offset", "1", "--to-offset", "3", "--from-time", "2026-01-01"], "not both"),
