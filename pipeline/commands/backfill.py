@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.commands.args import OFFSET, PARTITION, add_command, parse_time_ms
-from pipeline.commands.output import print_json
+from pipeline.commands.output import print_json, render_table
 from pipeline.commands.partitions import require_topic, select_partitions
 from pipeline.commands.run import print_summary
 from pipeline.config import Settings
@@ -98,15 +99,59 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     log.info("%s of %s (stored offsets will not move)", kind, describe(ranges))
     with StopSignals() as signals:
         result = run_backfill(settings, ranges, reprocess=args.reprocess, signals=signals,
-                              requested=bounds.as_dict())
+                              requested=bounds.as_dict(),
+                              resume_key=resume_key(args.topic, args.partition, bounds),
+                              restart=args.restart, dry_run=args.dry_run)
     if args.json:
         print_json(result.as_dict())
+    elif args.dry_run:
+        print_backfill_plan(result, settings)
     else:
         print_summary(result)
+        for c in result.chunks:
+            print(f"  chunk {c['chunk']}/{c['of']}: run {c['run_id']}, {c['records_read']} "
+                  f"records, {c['rows_written']} rows written, {c['dead_letters']} dead "
+                  f"letters ({_ranges_text(c['ranges'])})")
+        if result.resumed:
+            print(f"resumed: chunks 1-{result.resumed} were committed by an earlier, "
+                  "interrupted invocation of this backfill")
         if not ranges:
             print("the requested range holds no offsets: nothing read")
         print("stored offsets unchanged")
     return EXIT_OK
+
+
+def resume_key(topic: str, partitions: Sequence[int] | None, bounds: BackfillBounds) -> dict:
+    """What makes a rerun "the same backfill" (it resumes an interrupted one): the topic,
+    the partitions chosen and the bounds as asked (a time range is not re-resolved: the
+    rerun finishes the ranges the first invocation resolved)."""
+    return {"topic": topic, "partitions": sorted(set(partitions)) if partitions else "all",
+            **bounds.as_dict()}
+
+
+def _ranges_text(ranges: Sequence[dict]) -> str:
+    return ", ".join(f"{r['topic']}[{r['partition']}] [{r['from']}, {r['until']})"
+                     for r in ranges) or "nothing"
+
+
+def print_backfill_plan(result, settings: Settings, out=None) -> None:
+    """A dry run: the chunks (one transaction each) with their ranges and offsets."""
+    out = out or sys.stdout
+    rows = [[c["chunk"], r["topic"], r["partition"], r["from"], r["until"], r["offsets"]]
+            for c in result.chunks for r in c["ranges"]]
+    print(render_table(["chunk", "topic", "partition", "from", "until", "offsets"], rows),
+          file=out)
+    total = sum(c["offsets"] for c in result.chunks)
+    k = settings.kafka
+    caps = (f"kafka.max_records_per_partition = {k.max_records_per_partition or 'no cap'}, "
+            f"kafka.max_records_per_run = {k.max_records_per_run or 'no cap'}")
+    print(f"{result.kind}: {total} offsets in {len(result.chunks)} transactions ({caps}); "
+          "records may be fewer than offsets (transaction markers, compaction)", file=out)
+    if result.resumed:
+        print(f"resuming: chunks 1-{result.resumed} of {result.resumed + len(result.chunks)} "
+              "were committed by an earlier, interrupted invocation (--restart starts over)",
+              file=out)
+    print("dry run: nothing read, nothing written", file=out)
 
 
 BACKFILL_HELP = """\
@@ -118,6 +163,13 @@ filtered out by a changed transform) are removed, all in one transaction. The st
 offsets do NOT move: the next scheduled run continues where it would have. The run is
 recorded in pipeline_runs as kind 'backfill' (or 'reprocess') with its ranges.
 
+A long range runs as a sequence of bounded transactions with the caps of a scheduled run
+(kafka.max_records_per_partition, kafka.max_records_per_run): one run row per chunk, each
+chunk committed on its own, progress logged as 'chunk i/n'. If the command is killed or
+stopped, what committed stays; rerunning the same command resumes with the first chunk
+that did not commit (--restart starts over). --dry-run prints the chunks and changes
+nothing.
+
 The range is [from, to): --to-offset is exclusive, like the stored offsets. Times are
 resolved per partition with Kafka's offsets-for-times (the first offset whose timestamp
 is >= the time); a time without a zone is UTC. A range outside what Kafka holds is refused
@@ -128,6 +180,9 @@ examples:
   # re-read offsets 1000..1999 of partition 0 (rows already present are kept)
   pipeline backfill --config conf/local.toml --topic demo_orders --partition 0 \\
       --from-offset 1000 --to-offset 2000
+  # what a long backfill will do: its chunks, offsets and transactions
+  pipeline backfill --config conf/local.toml --topic demo_orders --dry-run \\
+      --from-time 2026-01-01T00:00:00Z --to-time 2026-02-01T00:00:00Z
   # rewrite one hour of every partition after fixing a transform
   pipeline backfill --config conf/local.toml --topic demo_orders --reprocess \\
       --from-time 2026-01-31T12:00:00Z --to-time 2026-01-31T13:00:00Z
@@ -153,5 +208,11 @@ def register(sub) -> None:
                     help="replace what the range held: rewrite its rows and dead letters and "
                          "remove those this run no longer produces (default: keep existing "
                          "rows, add missing)")
+    bf.add_argument("--dry-run", action="store_true",
+                    help="print the plan (chunks, ranges, offsets, transactions) and change "
+                         "nothing: no lock, no Spark")
+    bf.add_argument("--restart", action="store_true",
+                    help="start over even if an earlier invocation of the same backfill was "
+                         "interrupted (default: resume with what it did not commit)")
     bf.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     bf.set_defaults(handler=cmd_backfill)

@@ -91,6 +91,19 @@ def plan_offset_changes(stored: Mapping[TopicPartition, int], kafka: Iterable[Pa
     return sorted(changes, key=lambda c: (c.topic, c.partition))
 
 
+def recounted(c: OffsetChange) -> tuple[int, int] | None:
+    """The offsets ``[from, until)`` an aggregate would count a second time after this
+    move, or None. Counted are the offsets below the stored one; read again are those at
+    or after the new one that Kafka still holds. So moving forward re-reads nothing, and
+    neither does moving to the new end of a log truncated below the stored offset
+    (``--to latest``: the records counted past it are gone, later ones are new)."""
+    if c.old is None or c.new is None:
+        return None
+    start = max(c.new, c.earliest if c.earliest is not None else c.new)
+    until = min(c.old, c.latest if c.latest is not None else c.old)
+    return (start, until) if start < until else None
+
+
 def change_table(changes: Sequence[OffsetChange]) -> str:
     def delta(c: OffsetChange) -> str:
         if c.new is None:
@@ -183,15 +196,15 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
             if args.json:
                 print_json({"run_id": None, "changes": []})
             return EXIT_OK
-        rewound = [c for c in effective if c.old is not None and c.new is not None
-                   and c.new < c.old]
+        rewound = [(c, span) for c in effective if (span := recounted(c))]
         if settings.sink.mode == "aggregate" and rewound and not old_ids \
                 and store.results_hold_rows():
             from pipeline.job import aggregate_refuses
 
-            c = rewound[0]
+            c, (start, until) = rewound[0]
             raise ConfigError(aggregate_refuses(
-                settings, f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new}"))
+                settings, f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new} "
+                          f"(re-reads offsets [{start}, {until}))"))
         if not confirm(f"change {len(effective)} stored offsets of pipeline "
                        f"'{settings.name}'?", args.yes):
             print("cancelled: nothing changed", file=out)

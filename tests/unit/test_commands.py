@@ -42,6 +42,19 @@ def test_backfill_time_args_resolve_to_utc_milliseconds():
         from_ms=ms(2026, 1, 31, 12), to_ms=ms(2026, 1, 31, 13))
 
 
+def test_a_rerun_of_the_same_backfill_command_has_the_same_resume_key():
+    a = parse("backfill", "--topic", "t", "--partition", "2", "--partition", "0",
+              "--from-offset", "5", "--to-offset", "9")
+    b = parse("backfill", "--topic", "t", "--partition", "0", "--partition", "2",
+              "--from-offset", "5", "--to-offset", "9", "--restart")
+    key = backfill.resume_key(a.topic, a.partition, backfill.backfill_bounds(a))
+    assert key == backfill.resume_key(b.topic, b.partition, backfill.backfill_bounds(b))
+    assert key == {"topic": "t", "partitions": [0, 2], "from_offset": 5, "to_offset": 9}
+    assert (a.restart, b.restart, a.dry_run) == (False, True, False)
+    every = parse("backfill", "--topic", "t", "--from-offset", "5", "--to-offset", "9")
+    assert backfill.resume_key("t", None, backfill.backfill_bounds(every))["partitions"] == "all"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--from-offset", "1"], "needs a range"),
     (["--from-offset", "1", "--to-offset", "3", "--from-time", "2026-01-01"], "not both"),
@@ -190,6 +203,26 @@ def test_plan_offset_changes_marks_new_rows_and_forgotten_partitions():
     assert "rewind 50" in table and "new row" in table and "forget" in table
     same = offsets.plan_offset_changes({("t", 0): 200}, [K0], offsets.parse_target("latest"))
     assert not same[0].changes
+
+
+def test_an_aggregate_refuses_only_moves_that_re_read_counted_records():
+    """Counted: below the stored offset. Re-read: still in Kafka and at or after the new
+    offset. A move forward, or to the new end of a log truncated below the stored offset,
+    re-reads nothing."""
+    def change(old, new, earliest=0, latest=10):
+        return offsets.OffsetChange("t", 0, old, new, earliest, latest)
+
+    assert offsets.recounted(change(10, 0)) == (0, 10)  # a real rewind
+    assert offsets.recounted(change(10, 7)) == (7, 10)
+    assert offsets.recounted(change(10, 10)) is None
+    assert offsets.recounted(change(4, 10)) is None  # forward
+    # The log was truncated from 15 to 10: its end re-reads nothing, its start everything.
+    assert offsets.recounted(change(15, 10)) is None
+    assert offsets.recounted(change(15, 0)) == (0, 10)
+    # Retention deleted [0, 6): only what is left can be counted twice.
+    assert offsets.recounted(change(10, 0, earliest=6)) == (6, 10)
+    assert offsets.recounted(change(None, 0)) is None  # never read: nothing counted
+    assert offsets.recounted(offsets.OffsetChange("t", 7, 3, None)) is None  # forgotten
 
 
 def test_select_partitions():

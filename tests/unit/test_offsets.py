@@ -7,9 +7,11 @@ from pipeline.offsets import (
     OffsetRange,
     PartitionOffsets,
     check_topic_ids,
+    chunk_ranges,
     plan_backfill,
     plan_ranges,
     share_budget,
+    subtract_ranges,
 )
 
 
@@ -92,6 +94,68 @@ def test_a_backlog_is_drained_exactly_by_successive_capped_plans():
     for p, n in enumerate([700, 5, 300]):
         assert read[p][0][0] == 0 and read[p][-1][1] == n
         assert all(a[1] == b[0] for a, b in zip(read[p], read[p][1:], strict=False))
+
+
+def drain(stored: dict, kafka, **caps) -> list[set[int]]:
+    """Plan and 'commit' successive runs purely; per run, the partitions that advanced."""
+    advanced = []
+    while not (plan := plan_ranges(stored, kafka, **caps)).is_empty:
+        assert len(advanced) < 1000
+        advanced.append({r.partition for r in plan.ranges})
+        stored.update({u.range.tp: u.range.until_offset for u in plan.offset_updates})
+    return advanced
+
+
+def test_a_run_cap_below_the_backlogged_partitions_starves_none_of_them():
+    """4 partitions x 10 records, 2 records a run: every partition advances within
+    ceil(4 / 2) = 2 runs, and after 8 runs every partition holds 4 (not 0=8, 1=8)."""
+    stored: dict = {}
+    kafka = [k("t", p, 0, 10) for p in range(4)]
+    advanced = drain(stored, kafka, max_records_per_run=2)
+    assert len(advanced) == 20 and stored == {("t", p): 10 for p in range(4)}
+    for i in range(len(advanced) - 1):
+        assert advanced[i] | advanced[i + 1] == {0, 1, 2, 3}, (i, advanced)
+    after_8: dict = {}
+    for _ in range(8):
+        plan = plan_ranges(after_8, kafka, max_records_per_run=2)
+        after_8.update({u.range.tp: u.range.until_offset for u in plan.offset_updates})
+    assert after_8 == {("t", p): 4 for p in range(4)}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_backlogged_partition_advances_within_ceil_partitions_over_budget_runs(seed):
+    """Property, on random backlogs, caps and stored offsets (records keep arriving): a
+    partition with a backlog advances within ceil(partitions / budget) runs."""
+    import random
+
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 9)
+    budget = rnd.randint(1, n + 2)
+    per_partition = rnd.choice([0, 0, 1, 3])
+    latest = [rnd.randint(0, 30) for _ in range(n)]
+    stored = {("t", p): rnd.randint(0, latest[p]) for p in range(n) if rnd.random() < 0.8}
+    bound = -(-n // budget)
+    waiting: dict[int, int] = {}  # partition -> runs it has had a backlog without advancing
+    for _ in range(200):
+        if rnd.random() < 0.3:  # new records arrive
+            latest[rnd.randrange(n)] += rnd.randint(1, 5)
+        kafka = [k("t", p, 0, latest[p]) for p in range(n)]
+        plan = plan_ranges(stored, kafka, max_records_per_run=budget,
+                           max_records_per_partition=per_partition)
+        moved = {r.partition for r in plan.ranges}
+        for p in range(n):
+            backlog = latest[p] > stored.get(("t", p), 0)
+            waiting[p] = 0 if (p in moved or not backlog) else waiting.get(p, 0) + 1
+            assert waiting[p] < bound, (p, waiting, n, budget)
+        stored.update({u.range.tp: u.range.until_offset for u in plan.offset_updates})
+
+
+def test_the_plan_is_the_same_for_the_same_stored_offsets():
+    """The rotation derives from the stored state: a dry run shows the run that follows."""
+    kafka = [k("t", p, 0, 10) for p in range(4)]
+    stored = {("t", 0): 3, ("t", 1): 2, ("t", 2): 2, ("t", 3): 2}
+    assert plan_ranges(stored, kafka, max_records_per_run=2) == \
+        plan_ranges(dict(stored), kafka, max_records_per_run=2)
 
 
 def test_nothing_new_is_an_empty_plan():
@@ -206,3 +270,55 @@ def test_the_one_dict_shape_of_a_range():
     assert r.as_dict(count=False) == {"topic": "t", "partition": 2, "from": 10, "until": 25}
     [planned] = plan_ranges({("t", 2): 10}, [k("t", 2, 0, 25)]).partitions
     assert planned.as_dict() == {**r.as_dict(), "stored": 10}
+
+
+# ---- backfill chunks ------------------------------------------------------------------------
+
+def test_a_backfill_without_caps_is_one_chunk():
+    ranges = [OffsetRange("t", 0, 0, 10**9), OffsetRange("t", 1, 5, 6)]
+    assert chunk_ranges(ranges) == [ranges]
+    assert chunk_ranges([]) == [] and chunk_ranges([OffsetRange("t", 0, 3, 3)]) == []
+
+
+def test_backfill_chunks_keep_the_caps_of_a_run():
+    ranges = [OffsetRange("t", 0, 100, 130), OffsetRange("t", 1, 0, 5)]
+    chunks = chunk_ranges(ranges, max_records_per_partition=10, max_records_per_run=12)
+    # Max-min fair like a run: the small range is read whole, the big one gets the rest.
+    assert chunks == [[OffsetRange("t", 0, 100, 107), OffsetRange("t", 1, 0, 5)],
+                      [OffsetRange("t", 0, 107, 117)], [OffsetRange("t", 0, 117, 127)],
+                      [OffsetRange("t", 0, 127, 130)]]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_backfill_chunks_cover_every_offset_once_in_order_within_the_caps(seed):
+    import random
+
+    rnd = random.Random(seed)
+    ranges = [OffsetRange(t, p, a, a + rnd.randint(0, 60)) for t in ("a", "b")
+              for p in range(rnd.randint(1, 4)) for a in [rnd.randint(0, 100)]]
+    per_partition, per_run = rnd.choice([0, 1, 7, 50]), rnd.choice([0, 1, 3, 20, 1000])
+    chunks = chunk_ranges(ranges, max_records_per_partition=per_partition,
+                          max_records_per_run=per_run)
+    seen: dict = {}
+    for chunk in chunks:
+        assert chunk and all(r.count > 0 for r in chunk)
+        assert not per_run or sum(r.count for r in chunk) <= per_run
+        assert not per_partition or all(r.count <= per_partition for r in chunk)
+        for r in chunk:
+            assert seen.setdefault(r.tp, [r.from_offset])[-1] == r.from_offset  # contiguous
+            seen[r.tp].append(r.until_offset)
+    assert {tp: (v[0], v[-1]) for tp, v in seen.items()} == {
+        r.tp: (r.from_offset, r.until_offset) for r in ranges if r.count}
+    total = sum(r.count for r in ranges)
+    if per_run and not per_partition:
+        assert len(chunks) == -(-total // per_run)  # every chunk but the last is full
+
+
+def test_what_an_interrupted_backfill_has_left():
+    ranges = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 50)]
+    done = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 10), OffsetRange("t", 0, 10, 20),
+            OffsetRange("t", 0, 40, 50), OffsetRange("u", 0, 0, 100)]
+    assert subtract_ranges(ranges, done) == [
+        OffsetRange("t", 0, 20, 40), OffsetRange("t", 0, 50, 100), OffsetRange("t", 1, 10, 50)]
+    assert subtract_ranges(ranges, []) == ranges
+    assert subtract_ranges(ranges, ranges) == []
