@@ -159,6 +159,7 @@ def raw_rows_binary(topic: str, partition: int, run_id: int, records,
     t = topic.encode()
     prefix = struct.pack(">hi", 8, len(t)) + t + struct.pack(">ii", 4, partition) + _pack_i(8)
     tail = _pack_iq(8, run_id)
+    first, end = PG_FIRST_MS, PG_END_MS
     rows = []
     append = rows.append
     for m in records:
@@ -173,7 +174,7 @@ def raw_rows_binary(topic: str, partition: int, run_id: int, records,
         else:
             hf = _EMPTY_HEADERS
         ms = m.timestamp()[1]
-        if not PG_FIRST_MS <= ms < PG_END_MS:  # Postgres's COPY would refuse the batch
+        if not first <= ms < end:  # Postgres's COPY would refuse the whole batch
             raise TimestampOutOfRange(ms)
         append(b"".join((
             prefix, _pack_q(m.offset()),
