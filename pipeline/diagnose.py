@@ -17,6 +17,11 @@ INVALID_UTF8 = "invalid_utf8"
 PARSE = "parse"  # from_json rejected the record: diagnosed below
 MISSING = "missing:"  # + column name
 NOT_A_STRING = "string:"  # + column name
+# json.loads raises RecursionError (not a ValueError) past ~1,000 levels; orjson and Spark's
+# Jackson refuse such a value too (limits 1,024 and 1,000).
+TOO_DEEP = ("malformed_json", "value nests arrays or objects deeper than the JSON parsers "
+                              "accept (about 1,000 levels)")
+UNEXPECTED = "unexpected_error"
 
 
 def json_kind(value: Any) -> str:
@@ -49,6 +54,8 @@ def diagnose(code: str, value: bytes | None, parsed_json: str | None,
         return "missing_field", f"required field '{code[len(MISSING):]}' is missing or null"
     try:
         raw = json.loads(value) if value is not None else None
+    except RecursionError:
+        return TOO_DEEP
     except ValueError:
         return "malformed_json", "value is not valid JSON"
     if code.startswith(NOT_A_STRING):
@@ -59,13 +66,23 @@ def diagnose(code: str, value: bytes | None, parsed_json: str | None,
         return "not_an_object", f"value is JSON {json_kind(raw)}, expected an object"
     try:
         parsed = json.loads(parsed_json) if parsed_json else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = {}
     for name, declared in columns:
         if declared != "string" and raw.get(name) is not None and parsed.get(name) is None:
             return "wrong_type", (f"field '{name}': expected {declared}, got "
                                   f"{json_kind(raw[name])}")
     return "malformed_json", "value does not match the declared columns"
+
+
+def unexpected(e: BaseException, doing: str) -> tuple[str, str]:
+    """(error_type, error_message) of a record whose handling raised what nothing expected
+    (a bug, a parser's limit, memory): the record is a dead letter naming the exception,
+    kept for inspection and replay, and the run goes on."""
+    what = str(e)
+    if len(what) > 500:
+        what = what[:500] + "..."
+    return UNEXPECTED, f"{doing} raised {type(e).__name__}: {what}"
 
 
 def copy_escape(text: str) -> str:

@@ -38,6 +38,9 @@ BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 BINARY_TRAILER = b"\xff\xff"
 _NULL_FIELD = b"\xff\xff\xff\xff"
 _PG_EPOCH_MS = 946_684_800_000  # 2000-01-01, where Postgres counts timestamps from
+# What timestamptz holds, in epoch ms: [4714-11-24 BC, 294277-01-01) UTC.
+PG_FIRST_MS = -210_866_803_200_000
+PG_END_MS = 9_224_318_016_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SPECIAL_DOUBLES = {"NaN": "NaN", "Infinity": "Infinity", "+Infinity": "Infinity",
                     "-Infinity": "-Infinity", "INF": "Infinity", "+INF": "Infinity",
@@ -63,6 +66,16 @@ def bytea(value: bytes | None) -> str:
     return NULL if value is None else "\\\\x" + value.hex()
 
 
+class TimestampOutOfRange(ValueError):
+    """A Kafka timestamp outside what Postgres's timestamptz holds: the record is a dead
+    letter ``timestamp_out_of_range`` (its timestamp NULL), not a COPY that fails forever."""
+
+    def __init__(self, millis: int):
+        super().__init__(f"Kafka timestamp {millis} ms is outside what Postgres can store "
+                         "(4714-11-24 BC to 294276-12-31 UTC); a producer that sent micro- or "
+                         "nanoseconds as milliseconds?")
+
+
 class _Millis:
     """Epoch milliseconds -> COPY text, cached: a producer's batch shares its timestamps."""
 
@@ -75,10 +88,37 @@ class _Millis:
             if len(self.cache) > 100_000:
                 self.cache.clear()
             seconds, ms = divmod(millis, 1000)
-            s = (f"{(_EPOCH + timedelta(seconds=seconds)):%Y-%m-%d %H:%M:%S}"
-                 f".{ms:03d}000+00")
+            try:
+                s = (f"{(_EPOCH + timedelta(seconds=seconds)):%Y-%m-%d %H:%M:%S}"
+                     f".{ms:03d}000+00")
+            except OverflowError:  # beyond datetime's years 1-9999
+                s = far_timestamp(millis)
             self.cache[millis] = s
         return s
+
+
+def far_timestamp(millis: int) -> str:
+    """Epoch ms -> COPY text for any instant Postgres holds, years past 9999 and BC
+    included (where Python's datetime stops); else TimestampOutOfRange. Integer arithmetic
+    on the proleptic Gregorian calendar (H. Hinnant's days -> civil date), as Postgres."""
+    if not PG_FIRST_MS <= millis < PG_END_MS:
+        raise TimestampOutOfRange(millis)
+    days, ms_of_day = divmod(millis, 86_400_000)
+    z = days + 719_468  # days since 0000-03-01
+    era, doe = divmod(z, 146_097)
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day, month = doy - (153 * mp + 2) // 5 + 1, mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (month <= 2)
+    seconds, ms = divmod(ms_of_day, 1000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    era_suffix = ""
+    if year <= 0:  # no year 0: 1 BC precedes 1 AD
+        year, era_suffix = 1 - year, " BC"
+    return (f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
+            f".{ms:03d}000+00{era_suffix}")
 
 
 kafka_timestamp = _Millis()
@@ -114,10 +154,12 @@ def raw_rows_binary(topic: str, partition: int, run_id: int, records,
                     unstorable: Callable) -> list[bytes]:
     """The raw sink's rows as COPY binary tuples (topic, partition, offset, key, value,
     headers, kafka_timestamp, run_id); a record Postgres cannot store goes to
-    ``unstorable(record, reason)`` instead."""
+    ``unstorable(record, reason)`` instead; a timestamp it cannot hold raises
+    TimestampOutOfRange (Encoder.encode then makes that record a dead letter)."""
     t = topic.encode()
     prefix = struct.pack(">hi", 8, len(t)) + t + struct.pack(">ii", 4, partition) + _pack_i(8)
     tail = _pack_iq(8, run_id)
+    first, end = PG_FIRST_MS, PG_END_MS
     rows = []
     append = rows.append
     for m in records:
@@ -131,11 +173,14 @@ def raw_rows_binary(topic: str, partition: int, run_id: int, records,
             hf = _pack_i(len(hj)) + hj
         else:
             hf = _EMPTY_HEADERS
+        ms = m.timestamp()[1]
+        if not first <= ms < end:  # Postgres's COPY would refuse the whole batch
+            raise TimestampOutOfRange(ms)
         append(b"".join((
             prefix, _pack_q(m.offset()),
             _NULL_FIELD if k is None else _pack_i(len(k)) + k,
             _NULL_FIELD if v is None else _pack_i(len(v)) + v,
-            hf, _pack_iq(8, (m.timestamp()[1] - _PG_EPOCH_MS) * 1000), tail)))
+            hf, _pack_iq(8, (ms - _PG_EPOCH_MS) * 1000), tail)))
     return rows
 
 
@@ -376,6 +421,7 @@ def encode_rows(records, head, tail, loads, ts, {', '.join(params + [''])}reject
 
 
 _NOT_JSON = object()
+JSON_WHITESPACE = " \t\n\r"  # what JSON ignores around a value (RFC 8259), and so do keys
 
 
 class BadTombstone(ValueError):
@@ -386,7 +432,9 @@ def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) 
     """The business key of an upsert sink's tombstone, from its Kafka key, as COPY text
     fields. ``columns``: (name, converter, declared type) of the key columns. The Kafka key
     is a JSON object holding them (``{"order_id": 42}``); for a one-column key also a bare
-    JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``)."""
+    JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``).
+    Whitespace around the key is insignificant in every form, as JSON has it around a
+    value: ``"42"\\n``, ``42\\n`` and ``42`` all name the row whose key is '42'."""
     if key is None:
         raise BadTombstone("has no Kafka key")
     try:
@@ -395,7 +443,7 @@ def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) 
         raise BadTombstone("has a Kafka key that is not UTF-8") from None
     try:
         doc = json.loads(as_text, parse_float=Decimal)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json allows
         doc = _NOT_JSON
     if type(doc) is not dict:
         single_string = len(columns) == 1 and columns[0][2] == "string"
@@ -403,7 +451,7 @@ def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) 
             names = ", ".join(n for n, _, _ in columns)
             raise BadTombstone(f"has a Kafka key that is not a JSON object with {names}")
         if single_string and type(doc) is not str:
-            doc = as_text  # 42 (or null, or any text) names the string key '42'
+            doc = as_text.strip(JSON_WHITESPACE)  # 42 (or null, or any text) names '42'
         doc = {columns[0][0]: doc}
     fields = []
     for name, convert, declared in columns:
@@ -452,8 +500,41 @@ class Encoder:
 
     def encode(self, topic: str, partition: int, records) -> Encoded:
         """(result rows, dead-letter lines, tombstones): rows are COPY binary tuples for
-        the raw sink (bytes), COPY text lines for the JSON sink; the rest is text."""
+        the raw sink (bytes), COPY text lines for the JSON sink; the rest is text.
+
+        No record can fail a batch: the batch is encoded at full speed and, only when that
+        raises (anything: RecursionError, OverflowError, MemoryError, a bug), again one
+        record at a time, where whatever one record raises makes it a dead letter naming
+        the exception. The good path pays nothing for the guard."""
         head = f"{text(topic)}\t{partition}\t"
+        try:
+            return self._encode(topic, partition, head, records)
+        except Exception:  # noqa: BLE001 - some record of the batch: found by _encode_each
+            return self._encode_each(topic, partition, head, records)
+
+    def _encode_each(self, topic: str, partition: int, head: str, records) -> Encoded:
+        """The per-record boundary: each record alone; any exception is its dead letter."""
+        rows: list = []
+        dead: list[str] = []
+        tombstones: list[str] = []
+        for m in records:
+            try:
+                one = self._encode(topic, partition, head, [m])
+            except Exception as e:  # noqa: BLE001 - whatever it is, it is this record's
+                dead.append(self.failed_line(head, m, e))
+                continue
+            rows += one.rows
+            dead += one.dead
+            tombstones += one.tombstones
+        return Encoded(rows, dead, tombstones)
+
+    def failed_line(self, head: str, m, e: Exception) -> str:
+        """The dead letter of a record whose encoding raised ``e``."""
+        if isinstance(e, TimestampOutOfRange):
+            return self.dead_line(head, m, "timestamp_out_of_range", str(e))
+        return self.dead_line(head, m, *d.unexpected(e, "encoding the record"))
+
+    def _encode(self, topic: str, partition: int, head: str, records) -> Encoded:
         dead: list[str] = []
         tombstones: list[str] = []
         if self.raw:
@@ -466,6 +547,9 @@ class Encoder:
         if self.surrogates_possible:
             rows = self._utf8_only(rows, records, head, dead)
         for m in rejected:
+            # A timestamp Postgres cannot hold raises here (the row encoder rejected it):
+            # encode() then makes the record a dead letter of that type.
+            timestamp = kafka_timestamp(m.timestamp()[1])
             value = m.value()
             if value is None and self.key:
                 try:
@@ -474,8 +558,7 @@ class Encoder:
                     dead.append(self.dead_line(head, m, "bad_tombstone", f"tombstone (null "
                                                f"value) {e}: it cannot name the row to delete"))
                 else:
-                    tombstones.append(f"{head}{m.offset()}\t"
-                                      f"{kafka_timestamp(m.timestamp()[1])}\t{fields}"
+                    tombstones.append(f"{head}{m.offset()}\t{timestamp}\t{fields}"
                                       f"\t{self.run_id}\tt\n")
                 continue
             try:
@@ -515,6 +598,8 @@ class Encoder:
         if doc is None:
             try:  # what orjson refuses but JSON allows (NaN) is explained, not accepted
                 doc = json.loads(value, parse_float=Decimal)
+            except RecursionError:
+                return d.TOO_DEEP
             except ValueError:
                 return d.diagnose(d.PARSE, value, None, self.declared)
         if type(doc) is not dict:
@@ -543,13 +628,17 @@ class Encoder:
         return "malformed_json", "value does not match the declared columns"
 
     def dead_line(self, head: str, m, error_type: str, message: str) -> str:
+        """A dead letter; whatever the record holds, this line can be written."""
         try:
             headers = headers_json(m.headers())
-        except Unstorable:
+        except Exception:  # noqa: BLE001 - a NUL in a key (jsonb refuses it), or anything
             # The header key cannot be stored as jsonb text: keep it escaped, as base64.
             headers = text(json.dumps([{"key_b64": base64.b64encode(k.encode()).decode(),
                                    "value_b64": None if v is None else
                                    base64.b64encode(v).decode()} for k, v in m.headers()]))
+        try:
+            timestamp = kafka_timestamp(m.timestamp()[1])
+        except TimestampOutOfRange:
+            timestamp = NULL  # the record's timestamp is in the message
         return (f"{head}{m.offset()}\t{bytea(m.key())}\t{bytea(m.value())}\t{headers}\t"
-                f"{kafka_timestamp(m.timestamp()[1])}\t{text(error_type)}\t"
-                f"{text(message)}\n")
+                f"{timestamp}\t{text(error_type)}\t{text(message)}\n")

@@ -74,7 +74,9 @@ def copy_field(F, col, pg_type: str):
         # \x + hex is bytea's input format; the backslash itself is escaped for COPY.
         value = F.concat(F.lit("\\\\x"), F.hex(col))
     elif base in ("timestamptz", "timestamp with time zone"):
-        value = F.date_format(col, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX")
+        # Past year 9999 Spark writes "+55840-..." (a Kafka timestamp in microseconds sent
+        # as milliseconds), which Postgres refuses; without the sign it reads it.
+        value = F.ltrim(F.date_format(col, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX"), F.lit("+"))
     elif base in ("text", "jsonb") or base.startswith("text"):
         value = escape_text(F, col)
     else:  # numbers, booleans, dates: their string form is already COPY-safe
@@ -177,8 +179,10 @@ def dead_head(F, dead_columns):
 
 
 def _dead_lines(group, pc, declared) -> list[str]:
-    """Bad records are rare: each is explained and finished in Python."""
-    from pipeline.diagnose import copy_escape, diagnose
+    """Bad records are rare: each is explained and finished in Python. Whatever explaining
+    one record raises, it still gets its dead letter, naming the exception (the record's
+    coordinates and bytes are in ``dead_head``, written by Spark)."""
+    from pipeline import diagnose as d
 
     heads = group.column("dead_head")
     if heads.null_count == len(heads):
@@ -189,8 +193,11 @@ def _dead_lines(group, pc, declared) -> list[str]:
                                          group.column("_parsed").to_pylist(), strict=True):
         if head is None:
             continue
-        error_type, message = diagnose(code, value, parsed, declared)
-        out.append(f"{head}\t{copy_escape(error_type)}\t{copy_escape(message)}\n")
+        try:
+            error_type, message = d.diagnose(code, value, parsed, declared)
+        except Exception as e:  # noqa: BLE001 - whatever it is, it is this record's
+            error_type, message = d.unexpected(e, "explaining the bad record")
+        out.append(f"{head}\t{d.copy_escape(error_type)}\t{d.copy_escape(message)}\n")
     return out
 
 

@@ -30,3 +30,55 @@ def test_a_rejected_parse_is_explained_by_an_untyped_look():
 
 def test_copy_escape_escapes_what_copy_text_format_unescapes():
     assert copy_escape("a\tb\nc\rd\\e") == "a\\tb\\nc\\rd\\\\e"
+
+
+DEEP = 3000  # beyond Python's recursion limit (1000) and Spark's Jackson nesting limit
+DEEP_FIELD = (b'{"order_id": 1, "customer": "c", "extra": ' + b"[" * DEEP + b"]" * DEEP
+              + b"}")
+DEEP_ARRAY = b"[" * DEEP + b"]" * DEEP
+
+
+def test_json_nested_3000_deep_is_explained_as_malformed_not_a_crash():
+    for value in (DEEP_FIELD, DEEP_ARRAY):
+        for code in ("parse", "string:customer"):
+            error_type, message = diagnose(code, value, None, COLUMNS)
+            assert error_type == "malformed_json" and "deeper" in message, (code, message)
+    assert diagnose("parse", b'{"order_id": "x"}', b"[" * DEEP, COLUMNS)[0] == "wrong_type"
+
+
+class Boom(Exception):
+    """Anything at all, raised where nobody expected it."""
+
+
+def dead_group(*values):
+    """What stage.blob_writer hands _dead_lines: one group of marked records."""
+    import pyarrow as pa
+
+    n = len(values)
+    return pa.RecordBatch.from_pydict({
+        "topic": ["t"] * n, "partition": [0] * n, "offset": list(range(n)),
+        "row_line": [None] * n, "dead_head": [f"t\t0\t{i}" for i in range(n)],
+        "error_code": ["parse"] * n, "bad_value": list(values), "_parsed": [None] * n})
+
+
+def test_any_exception_explaining_one_bad_record_makes_its_dead_letter_name_it(monkeypatch):
+    import pyarrow.compute as pc
+
+    import pipeline.diagnose
+    from pipeline.stage import _dead_lines
+
+    real = pipeline.diagnose.diagnose
+
+    def explodes(code, value, parsed, columns):
+        if value == b"boom":
+            raise Boom("diagnosis exploded")
+        return real(code, value, parsed, columns)
+
+    monkeypatch.setattr(pipeline.diagnose, "diagnose", explodes)
+
+    lines = _dead_lines(dead_group(b"[1]", b"boom", DEEP_ARRAY), pc, COLUMNS)
+
+    fields = [line.rstrip("\n").split("\t") for line in lines]
+    assert [f[:3] for f in fields] == [["t", "0", "0"], ["t", "0", "1"], ["t", "0", "2"]]
+    assert [f[3] for f in fields] == ["not_an_object", "unexpected_error", "malformed_json"]
+    assert "Boom: diagnosis exploded" in fields[1][4]

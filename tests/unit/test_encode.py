@@ -228,3 +228,159 @@ def stored(declared: str, field: str):
         scale = int(declared[:-1].split(",")[1])
         return Decimal(field).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
     return field
+
+
+# ---- no record can stop a run ------------------------------------------------------------
+DEEP = 3000  # beyond both parsers' nesting limits (orjson 1024, Python's recursion 1000)
+DEEP_FIELD = (b'{"order_id": 1, "customer": "c", "extra": ' + b"[" * DEEP + b"]" * DEEP
+              + b"}")
+DEEP_ARRAY = b"[" * DEEP + b"]" * DEEP
+WIDE = (("order_id", "long", True), ("customer", "string", True),
+        ("amount", "decimal(20,2)", False))  # parsed by the standard library's json
+
+
+def placed(encoded):
+    """{offset: "row" | "tombstone" | dead-letter type} of one encoded batch."""
+    rows, dead, tombstones = encoded
+    out = {}
+    for kind, lines in (("row", rows), ("tombstone", tombstones), (None, dead)):
+        for line in lines:
+            fields = (line.decode("latin-1") if isinstance(line, bytes) else line).split("\t")
+            offset = (struct.unpack(">q", binary_tuple(line)[2])[0] if isinstance(line, bytes)
+                      else int(fields[2]))
+            assert offset not in out, f"offset {offset} placed twice"
+            out[offset] = kind or fields[7]
+    return out
+
+
+@pytest.mark.parametrize("columns", [COLUMNS, WIDE], ids=["orjson", "stdlib-json"])
+def test_json_nested_3000_deep_is_a_malformed_json_dead_letter_not_a_crash(columns):
+    records = [Record(0, b'{"order_id": 0, "customer": "c"}'), Record(1, DEEP_FIELD),
+               Record(2, DEEP_ARRAY), Record(3, b'{"order_id": 3, "customer": "c"}')]
+
+    encoded = Encoder("json", columns, 1).encode("t", 0, records)
+
+    assert placed(encoded) == {0: "row", 1: "malformed_json", 2: "malformed_json", 3: "row"}
+    assert all("deeper" in line.split("\t")[8] for line in encoded.dead), encoded.dead
+
+
+def test_a_tombstone_key_nested_3000_deep_is_a_bad_tombstone():
+    columns = (("order_id", "long", True), ("customer", "string", False))
+    encoded = Encoder("json", columns, 1, ("order_id",)).encode(
+        "t", 0, [Record(0, None, DEEP_ARRAY), Record(1, None, b"1")])
+    assert placed(encoded) == {0: "bad_tombstone", 1: "tombstone"}
+
+
+class Boom(Exception):
+    """Anything at all, raised where nobody expected it."""
+
+
+def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_it(
+        monkeypatch):
+    import pipeline.encode as encode
+
+    real = encode._timestamp
+
+    def explodes(x):
+        if x == "boom":
+            raise Boom("converter exploded")
+        return real(x)
+
+    monkeypatch.setattr(encode, "_timestamp", explodes)
+    records = [Record(0, b'{"order_id": 0, "customer": "c", "placed_at": "2026-01-01"}'),
+               Record(1, b'{"order_id": 1, "customer": "c", "placed_at": "boom"}', k=b"k1"),
+               Record(2, b"{not json"),
+               Record(3, b'{"order_id": 3, "customer": "c"}')]
+
+    encoded = Encoder("json", COLUMNS, 1).encode("orders", 4, records)
+
+    assert placed(encoded) == {0: "row", 1: "unexpected_error", 2: "malformed_json", 3: "row"}
+    [boom] = [line.rstrip("\n").split("\t") for line in encoded.dead if "\t1\t" in line]
+    assert boom[:5] == ["orders", "4", "1", "\\\\x" + b"k1".hex(),
+                        "\\\\x" + records[1].v.hex()]  # coordinates and original bytes
+    assert "Boom: converter exploded" in boom[8]
+
+
+def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monkeypatch):
+    import pipeline.encode as encode
+
+    real_headers, real_key = encode.headers_plain, encode._integer(64)
+
+    def headers_explode(h):
+        if h[0][0] == "boom":
+            raise Boom("headers exploded")
+        return real_headers(h)
+
+    def key_explodes(x):
+        if x == 13:
+            raise Boom("key exploded")
+        return real_key(x)
+
+    monkeypatch.setattr(encode, "headers_plain", headers_explode)
+    raw = Encoder("raw", (), 1).encode("t", 0, [
+        Record(0, b"a", h=[("ok", b"1")]), Record(1, b"b", h=[("boom", b"1")]),
+        Record(2, b"c")])
+    assert placed(raw) == {0: "row", 1: "unexpected_error", 2: "row"}
+
+    monkeypatch.setattr(encode, "_integer", lambda bits: key_explodes)
+    upsert = Encoder("json", (("order_id", "long", True),), 1, ("order_id",)).encode(
+        "t", 0, [Record(0, None, b"12"), Record(1, None, b"13"), Record(2, b'{"order_id": 2}')])
+    assert placed(upsert) == {0: "tombstone", 1: "unexpected_error", 2: "row"}
+
+
+# ---- Kafka timestamps beyond what datetime (or Postgres) can hold --------------------------
+FAR = 1_700_000_000_000_000  # 1.7e15 ms: microseconds sent as milliseconds (year 55840)
+PG_END_MS = 9_224_318_016_000_000  # 294277-01-01 UTC: the first instant Postgres refuses
+PG_START_MS = -210_866_803_200_000  # 4714-11-24 BC, Postgres's first instant
+
+
+@pytest.mark.parametrize("millis, text_", [
+    (FAR, "55840-11-08 22:13:20.000000+00"),
+    (PG_END_MS - 1, "294276-12-31 23:59:59.999000+00"),
+    (253_402_300_800_000, "10000-01-01 00:00:00.000000+00"),  # datetime's end
+    (253_402_300_799_999, "9999-12-31 23:59:59.999000+00"),
+    (-62_135_596_800_001, "0001-12-31 23:59:59.999000+00 BC"),  # year 0 is 1 BC
+    (PG_START_MS, "4714-11-24 00:00:00.000000+00 BC"),
+])
+def test_kafka_timestamps_past_datetime_range_are_written_as_postgres_reads_them(millis,
+                                                                                  text_):
+    # Each text was checked against Postgres 16: SELECT '<text>'::timestamptz (its epoch
+    # equals millis / 1000).
+    assert kafka_timestamp(millis) == text_
+
+
+def test_a_far_kafka_timestamp_is_stored_and_one_postgres_cannot_hold_is_a_dead_letter():
+    good = b'{"order_id": 1, "customer": "c"}'
+    records = [Record(0, good, ts=FAR), Record(1, good, ts=PG_END_MS),
+               Record(2, good, ts=PG_START_MS - 1), Record(3, good)]
+    json_sink = Encoder("json", COLUMNS, 1).encode("t", 0, records)
+    raw_sink = Encoder("raw", (), 1).encode("t", 0, records)
+
+    for encoded in (json_sink, raw_sink):
+        assert placed(encoded) == {0: "row", 1: "timestamp_out_of_range",
+                                   2: "timestamp_out_of_range", 3: "row"}
+        # The dead letter keeps the record, its timestamp NULL (Postgres cannot hold it).
+        for line in encoded.dead:
+            fields = line.rstrip("\n").split("\t")
+            assert fields[6] == "\\N" and str(records[int(fields[2])].ts) in fields[8]
+    assert json_sink.rows[0].split("\t")[3] == "55840-11-08 22:13:20.000000+00"
+    assert struct.unpack(">q", binary_tuple(raw_sink.rows[0])[6])[0] == (
+        (FAR - 946_684_800_000) * 1000)
+
+
+# ---- tombstone keys: one normalisation with the row path ---------------------------------
+@pytest.mark.parametrize("kafka_key", [b"42", b"42\n", b" 42\r\n", b"\t42 ", b'"42"',
+                                       b' "42"\n', b'{"sku": "42"}', b'{"sku": "42"}\n'])
+def test_a_tombstone_names_the_row_its_key_value_was_written_with(kafka_key):
+    columns = (("sku", "string", True), ("qty", "long", False))
+    encoder = Encoder("json", columns, 1, ("sku",))
+    row_key = encoder.encode("t", 0, [Record(0, b'{"sku": "42", "qty": 1}')]).rows[0].split(
+        "\t")[4]
+    tombstone = encoder.encode("t", 0, [Record(1, None, kafka_key)]).tombstones
+    assert tombstone[0].split("\t")[4] == row_key == "42"
+
+
+def test_inner_whitespace_of_a_bare_string_key_is_kept():
+    encoder = Encoder("json", (("sku", "string", True),), 1, ("sku",))
+    [line] = encoder.encode("t", 0, [Record(1, None, b" A 17\t\n")]).tombstones
+    assert line.split("\t")[4] == "A 17"

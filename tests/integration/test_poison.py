@@ -1,0 +1,95 @@
+"""Poison records: no single record can stop a pipeline. Each record below used to fail every
+run (exit 1, nothing committed, the next run the same) and must now be a result row or a
+dead letter of a named type, exactly once, with the offsets at the end (issue 23). Through
+the real CLI on the real broker and Postgres, on the built-in path (json and raw sinks) and
+on the transform path (Spark's Kafka source and Spark SQL)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.helpers import (
+    BOOTSTRAP,
+    TEST_DB_URL,
+    create_topic,
+    init_cli,
+    query,
+    run_cli,
+    toml_config,
+    unique,
+)
+from tests.integration._reliability import end_offsets, kafka_records, stored
+
+DEEP = 3000  # json.loads: RecursionError (not a ValueError); orjson and Jackson refuse it
+FAR = 1_700_000_000_000_000  # ms: microseconds sent as milliseconds, year 55840
+
+
+def order(i: int) -> bytes:
+    return f'{{"order_id": {i}, "customer": "c{i}", "amount": 1.5}}'.encode()
+
+
+# offset -> (value, timestamp ms or None for the producer's clock, json sink outcome)
+POISON = [
+    (order(0), None, "row"),
+    (b'{"order_id": 1, "customer": "c1", "extra": ' + b"[" * DEEP + b"]" * DEEP + b"}", None,
+     "malformed_json"),  # a valid object; its unknown field nested 3,000 arrays deep
+    (order(2), None, "row"),
+    (b"[" * DEEP + b"]" * DEEP, None, "malformed_json"),  # a bare array 3,000 deep
+    (order(4), None, "row"),
+    (order(5), FAR, "row"),  # a good record whose Kafka timestamp is past year 9999
+    (order(6), None, "row"),
+]
+
+
+@pytest.fixture(scope="module")
+def poison_topic(stack):
+    """One partition, offsets in POISON's order. The broker accepts a timestamp this far
+    ahead only when the topic allows it (Kafka 4's default allows one hour)."""
+    topic = create_topic(unique("poison"), 1,
+                         **{"message.timestamp.after.max.ms": str(2**63 - 1)})
+    p = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True})
+    for i, (value, ts, _) in enumerate(POISON):
+        p.produce(topic, key=f"k{i}".encode(), value=value, partition=0,
+                  **({"timestamp": ts} if ts is not None else {}))
+        p.flush(30)  # one at a time: offsets in POISON's order
+    assert p.flush(30) == 0
+    assert end_offsets(topic, BOOTSTRAP) == {0: len(POISON)}
+    assert kafka_records(topic, BOOTSTRAP)[(0, 5)][3] == FAR  # the broker kept it
+    return topic
+
+
+@pytest.mark.parametrize("fmt, transform", [
+    ("json", None), ("raw", None), ("json", "tests.integration.transforms.orders:identity"),
+    ("raw", "tests.integration.transforms.orders:identity"),
+], ids=["json", "raw", "json-transform", "raw-transform"])
+def test_poison_records_become_rows_or_dead_letters_and_the_run_goes_on(poison_topic,
+                                                                        tmp_path, fmt,
+                                                                        transform):
+    name = unique(f"poison_{fmt}")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [poison_topic], fmt=fmt, extra_sink=(
+        f'transform = "{transform}"' if transform else "")))
+    init_cli(config)
+
+    r = run_cli("run", "--config", str(config))
+
+    assert r.returncode == 0, r.stderr[-3000:]
+    expected = {o: "row" if fmt == "raw" else outcome
+                for o, (_, _, outcome) in enumerate(POISON)}
+    rows = query(f'SELECT "offset" FROM {name}')
+    dead = query('SELECT "offset", error_type, error_message, value FROM '
+                 "pipeline_dead_letters WHERE pipeline = %s", (name,))
+    placed = [(o, "row") for (o,) in rows] + [(o, t) for o, t, _, _ in dead]
+    assert sorted(placed) == sorted(expected.items())  # each record once, as expected
+    for offset, _, message, value in dead:
+        assert value == POISON[offset][0] and "deeper" in message, (offset, message)
+    # The far timestamp is stored as Kafka has it (read as epoch ms: psycopg, like Python's
+    # datetime, cannot hold a year past 9999).
+    timestamps = dict(query(
+        f'SELECT "offset", (extract(epoch FROM kafka_timestamp) * 1000)::bigint FROM {name}'))
+    assert timestamps[5] == FAR
+    assert stored(name, TEST_DB_URL) == {0: len(POISON)}  # the offsets at the end
+    assert query("SELECT count(*) FROM pipeline_runs WHERE pipeline = %s AND status = "
+                 "'succeeded'", (name,)) == [(1,)]
+
