@@ -14,10 +14,45 @@ from pipeline.errors import ConfigError
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def spark_line(version: str) -> str:
+    """The Spark line of a pyspark version ("3.5.7" -> "3.5"): jars and venvs are per line."""
+    return ".".join(version.split(".")[:2])
+
+
+def connector_jar_name(version: str) -> str:
+    """The file name of the Kafka connector built for exactly this pyspark version (Scala 2.13
+    from Spark 4, 2.12 before: what each line's pyspark ships)."""
+    scala = "2.13" if int(version.split(".")[0]) >= 4 else "2.12"
+    return f"spark-sql-kafka-0-10_{scala}-{version}.jar"
+
+
+def default_jar_dir(version: str) -> Path:
+    """Where scripts/stack fetches the connector of this pyspark's line (.jars/spark-4.0,
+    .jars/spark-3.5; .jars/spark points at the default line's)."""
+    return ROOT / ".jars" / f"spark-{spark_line(version)}"
+
+
+def check_connector(jar_dir: str, jars: list[str], version: str) -> None:
+    """The connector in ``jar_dir`` is the one of this pyspark: another Spark line's (Scala
+    2.13 on 3.5) or another version fails much later inside Spark with a linkage error."""
+    names = [os.path.basename(j) for j in jars if "spark-sql-kafka" in os.path.basename(j)]
+    want = connector_jar_name(version)
+    if names and names != [want]:
+        raise ConfigError(
+            f"the Kafka connector in {jar_dir} ({', '.join(names)}) is not the one of this "
+            f"pyspark {version} ({want}): fetch this line's jars ('scripts/stack install' for "
+            "Spark 4.0, 'scripts/stack spark35' for 3.5) or point PIPELINE_JARS_DIR at a folder "
+            f"with {want}; nothing was read")
+
+
 def connector_jars() -> list[str]:
-    """The Kafka connector jars fetched by scripts/stack (PIPELINE_JARS_DIR overrides); only a
-    user transform reads Kafka through Spark's Kafka source and needs them."""
-    jar_dir = os.environ.get("PIPELINE_JARS_DIR") or str(ROOT / ".jars" / "spark")
+    """The Kafka connector jars of the running pyspark's line, fetched by scripts/stack
+    (PIPELINE_JARS_DIR overrides); only a user transform reads Kafka through Spark's Kafka
+    source and needs them."""
+    import pyspark
+
+    version = pyspark.__version__
+    jar_dir = os.environ.get("PIPELINE_JARS_DIR") or str(default_jar_dir(version))
     jars = sorted(glob.glob(os.path.join(jar_dir, "*.jar")))
     if not any("spark-sql-kafka" in j for j in jars):
         raise ConfigError(
@@ -26,17 +61,25 @@ def connector_jars() -> list[str]:
             f"\"{connector_coordinate()}\" (or spark-submit --packages), PIPELINE_JARS_DIR "
             "set to a folder of its jars (spark-submit --jars), or 'scripts/stack install' in "
             "a checkout; nothing was read")
+    check_connector(jar_dir, jars, version)
     return jars
 
 
 def connector_coordinate() -> str:
-    """The Maven coordinate of the Kafka connector matching this pyspark (Scala 2.13 from
-    Spark 4, 2.12 before)."""
+    """The Maven coordinate of the Kafka connector matching this pyspark."""
     import pyspark
 
-    version = pyspark.__version__
-    scala = "2.13" if int(version.split(".")[0]) >= 4 else "2.12"
-    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"
+    name = connector_jar_name(pyspark.__version__)
+    artifact, _, version = name.removesuffix(".jar").rpartition("-")
+    return f"org.apache.spark:{artifact}:{version}"
+
+
+def has_variant() -> bool:
+    """Spark SQL's VARIANT type and is_valid_utf8 (Spark 4): pipeline/transform.py checks that
+    a declared string is a JSON string with them; Spark 3.5 has neither."""
+    import pyspark
+
+    return int(pyspark.__version__.split(".")[0]) >= 4
 
 
 def _brings_connector(conf: dict[str, str]) -> bool:

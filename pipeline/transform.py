@@ -72,10 +72,13 @@ def _parse_json(base, sink: SinkSettings, F):
     a literal code: the generated code stays small (it is JIT-compiled in every fresh
     JVM), and the explanation of a bad record is left to diagnose.py."""
     from pipeline import diagnose as d
+    from pipeline.spark import has_variant
 
     # String columns are parsed as VARIANT: Spark would quietly turn a JSON number into a
-    # string, and a declared string must be a JSON string.
-    fields = [f"`{c.name}` {'variant' if c.type == 'string' else c.spark_type}"
+    # string, and a declared string must be a JSON string. Spark 3.5 has no VARIANT: there a
+    # JSON number or object in a string column lands as its JSON text (README, Spark lines).
+    variant = has_variant()
+    fields = [f"`{c.name}` {'variant' if c.type == 'string' and variant else c.spark_type}"
               for c in sink.columns]
     parsed = base.withColumn("_s", F.col("value").cast("string")).select(
         "*",
@@ -87,26 +90,28 @@ def _parse_json(base, sink: SinkSettings, F):
         return F.col(f"_p.`{c.name}`")
 
     def absent(c):
-        if c.type == "string":
+        if c.type == "string" and variant:
             return field(c).isNull() | F.expr(f"is_variant_null(_p.`{c.name}`)")
         return field(c).isNull()
 
     checks = [
         (F.col("value").isNull(), d.NULL_VALUE),
-        (~F.expr("is_valid_utf8(_s)"), d.INVALID_UTF8),
+        # is_valid_utf8 is new in Spark 4; before, a decode that replaced bytes.
+        (~F.expr("is_valid_utf8(_s)") if variant
+         else F.encode("_s", "UTF-8") != F.col("value"), d.INVALID_UTF8),
         (F.col("_p").isNull() | F.col("_p._corrupt").isNotNull(), d.PARSE),
     ]
     for c in sink.columns:
         if c.required:
             checks.append((absent(c), d.MISSING + c.name))
-        if c.type == "string":
+        if c.type == "string" and variant:
             checks.append((~absent(c) & (F.lower(F.expr(f"schema_of_variant(_p.`{c.name}`)"))
                                          != F.lit("string")), d.NOT_A_STRING + c.name))
     code = F.lit(None).cast("string")
     for cond, value in reversed(checks):
         code = F.when(cond, F.lit(value)).otherwise(code)
-    values = [F.expr(f"variant_get(_p.`{c.name}`, '$', 'string')") if c.type == "string"
-              else field(c) for c in sink.columns]
+    values = [F.expr(f"variant_get(_p.`{c.name}`, '$', 'string')")
+              if c.type == "string" and variant else field(c) for c in sink.columns]
     marked = parsed.select(
         "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
         *[value.alias(c.name) for value, c in zip(values, sink.columns, strict=True)],

@@ -13,6 +13,12 @@ from tests.helpers import ROOT, TEST_DB_URL
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "spark_line: also run on the second Spark line (3.5): scripts/test runs "
+        "these again with .venv-spark35 after the whole suite on the default line")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if any(f"/{d}/" in str(item.fspath) for d in ("integration", "airflow", "security")):
@@ -34,3 +40,13 @@ def spark(stack):
     session = get_spark("local[2]")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_line_version() -> str:
+    """The pyspark version this pass must run on: scripts/test says which line it started
+    (PIPELINE_TEST_SPARK_VERSION, the line's pin); plain pytest means the default line."""
+    if os.environ.get("PIPELINE_TEST_SPARK_VERSION"):
+        return os.environ["PIPELINE_TEST_SPARK_VERSION"]
+    pins = (ROOT / "constraints" / "spark-4.0.txt").read_text().splitlines()
+    return next(line.split("==")[1] for line in pins if line.startswith("pyspark=="))

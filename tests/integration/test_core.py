@@ -19,6 +19,7 @@ from pipeline.errors import ConflictError, DataError
 from pipeline.job import Timer, execute_ranges, run_ingest
 from pipeline.kafka_meta import KafkaMeta
 from pipeline.offsets import plan_ranges
+from pipeline.spark import connector_jars
 from pipeline.stage import staging_table
 from pipeline.store import Store
 from tests.helpers import (
@@ -56,7 +57,7 @@ def cli_pipeline(tmp_path, prefix: str, records: int, partitions: int = 2) -> tu
 def spark_submit(config: str, *args: str, master: str = "local[2]") -> tuple[list, dict]:
     """The spark-submit command line and environment for pipeline/submit.py."""
     venv_bin = os.path.dirname(sys.executable)
-    jars = ",".join(str(p) for p in sorted((ROOT / ".jars" / "spark").glob("*.jar")))
+    jars = ",".join(connector_jars())  # of this pyspark's line (.jars/spark-<line>)
     command = [os.path.join(venv_bin, "spark-submit"), "--master", master, "--jars", jars,
                "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
                str(ROOT / "pipeline" / "submit.py"), "run", "--config", config, *args]
@@ -73,6 +74,7 @@ def expected_keys(topics):
     return sorted(keys)
 
 
+@pytest.mark.spark_line
 def test_two_topics_several_partitions_then_only_new_records(spark):
     a, b = create_topic(unique("ta"), 3), create_topic(unique("tb"), 2)
     produce_orders(a, range(0, 90))
@@ -269,6 +271,7 @@ def test_aborted_transactions_never_land_and_offsets_pass_the_markers(spark):
     assert run_ingest(s).status == "noop"
 
 
+@pytest.mark.spark_line
 def test_user_transform_hook_changes_rows(spark):
     topic = create_topic(unique("tr"), 1)
     produce_orders(topic, range(1, 21))
@@ -363,6 +366,7 @@ def test_a_value_spark_or_its_kafka_client_refuses_is_exit_2_naming_the_key(
     assert query(f"SELECT count(*) FROM {name}") == [(0,)]
 
 
+@pytest.mark.spark_line
 def test_spark_submit_runs_the_same_job(stack, tmp_path):
     topic, name, config = cli_pipeline(tmp_path, "submit", 40)
     command, env = spark_submit(config, "--json")

@@ -131,6 +131,7 @@ def test_sigkill_at_each_point_then_rerun_loses_and_duplicates_nothing(spark, tm
 
 
 # ---- 3. SIGTERM ----------------------------------------------------------------------------------
+@pytest.mark.spark_line
 def test_sigterm_while_spark_stages_cancels_the_jobs_rolls_back_and_exits_143(spark, tmp_path):
     settings, topic, config = new_pipeline(tmp_path, "term_read")
     # Every task sleeps a minute after 100 rows, inside its COPY into the staging table.

@@ -134,6 +134,7 @@ def assert_upsert_exact(settings, topic: str) -> None:
 
 # ---- upsert ------------------------------------------------------------------------------
 
+@pytest.mark.spark_line
 def test_upsert_keeps_the_newest_record_per_key_across_runs(spark):
     name = unique("ups")
     topic = create_topic(name, 3)

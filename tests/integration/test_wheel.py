@@ -39,7 +39,8 @@ def installed(tmp_path_factory) -> Path:
     env_dir = base / "venv"
     venv.create(env_dir, with_pip=True)
     subprocess.run([str(env_dir / "bin" / "pip"), "install", "-q",
-                    "--disable-pip-version-check", str(wheel)], check=True,
+                    "--disable-pip-version-check", str(wheel),
+                    "-c", str(ROOT / "constraints" / "spark-4.0.txt")], check=True,  # as .venv
                    capture_output=True)
     return env_dir
 
