@@ -5,12 +5,20 @@ configuration to ``pipeline/submit.py``, the same CLI people run by hand.
 One DAG file per kind (ingest.py, backfill.py) builds one DAG per pipeline config found in
 PIPELINE_CONFIG_DIR, named after the pipeline: "<name>.ingest", "<name>.backfill".
 
-Parsing reads only the config folder (each file's [pipeline] name). Everything a run needs
-on the worker (the job venv, the connector jars, the packed environment,
-pipeline/errors.py) is looked up when the task runs, so a dag-processor without the job's
-files still parses the DAGs, and a missing piece fails that task with a message.
+Parsing reads only the config folder (each file's [pipeline] name and [airflow] table).
+Everything a run needs on the worker (the job venv, the connector jars, the packed
+environment, pipeline/errors.py, the Airflow Connections) is looked up when the task runs,
+so a dag-processor without the job's files still parses the DAGs, a secrets backend is
+asked for credentials only by the task that uses them, and a missing piece fails that task
+with a message.
 
-Environment (read when the DAG files are parsed; see docs/airflow.md):
+The task is our own operator on Airflow's public API (PipelineSubmitOperator): it builds
+the spark-submit command from the Spark connection, runs it in its own process group,
+streams the job's stderr into the task log, takes the job's JSON summary from stdout as
+the XCom, and turns the process's exit code into the task state.
+
+Per pipeline, the config's [airflow] table (docs/airflow.md) sets schedule, retries,
+owner, tags, pool, queue and the connections; the environment gives the defaults:
   PIPELINE_CONFIG_DIR    the folder of pipeline configs (*.toml), one pair of DAGs each
                          (default: $PIPELINE_HOME/conf)
   PIPELINE_HOME          the repository with pipeline/ and sql/ (default: this file's repo)
@@ -27,25 +35,31 @@ Environment (read when the DAG files are parsed; see docs/airflow.md):
                          retries of transient failures (default 3, 60 s doubling, 900 s cap)
   PIPELINE_TASK_TIMEOUT_SECONDS
                          a run is stopped (and retried) after this long (default 7200)
+  PIPELINE_OWNER         the tasks' owner (default: data-engineering)
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib.util
 import json
 import logging
 import os
 import re
+import shlex
+import signal
 import subprocess
+import threading
 import tomllib
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 PIPELINE_HOME = Path(os.environ.get("PIPELINE_HOME") or Path(__file__).resolve().parent.parent)
@@ -55,6 +69,7 @@ CONFIG_DIR = Path(os.environ.get("PIPELINE_CONFIG_DIR") or PIPELINE_HOME / "conf
 SCHEDULE = os.environ.get("PIPELINE_SCHEDULE") or "*/5 * * * *"
 SPARK_CONN_ID = os.environ.get("PIPELINE_SPARK_CONN_ID", "spark_local")
 APPLICATION = PIPELINE_HOME / "pipeline" / "submit.py"
+SPARK_SUBMIT = PIPELINE_VENV / "bin" / "spark-submit"
 ARCHIVE = Path(os.environ.get("PIPELINE_ARCHIVE")
                or PIPELINE_HOME / "dist" / "pipeline-env.tar.gz")
 SHIP_ENV = os.environ.get("PIPELINE_SHIP_ENV", "auto")
@@ -62,16 +77,62 @@ if SHIP_ENV not in ("auto", "always", "never"):
     raise ValueError(f"PIPELINE_SHIP_ENV={SHIP_ENV!r}: use auto, always or never")
 # Where Spark unpacks the archive in each executor's working directory (<archive>#job).
 ARCHIVE_ALIAS = "job"
+# What the job reads instead of its config's database.url / kafka.bootstrap_servers
+# (pipeline/config.py); a connection's client settings arrive as KAFKA_<KEY> for the
+# config's ${KAFKA_...} references.
+ENV_DATABASE_URL = "PIPELINE_DATABASE_URL"
+ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 
 
 log = logging.getLogger(__name__)
 _DAG_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
+# ---- the pipelines and their [airflow] tables (read when the DAGs are parsed) --------------
+
+# The [airflow] keys and their TOML types; pipeline/config.py accepts the same table (the
+# job ignores it), so a typo fails the job with its one-line config error.
+AIRFLOW_KEYS: dict[str, type | tuple[type, ...]] = {
+    "schedule": str, "retries": int, "retry_delay_seconds": (int, float),
+    "max_retry_delay_seconds": (int, float), "execution_timeout_seconds": (int, float),
+    "owner": str, "tags": list, "pool": str, "pool_slots": int, "queue": str,
+    "spark_conn_id": str, "postgres_conn_id": str, "kafka_conn_id": str,
+}
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     name: str  # the config's [pipeline] name, or the file's stem if it cannot be read
     path: Path
+    airflow: dict[str, Any] = field(default_factory=dict)  # its valid [airflow] table
+
+
+def airflow_table(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The config's [airflow] table, or {} (the defaults) if it has a mistake: the job
+    then fails with its config error (exit 2), naming the key - the DAGs stay visible."""
+    table = doc.get("airflow", {})
+    problem = None
+    if not isinstance(table, dict):
+        problem = "'airflow' must be a table ([airflow])"
+    else:
+        for key, value in table.items():
+            typ = AIRFLOW_KEYS.get(key)
+            if typ is None:
+                problem = f"unknown key 'airflow.{key}'"
+            elif isinstance(value, bool) or not isinstance(value, typ):
+                problem = f"'airflow.{key}' has the wrong type ({type(value).__name__})"
+            elif key == "tags" and not all(isinstance(t, str) for t in value):
+                problem = "'airflow.tags' must be a list of strings"
+            elif isinstance(value, int | float) and value < (
+                    0 if key in ("retries", "retry_delay_seconds") else 1):
+                problem = f"'airflow.{key}' = {value} is out of range"
+            elif isinstance(value, str) and not value.strip():
+                problem = f"'airflow.{key}' is empty"
+    if problem:
+        log.warning("pipeline config %s: %s; its DAGs use the defaults and its runs fail "
+                    "with the job's config error", path, problem)
+        return {}
+    return table
 
 
 def pipeline_configs(folder: Path | None = None) -> list[PipelineConfig]:
@@ -83,8 +144,11 @@ def pipeline_configs(folder: Path | None = None) -> list[PipelineConfig]:
     folder = folder or CONFIG_DIR
     found: dict[str, PipelineConfig] = {}
     for path in sorted(folder.glob("*.toml")):
+        table: dict[str, Any] = {}
         try:
-            name = str(tomllib.loads(path.read_text())["pipeline"]["name"])
+            doc = tomllib.loads(path.read_text())
+            name = str(doc["pipeline"]["name"])
+            table = airflow_table(doc, path)
         except (OSError, ValueError, KeyError, TypeError) as e:
             name = path.stem
             log.warning("pipeline config %s is not readable (%s): its DAGs will fail with "
@@ -93,9 +157,61 @@ def pipeline_configs(folder: Path | None = None) -> list[PipelineConfig]:
         if name in found:
             raise ValueError(f"pipeline configs {found[name].path} and {path} both name the "
                              f"pipeline {name!r}: give each pipeline its own name")
-        found[name] = PipelineConfig(name, path)
+        found[name] = PipelineConfig(name, path, table)
     return list(found.values())
 
+
+def _seconds(table: dict[str, Any], key: str, env: str, default: str) -> timedelta:
+    return timedelta(seconds=float(table.get(key, os.environ.get(env) or default)))
+
+
+def default_args(table: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Retries with exponential backoff, owner, pool, queue: the pipeline's [airflow]
+    table first, then the environment. Retries only ever happen for the job's retryable
+    exit codes (PipelineSubmitOperator fails every other one at once)."""
+    table = table or {}
+    args = {
+        "owner": table.get("owner") or os.environ.get("PIPELINE_OWNER") or "data-engineering",
+        "retries": int(table.get("retries", os.environ.get("PIPELINE_RETRIES") or 3)),
+        "retry_delay": _seconds(table, "retry_delay_seconds",
+                                "PIPELINE_RETRY_DELAY_SECONDS", "60"),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": _seconds(table, "max_retry_delay_seconds",
+                                    "PIPELINE_MAX_RETRY_DELAY_SECONDS", "900"),
+        "execution_timeout": _seconds(table, "execution_timeout_seconds",
+                                      "PIPELINE_TASK_TIMEOUT_SECONDS", "7200"),
+    }
+    for key in ("pool", "pool_slots", "queue"):
+        if key in table:
+            args[key] = table[key]
+    return args
+
+
+def dag_settings(pipeline: str, table: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What every DAG of a pipeline shares: no catch-up, one run at a time (the job holds
+    the pipeline's lock anyway), retries with backoff, tagged with the pipeline's name and
+    the [airflow] table's tags."""
+    tags = ["pipeline", "kafka", "spark", pipeline]
+    tags += [t for t in (table or {}).get("tags", []) if t not in tags]
+    return {"start_date": datetime(2025, 1, 1, tzinfo=UTC), "catchup": False,
+            "max_active_runs": 1, "default_args": default_args(table), "tags": tags}
+
+
+def schedule_of(table: dict[str, Any]) -> str | None:
+    """The ingest DAG's schedule: [airflow] schedule ("none" = only when triggered), else
+    PIPELINE_SCHEDULE."""
+    schedule = table.get("schedule") or SCHEDULE
+    return None if schedule.lower() == "none" else schedule
+
+
+def connection_ids(table: dict[str, Any]) -> dict[str, str | None]:
+    """The operator's connection ids for a pipeline (names only: resolved when it runs)."""
+    return {"spark_conn_id": table.get("spark_conn_id") or SPARK_CONN_ID,
+            "postgres_conn_id": table.get("postgres_conn_id"),
+            "kafka_conn_id": table.get("kafka_conn_id")}
+
+
+# ---- what the worker has (looked up when the task runs) ------------------------------------
 
 @functools.cache
 def _exit_codes():
@@ -147,29 +263,157 @@ def shipped_conf() -> dict[str, str]:
             "spark.pyspark.driver.python": str(PIPELINE_VENV / "bin" / "python")}
 
 
-def default_args() -> dict[str, Any]:
-    """Retries with exponential backoff. They only ever happen for the job's retryable exit
-    codes (PipelineSubmitOperator fails every other one at once)."""
-    return {
-        "owner": "data-engineering",
-        "retries": int(os.environ.get("PIPELINE_RETRIES", "3")),
-        "retry_delay": timedelta(seconds=float(os.environ.get("PIPELINE_RETRY_DELAY_SECONDS",
-                                                              "60"))),
-        "retry_exponential_backoff": 2.0,
-        "max_retry_delay": timedelta(
-            seconds=float(os.environ.get("PIPELINE_MAX_RETRY_DELAY_SECONDS", "900"))),
-        "execution_timeout": timedelta(
-            seconds=float(os.environ.get("PIPELINE_TASK_TIMEOUT_SECONDS", "7200"))),
-    }
+# ---- connections -> spark-submit options and the job's environment ------------------------
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """What a connection of conn_type spark says (as the Spark provider reads it): the
+    master (host, with the port if one is set), and from its extra deploy-mode, queue,
+    namespace (Kubernetes), principal and keytab (Kerberos)."""
+    master: str
+    deploy_mode: str | None = None
+    queue: str | None = None
+    namespace: str | None = None
+    principal: str | None = None
+    keytab: str | None = None
 
 
-def dag_settings(pipeline: str) -> dict[str, Any]:
-    """What every DAG of a pipeline shares: no catch-up, one run at a time, retries with
-    backoff, tagged with the pipeline's name."""
-    return {"start_date": datetime(2025, 1, 1, tzinfo=UTC), "catchup": False,
-            "max_active_runs": 1, "default_args": default_args(),
-            "tags": ["pipeline", "kafka", "spark", pipeline]}
+def spark_target(conn: Any) -> SparkTarget:
+    host = (conn.host or "yarn").strip()
+    master = f"{host}:{conn.port}" if conn.port else host
+    extra = conn.extra_dejson
+    return SparkTarget(master, extra.get("deploy-mode") or extra.get("deploy_mode"),
+                       extra.get("queue"), extra.get("namespace"), extra.get("principal"),
+                       extra.get("keytab"))
 
+
+def spark_submit_command(target: SparkTarget, *, name: str, conf: dict[str, str],
+                         jars: str, archives: str, application: str,
+                         application_args: list[str]) -> list[str]:
+    """The spark-submit command line (no secret ever goes here: it is logged, and any
+    user of the host can read a process's arguments)."""
+    cmd = [str(SPARK_SUBMIT), "--master", target.master]
+    if target.deploy_mode:
+        cmd += ["--deploy-mode", target.deploy_mode]
+    if target.queue:
+        cmd += ["--queue", target.queue]
+    if target.namespace:
+        conf = {"spark.kubernetes.namespace": target.namespace, **conf}
+    if target.principal:
+        cmd += ["--principal", target.principal]
+    if target.keytab:
+        cmd += ["--keytab", target.keytab]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    if jars:
+        cmd += ["--jars", jars]
+    if archives:
+        cmd += ["--archives", archives]
+    return [*cmd, "--name", name, application, *application_args]
+
+
+def postgres_url(conn: Any) -> str:
+    """A postgres connection as the job's database URL: host, port, login, password,
+    schema (Airflow's name for the database) and the extra's libpq parameters (sslmode,
+    sslrootcert, ...) as the query string."""
+    if not conn.host:
+        raise AirflowFailException(f"connection {conn.conn_id!r} has no host: set the "
+                                   "Postgres server's host name in it - not retried")
+    auth = ""
+    if conn.login:
+        auth = quote(conn.login, safe="")
+        if conn.password:
+            auth += ":" + quote(conn.password, safe="")
+        auth += "@"
+    port = f":{conn.port}" if conn.port else ""
+    params = {k: str(v) for k, v in conn.extra_dejson.items() if v is not None}
+    query = f"?{urlencode(params)}" if params else ""
+    return f"postgresql://{auth}{conn.host}{port}/{conn.schema or 'postgres'}{query}"
+
+
+def kafka_env_name(key: str) -> str:
+    """The variable a Kafka client setting is handed over in: sasl.password ->
+    KAFKA_SASL_PASSWORD, for the config's ${KAFKA_SASL_PASSWORD}."""
+    return "KAFKA_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+
+
+def kafka_env(conn: Any) -> dict[str, str]:
+    """A Kafka connection (the Kafka provider's shape: the client settings as the extra,
+    bootstrap.servers among them) as the job's environment."""
+    settings = dict(conn.extra_dejson)
+    servers = settings.pop("bootstrap.servers", None) or (
+        f"{conn.host}:{conn.port}" if conn.host and conn.port else conn.host)
+    if not servers:
+        raise AirflowFailException(f"connection {conn.conn_id!r} has no bootstrap.servers "
+                                   "in its extra: add it - not retried")
+    env = {ENV_BOOTSTRAP: str(servers)}
+    for key, value in settings.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        env[kafka_env_name(key)] = text
+    return env
+
+
+SECRET_SETTING = re.compile(r"(password|secret|token|jaas|credentials|key)", re.I)
+
+
+def unused_kafka_settings(config_text: str, env: dict[str, str]) -> list[str]:
+    """The connection's client settings this config neither references (${KAFKA_...}) nor
+    sets itself: the job would connect without them."""
+    return [name for name in env if name != ENV_BOOTSTRAP
+            and "${" + name + "}" not in config_text]
+
+
+# ---- lineage --------------------------------------------------------------------------------
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def lineage_datasets(doc: dict[str, Any], args: list[str],
+                     env: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """OpenLineage's names for a run's datasets (its naming spec): each topic read as
+    kafka://<first bootstrap server> + topic, the results table as postgres://host:port +
+    database.schema.table. The environment wins over the config, as in the job."""
+    kafka, database = doc.get("kafka", {}), doc.get("database", {})
+    servers = env.get(ENV_BOOTSTRAP) or kafka["bootstrap_servers"]
+    topics = [args[args.index("--topic") + 1]] if "--topic" in args else kafka["topics"]
+    url = env.get(ENV_DATABASE_URL) or _ENV_REF.sub(
+        lambda m: env.get(m.group(1), ""), database["url"])
+    parts = urlsplit(url)
+    table = ".".join([parts.path.lstrip("/") or "postgres", database.get("schema", "public"),
+                      doc["sink"]["table"]])
+    return {"inputs": [(f"kafka://{servers.split(',')[0].strip()}", t) for t in topics],
+            "outputs": [(f"postgres://{parts.hostname}:{parts.port or 5432}", table)]}
+
+
+@functools.cache
+def _offsets_facet_class():
+    import attrs
+    from openlineage.client.facet_v2 import RunFacet
+
+    @attrs.define
+    class PipelineOffsetsRunFacet(RunFacet):
+        """The job's run: its id in pipeline_runs, kind, status, counts and the Kafka offset
+        ranges [from, until) it read per topic partition."""
+        runId: int | None = None  # noqa: N815 - OpenLineage facets are camelCase
+        kind: str = ""
+        status: str = ""
+        recordsRead: int = 0  # noqa: N815
+        rowsWritten: int = 0  # noqa: N815
+        ranges: list[dict[str, Any]] = attrs.field(factory=list)
+
+    return PipelineOffsetsRunFacet
+
+
+def offsets_facet(summary: dict[str, Any]) -> Any:
+    ranges = [{"topic": r["topic"], "partition": r["partition"], "from": r["from"],
+               "until": r["until"]} for r in summary.get("plan") or []]
+    return _offsets_facet_class()(
+        runId=summary.get("run_id"), kind=summary.get("kind", ""),
+        status=summary.get("status", ""), recordsRead=summary.get("records_read", 0),
+        rowsWritten=summary.get("rows_written", 0), ranges=ranges)
+
+
+# ---- the operator ---------------------------------------------------------------------------
 
 class PipelineTransientError(AirflowException):
     """The job exited with a retryable code (75 transient, 143 terminated): Airflow retries."""
@@ -177,17 +421,17 @@ class PipelineTransientError(AirflowException):
 
 # Airflow escalates to SIGKILL 5 s after SIGTERM; the driver unwinds on its own anyway.
 KILL_GRACE_SECONDS = 4.0
-_EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
 
 
-def exit_code_of(error: BaseException) -> int | None:
-    """spark-submit's exit code from SparkSubmitHook's message, as a shell reports it
-    (killed by signal N = 128 + N), or None if the failure did not come from its exit."""
-    m = _EXIT_CODE.search(str(error))
-    if m is None:
-        return None
-    code = int(m.group(1))
-    return 128 - code if code < 0 else code
+def readable(cmd: list[str]) -> str:
+    """The command as a person would type it: quoted only where a shell needs it for a
+    space or a quote (local[2] stays local[2])."""
+    return " ".join(shlex.quote(a) if re.search(r"[\s'\"]", a) or not a else a for a in cmd)
+
+
+def exit_code_of(returncode: int) -> int:
+    """A process's exit code as a shell reports it: killed by signal N = 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def last_error_line(lines: list[str]) -> str:
@@ -198,92 +442,228 @@ def last_error_line(lines: list[str]) -> str:
     return next((line for line in reversed(lines) if line.strip()), "(no output)")
 
 
-class PipelineSubmitOperator(SparkSubmitOperator):
+def summary_of(stdout: str) -> dict | None:
+    """The job's --json summary: submit.py keeps stdout to that one document."""
+    text = stdout.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        for line in reversed(text.splitlines()):  # something else printed before it
+            if line.startswith("{"):
+                with suppress(ValueError):
+                    return json.loads(line)
+    return None
+
+
+class PipelineSubmitOperator(BaseOperator):
     """spark-submit of ``pipeline/submit.py <args>`` whose exit code decides the task state:
     0 succeeds (the job's JSON summary is the task's XCom), 75 and 143 raise a retryable
     error, any other code fails the task at once (AirflowFailException, no retry) with the
-    job's one-line error."""
+    job's one-line error.
 
-    def __init__(self, *, application_args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("conn_id", SPARK_CONN_ID)
-        kwargs.setdefault("name", "{{ dag.dag_id }}")
-        kwargs.setdefault("conf", {"spark.log.level": "WARN"})  # keep the task log readable
-        super().__init__(
-            application=str(APPLICATION), application_args=application_args,
-            spark_binary=str(PIPELINE_VENV / "bin" / "spark-submit"),
-            env_vars=job_env(), **kwargs)
+    Connections, resolved when the task runs: ``spark_conn_id`` (master, deploy-mode,
+    queue), and optionally ``postgres_conn_id`` and ``kafka_conn_id``, whose credentials
+    reach the job through its environment only (never the command line or the log)."""
 
-    def _get_hook(self):
-        """The provider's hook, plus the packed environment when the connection's master
-        runs executors elsewhere (ships_environment). The master is only known here: the
-        hook resolves the connection when the task runs, not when the DAG is parsed. The
-        jars too are looked up here, on the worker."""
-        self.jars = connector_jars() or None
-        hook = super()._get_hook()
-        master = hook._connection["master"]
-        if ships_environment(master):
+    template_fields = ("application_args", "name", "conf")
+    ui_color = "#fde9c8"
+
+    def __init__(self, *, application_args: Any, config: str | Path | None = None,
+                 spark_conn_id: str = SPARK_CONN_ID, postgres_conn_id: str | None = None,
+                 kafka_conn_id: str | None = None, name: str = "{{ dag.dag_id }}",
+                 conf: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.application = str(APPLICATION)
+        self.application_args = application_args
+        self.config = str(config) if config else None
+        self.spark_conn_id = spark_conn_id
+        self.postgres_conn_id = postgres_conn_id
+        self.kafka_conn_id = kafka_conn_id
+        self.name = name
+        self.conf = conf if conf is not None else {"spark.log.level": "WARN"}
+        self.spark_submit = str(SPARK_SUBMIT)
+        self._process: subprocess.Popen | None = None
+        self._lineage: dict[str, Any] = {}
+
+    # -- what to run --------------------------------------------------------------------------
+
+    def submit_command(self) -> list[str]:
+        """The command line, with the Spark connection resolved now, on the worker; the
+        packed environment is shipped when the master runs executors elsewhere."""
+        target = spark_target(BaseHook.get_connection(self.spark_conn_id))
+        conf, archives = dict(self.conf), ""
+        if ships_environment(target.master):
             if not ARCHIVE.is_file():
                 raise AirflowFailException(
-                    f"the Spark master {master} runs executors on other hosts, which need "
-                    f"the job's packed environment, and {ARCHIVE} does not exist: build it "
-                    f"with 'scripts/package' in {PIPELINE_HOME} (or set PIPELINE_ARCHIVE), "
+                    f"the Spark master {target.master} runs executors on other hosts, which "
+                    f"need the job's packed environment, and {ARCHIVE} does not exist: build "
+                    f"it with 'scripts/package' in {PIPELINE_HOME} (or set PIPELINE_ARCHIVE), "
                     "then clear the task - not retried")
-            shipped = f"{ARCHIVE}#{ARCHIVE_ALIAS}"
-            hook._archives = ",".join(a for a in (hook._archives, shipped) if a)
-            hook._conf = {**shipped_conf(), **hook._conf}  # a task's own conf wins
-            self.log.info("master %s: shipping the job's environment %s", master, shipped)
-        return hook
+            archives = f"{ARCHIVE}#{ARCHIVE_ALIAS}"
+            conf = {**shipped_conf(), **conf}  # a task's own conf wins
+            self.log.info("master %s: shipping the job's environment %s", target.master,
+                          archives)
+        return spark_submit_command(
+            target, name=self.name, conf=conf, jars=connector_jars(), archives=archives,
+            application=self.application, application_args=list(self.application_args))
 
-    def _output(self, error: BaseException | None = None) -> list[str]:
-        lines = list(getattr(self._hook, "_last_submit_log_lines", None) or [])
-        return lines or (str(error).splitlines() if error else [])
+    def credentials_env(self) -> dict[str, str]:
+        """The Postgres and Kafka connections as the job's environment, each secret
+        registered with Airflow's masker so that no log line can show it."""
+        from airflow.sdk.log import mask_secret
+
+        env: dict[str, str] = {}
+        if self.postgres_conn_id:
+            conn = BaseHook.get_connection(self.postgres_conn_id)
+            if conn.password:
+                mask_secret(conn.password)
+                mask_secret(quote(conn.password, safe=""))
+            env[ENV_DATABASE_URL] = postgres_url(conn)
+            self.log.info("database from connection %r (%s@%s:%s/%s)", self.postgres_conn_id,
+                          conn.login, conn.host, conn.port or 5432, conn.schema)
+        if self.kafka_conn_id:
+            conn = BaseHook.get_connection(self.kafka_conn_id)
+            kafka = kafka_env(conn)
+            for key, value in conn.extra_dejson.items():
+                if SECRET_SETTING.search(key) and value:
+                    mask_secret(str(value))
+            env.update(kafka)
+            self.log.info("Kafka from connection %r: bootstrap servers %s; settings in %s",
+                          self.kafka_conn_id, kafka[ENV_BOOTSTRAP],
+                          ", ".join(sorted(set(kafka) - {ENV_BOOTSTRAP})) or "none")
+            unused = self._unused_kafka_settings(kafka)
+            if unused:
+                self.log.warning(
+                    "connection %r carries %s, which %s does not use: refer to each in the "
+                    "config's [kafka.consumer]/[kafka.admin_client] table as \"${NAME}\", "
+                    "e.g. \"sasl.password\" = \"${KAFKA_SASL_PASSWORD}\"", self.kafka_conn_id,
+                    ", ".join(unused), self.config)
+        return env
+
+    def _unused_kafka_settings(self, env: dict[str, str]) -> list[str]:
+        if not self.config:
+            return []
+        try:
+            text = Path(self.config).read_text()
+        except OSError:
+            return []  # the job says what is wrong with the file
+        return unused_kafka_settings(text, env)
+
+    # -- running it ---------------------------------------------------------------------------
 
     def execute(self, context: Any) -> dict | None:
+        cmd = self.submit_command()
+        env = {**os.environ, **job_env(), **self.credentials_env()}
+        self.log.info("spark-submit command: %s", readable(cmd))
         try:
-            super().execute(context)
-        except Exception as e:
-            code = exit_code_of(e)
-            if code is None:
-                raise  # not the job's exit (e.g. spark-submit missing): Airflow's defaults
-            error = last_error_line(self._output(e))
-            exit_codes, retryable = _exit_codes()
-            meaning = exit_codes.get(code, "unknown exit code")
-            if code in retryable:
-                self.log.warning("pipeline exited %d (%s): %s", code, meaning, error)
-                raise PipelineTransientError(
-                    f"pipeline exited {code} ({meaning}): {error}") from None
-            self.log.error("pipeline exited %d (%s): %s", code, meaning, error)
+            # Its own session and process group: on_kill can stop spark-submit, the
+            # driver and anything they started, and nothing of ours.
+            self._process = subprocess.Popen(
+                cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
             raise AirflowFailException(
-                f"pipeline exited {code} ({meaning}): {error} - not retried") from None
-        return self._summary()
+                f"cannot start {cmd[0]} ({e.strerror}): set PIPELINE_VENV to the job's "
+                "virtualenv on this worker (scripts/stack install) - not retried") from None
+        process = self._process
+        stdout: list[bytes] = []
+        stderr: collections.deque[str] = collections.deque(maxlen=500)
+        readers = [threading.Thread(target=lambda: stdout.append(process.stdout.read()),
+                                    name="job-stdout", daemon=True),
+                   threading.Thread(target=self._stream_stderr, args=(process, stderr),
+                                    name="job-stderr", daemon=True)]
+        for reader in readers:
+            reader.start()
+        try:
+            returncode = process.wait()
+        except BaseException:
+            self._stop(process)  # a timeout or a signal interrupted the wait
+            raise
+        for reader in readers:
+            reader.join(timeout=60)  # EOF once the job's processes are gone
+        code = exit_code_of(returncode)
+        summary = summary_of(b"".join(stdout).decode(errors="replace")) if code == 0 else None
+        self._lineage = {**self._datasets(env), "summary": summary}
+        if code != 0:
+            self._fail(code, list(stderr))
+        return summary
+
+    def _datasets(self, env: dict[str, str]) -> dict[str, Any]:
+        """What the run read and wrote, as OpenLineage names them, from the config and the
+        environment the job ran with; nothing if the config cannot tell."""
+        try:
+            doc = tomllib.loads(Path(self.config).read_text()) if self.config else {}
+            return lineage_datasets(doc, list(self.application_args), env)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            self.log.warning("no lineage for this run: %s", e)
+            return {}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (apache-airflow-providers-openlineage): the topics read, the table
+        written, and the offset ranges of this run as a run facet."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+        from openlineage.client.event_v2 import Dataset
+
+        lineage = self._lineage
+        run_facets = {}
+        if lineage.get("summary"):
+            run_facets["pipelineOffsets"] = offsets_facet(lineage["summary"])
+        return OperatorLineage(
+            inputs=[Dataset(namespace=ns, name=name) for ns, name in lineage.get("inputs", [])],
+            outputs=[Dataset(namespace=ns, name=name)
+                     for ns, name in lineage.get("outputs", [])],
+            run_facets=run_facets)
+
+    def _stream_stderr(self, process: subprocess.Popen, tail: collections.deque) -> None:
+        """The job's log into the task log, line by line, as it comes."""
+        for raw in process.stderr:
+            line = raw.decode(errors="replace").rstrip("\n")
+            tail.append(line)
+            self.log.info("%s", line)
+
+    def _fail(self, code: int, lines: list[str]) -> None:
+        error = last_error_line(lines)
+        exit_codes, retryable = _exit_codes()
+        meaning = exit_codes.get(code, "unknown exit code")
+        if code in retryable:
+            self.log.warning("pipeline exited %d (%s): %s", code, meaning, error)
+            raise PipelineTransientError(f"pipeline exited {code} ({meaning}): {error}")
+        self.log.error("pipeline exited %d (%s): %s", code, meaning, error)
+        raise AirflowFailException(f"pipeline exited {code} ({meaning}): {error} - not retried")
 
     def on_kill(self) -> None:
-        """Airflow stops the task (timeout, marked failed, worker shutdown). The provider
-        only kills spark-submit's JVM, which leaves the job's Python driver (its child)
-        running as an orphan. So first SIGTERM the driver: it cancels its Spark jobs, rolls
-        back, records the run as failed and exits 143; then let the provider kill the rest."""
-        submit = getattr(self._hook, "_submit_sp", None)
-        if submit is not None and submit.poll() is None:
-            import psutil
+        """Airflow stops the task (timeout, marked failed, worker shutdown). First SIGTERM
+        the job's Python driver: it cancels its Spark jobs, rolls back, records the run as
+        failed and exits 143 (spark-submit would not pass a signal on). Then, after a
+        grace period, stop whatever is left of the process group."""
+        if self._process is not None:
+            self._stop(self._process)
 
-            children = []
-            with suppress(psutil.Error):
-                children = psutil.Process(submit.pid).children()
-            for child in children:
-                with suppress(psutil.Error):  # e.g. the launcher's zombie shell
-                    if str(APPLICATION) in child.cmdline():
-                        self.log.info("sending SIGTERM to the pipeline driver (pid %d)", child.pid)
-                        child.terminate()
+    def _stop(self, process: subprocess.Popen) -> None:
+        if process.poll() is not None:
+            return
+        import psutil
+
+        children = []
+        with suppress(psutil.Error):
+            children = psutil.Process(process.pid).children(recursive=True)
+        for child in children:
+            with suppress(psutil.Error):  # e.g. the launcher's zombie shell
+                if self.application in child.cmdline():
+                    self.log.info("sending SIGTERM to the pipeline driver (pid %d)", child.pid)
+                    child.terminate()
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=KILL_GRACE_SECONDS)
+        # spark-submit returns once its driver has: if it still runs, the driver did not
+        # unwind in time; stop the whole group, politely first.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if process.poll() is not None:
+                break
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, sig)  # the group's id is spark-submit's pid
+                self.log.info("sent %s to the spark-submit process group %d", sig.name,
+                              process.pid)
             with suppress(subprocess.TimeoutExpired):
-                submit.wait(timeout=KILL_GRACE_SECONDS)
-        super().on_kill()
-
-    def _summary(self) -> dict | None:
-        """The job's --json summary line, if it printed one."""
-        for line in reversed(self._output()):
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    return None
-        return None
+                process.wait(timeout=KILL_GRACE_SECONDS)

@@ -30,7 +30,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import PipelineSubmitOperator, dag_settings, pipeline_configs
+from _common import (
+    PipelineConfig,
+    PipelineSubmitOperator,
+    connection_ids,
+    dag_settings,
+    pipeline_configs,
+)
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -87,13 +93,14 @@ def backfill_args(config: Path, params: dict[str, Any]) -> list[str]:
     return [*args, "--json"]
 
 
-def backfill_dag(name: str, config: Path) -> DAG:
+def backfill_dag(pipeline: PipelineConfig) -> DAG:
+    name, config = pipeline.name, pipeline.path
     with DAG(
         dag_id=f"{name}.backfill",
         description=f"{name}: re-read an explicit Kafka offset or time range into Postgres "
         "(idempotent)",
         schedule=None,
-        **dag_settings(name),
+        **dag_settings(name, pipeline.airflow),
         params={
             "topic": Param(type="string", pattern=r"^[A-Za-z0-9._-]{1,249}$",
                            description="Topic to re-read (required)"),
@@ -114,9 +121,10 @@ def backfill_dag(name: str, config: Path) -> DAG:
             """Fails at once, with the reason, on params the job would refuse."""
             return backfill_args(config, params)
 
-        PipelineSubmitOperator(task_id="backfill", application_args=validate_params())
+        PipelineSubmitOperator(task_id="backfill", application_args=validate_params(),
+                               config=config, **connection_ids(pipeline.airflow))
     return dag
 
 
 for pipeline in pipeline_configs():
-    backfill_dag(pipeline.name, pipeline.path)
+    backfill_dag(pipeline)

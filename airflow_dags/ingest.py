@@ -9,8 +9,10 @@ offsets in **one** transaction: a failed or killed run leaves nothing behind, an
 next run starts where the stored offsets say. A run with nothing new to read is a cheap
 no-op (no Spark job). The task's XCom is the job's JSON summary.
 
-* **Schedule**: env `PIPELINE_SCHEDULE` (default `*/5 * * * *`), no catch-up, one run
-  at a time (the job also holds a per-pipeline lock in Postgres).
+* **Schedule**: the config's `[airflow] schedule`, else env `PIPELINE_SCHEDULE` (default
+  `*/5 * * * *`), no catch-up, one run at a time (the job also holds a per-pipeline lock
+  in Postgres). Retries, owner, tags, pool, queue and the connections
+  (`spark_conn_id`, `postgres_conn_id`, `kafka_conn_id`) also come from `[airflow]`.
 * **Config**: the file this DAG was built from (see the task's arguments).
 * **Exit codes**: `0` success · `75` transient (Kafka/Postgres unreachable, another run
   in the way) and `143` terminated → retried with exponential backoff · `2` config,
@@ -22,7 +24,13 @@ Before the first run: `pipeline init-db --config <config>`. See docs/airflow.md.
 
 from __future__ import annotations
 
-from _common import SCHEDULE, PipelineSubmitOperator, dag_settings, pipeline_configs
+from _common import (
+    PipelineSubmitOperator,
+    connection_ids,
+    dag_settings,
+    pipeline_configs,
+    schedule_of,
+)
 from airflow.sdk import DAG
 
 for pipeline in pipeline_configs():
@@ -30,13 +38,15 @@ for pipeline in pipeline_configs():
         dag_id=f"{pipeline.name}.ingest",
         description=f"{pipeline.name}: Kafka offset ranges → Spark → Postgres, results and "
         "offsets in one transaction",
-        schedule=SCHEDULE,
+        schedule=schedule_of(pipeline.airflow),
         doc_md=__doc__,
-        **dag_settings(pipeline.name),
+        **dag_settings(pipeline.name, pipeline.airflow),
     ):
         PipelineSubmitOperator(
             task_id="ingest",
             application_args=["run", "--config", str(pipeline.path), "--json"],
+            config=pipeline.path,
+            **connection_ids(pipeline.airflow),
             doc_md=f"`spark-submit pipeline/submit.py run --config {pipeline.path} --json` with "
             "the job venv's spark-submit; XCom: the job's JSON summary.",
         )

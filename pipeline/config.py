@@ -217,6 +217,31 @@ MASK_LOGS = MaskingFilter()  # one instance: adding it twice to a handler is a n
 
 # ---- parsing ------------------------------------------------------------------------------
 
+# [airflow]: read by airflow_dags/ (the DAGs' schedule, retries, owner, tags, pool, queue
+# and the connections), not by the job; checked here so that a mistake fails like any other.
+# key -> (type, smallest value for numbers, or None)
+_AIRFLOW: dict[str, tuple[type, float | None]] = {
+    "schedule": (str, None), "retries": (int, 0), "retry_delay_seconds": (float, 0),
+    "max_retry_delay_seconds": (float, 1), "execution_timeout_seconds": (float, 1),
+    "owner": (str, None), "tags": (list, None), "pool": (str, None), "pool_slots": (int, 1),
+    "queue": (str, None), "spark_conn_id": (str, None), "postgres_conn_id": (str, None),
+    "kafka_conn_id": (str, None),
+}
+
+
+def _check_airflow(table: dict[str, Any]) -> None:
+    for key, (typ, least) in _AIRFLOW.items():
+        value = _get(table, "airflow", key, typ, None)
+        if value is None:
+            continue
+        if least is not None and value < least:
+            raise ConfigError(f"'airflow.{key}' must be >= {least:g}, got {value!r}")
+        if typ is str and not value.strip():
+            raise ConfigError(f"'airflow.{key}' must not be empty")
+        if typ is list and not all(isinstance(t, str) and t.strip() for t in value):
+            raise ConfigError(f"'airflow.{key}' must be a list of non-empty strings")
+
+
 _SECTIONS: dict[str, set[str]] = {
     "pipeline": {"name"},
     "kafka": {"bootstrap_servers", "topics", "starting_offsets", "isolation_level",
@@ -228,6 +253,7 @@ _SECTIONS: dict[str, set[str]] = {
              "tombstones", "group_by", "aggregates"},
     "spark": {"master", "min_partitions", "conf"},
     "metrics": {"textfile", "pushgateway"},
+    "airflow": set(_AIRFLOW),
 }
 
 
@@ -313,6 +339,7 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
             raise ConfigError(f"'{section}' must be a table ([{section}])")
         _check_keys(section, value, allowed)
 
+    _check_airflow(doc.get("airflow", {}))
     p = doc.get("pipeline", {})
     name = _identifier(_get(p, "pipeline", "name", str), "pipeline.name")
 

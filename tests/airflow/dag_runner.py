@@ -4,6 +4,8 @@ prints last, prefixed with RESULT_MARKER. Run it with PYTHONUNBUFFERED=1 and std
 stdout, so that each run's log lines follow its RUN_MARKER.
 
   dag_runner.py check                      parse the DAGs folder like the dag processor
+  dag_runner.py command DAG_ID TASK_ID     the spark-submit command that task would run,
+                                           its connections resolved as on a worker
   dag_runner.py test DAG_ID [CONF_JSON...] dag.test() once per conf (no conf: one run)
 """
 
@@ -36,6 +38,7 @@ def describe(dag) -> dict:
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
         "doc_md": dag.doc_md,
+        "tags": sorted(dag.tags),
         "params": {k: {"default": p.value if p.has_value else None, "schema": p.schema}
                    for k, p in dag.params.items()},
         "tasks": {t.task_id: {
@@ -45,9 +48,13 @@ def describe(dag) -> dict:
             "retry_delay": seconds(t.retry_delay),
             "retry_exponential_backoff": t.retry_exponential_backoff,
             "max_retry_delay": seconds(t.max_retry_delay),
+            "execution_timeout": seconds(t.execution_timeout),
             "upstream": sorted(t.upstream_task_ids),
-            **{k: getattr(t, k, None) for k in ("application", "application_args", "jars",
-                                                 "env_vars", "_conn_id", "_spark_binary")},
+            "modules": sorted({c.__module__ for c in type(t).__mro__}),
+            **{k: getattr(t, k, None) for k in (
+                "owner", "pool", "pool_slots", "queue", "application", "application_args",
+                "config", "conf", "spark_submit", "spark_conn_id", "postgres_conn_id",
+                "kafka_conn_id")},
         } for t in dag.tasks},
     }
 
@@ -56,6 +63,15 @@ def check() -> dict:
     bag = dag_bag()
     return {"import_errors": {str(k): v for k, v in bag.import_errors.items()},
             "dags": {dag_id: describe(dag) for dag_id, dag in bag.dags.items()}}
+
+
+def command(dag_id: str, task_id: str) -> dict:
+    task = dag_bag().dags[dag_id].get_task(task_id)
+    common = sys.modules[type(task).__module__]  # airflow_dags/_common.py, as parsed
+    try:
+        return {"command": task.submit_command(), "job_env": common.job_env()}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def run_test(dag_id: str, confs: list[dict | None]) -> list[dict]:
@@ -97,6 +113,8 @@ def run_test(dag_id: str, confs: list[dict | None]) -> list[dict]:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["check"]:
         result = check()
+    elif argv[:1] == ["command"] and len(argv) == 3:
+        result = command(argv[1], argv[2])
     elif argv[:1] == ["test"] and len(argv) >= 2:
         result = run_test(argv[1], [json.loads(c) for c in argv[2:]] or [None])
     else:

@@ -12,7 +12,7 @@ from tests.helpers import query, result_keys, run_cli, stored_offsets, toml_conf
 
 pytestmark = pytest.mark.airflow
 
-SUBMIT = "Spark-Submit cmd:"
+SUBMIT = "spark-submit command:"
 
 
 def failure_line(result: dict, exception: str) -> str:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.airflow
 cluster = cluster_fixtures.cluster
 job_archive = cluster_fixtures.job_archive
 
-SUBMIT = "Spark-Submit cmd:"
+SUBMIT = "spark-submit command:"
 CONN_ID = "spark_cluster"
 
 

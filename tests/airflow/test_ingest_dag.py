@@ -12,7 +12,7 @@ from tests.helpers import ROOT, query, result_keys, stored_offsets, toml_config,
 
 pytestmark = pytest.mark.airflow
 
-SUBMIT = "Spark-Submit cmd:"
+SUBMIT = "spark-submit command:"
 
 
 def runs_of(pipeline: str) -> list[tuple]:

@@ -177,3 +177,40 @@ def test_database_url_reads_the_password_from_the_environment():
                        environ={"DB_PW": "pipeline"})
     assert s.database_url == "postgresql://u:pipeline@h/db?sslmode=verify-full"
     assert redact_url(s.database_url) == "postgresql://u:***@h/db?sslmode=verify-full"
+
+
+def test_an_airflow_table_is_accepted_for_the_dags_and_ignored_by_the_job():
+    table = {"schedule": "*/10 * * * *", "retries": 5, "retry_delay_seconds": 30,
+             "max_retry_delay_seconds": 600.0, "execution_timeout_seconds": 3600,
+             "owner": "payments", "tags": ["orders", "tier-1"], "pool": "spark",
+             "pool_slots": 2, "queue": "spark_workers", "spark_conn_id": "spark_yarn",
+             "postgres_conn_id": "orders_db", "kafka_conn_id": "orders_kafka"}
+    assert parse_settings(doc(airflow=table), environ={}) == parse_settings(doc(), environ={})
+
+
+@pytest.mark.parametrize("airflow, message", [
+    ({"scheduel": "@daily"}, "unknown key 'airflow.scheduel' in config; allowed: "),
+    ({"retries": "3"}, "'airflow.retries' must be an integer, got str '3'"),
+    ({"retries": -1}, "'airflow.retries' must be >= 0, got -1"),
+    ({"retries": True}, "'airflow.retries' must be an integer, got a boolean"),
+    ({"retry_delay_seconds": "1m"}, "'airflow.retry_delay_seconds' must be a number"),
+    ({"execution_timeout_seconds": 0}, "'airflow.execution_timeout_seconds' must be >= 1"),
+    ({"pool_slots": 0}, "'airflow.pool_slots' must be >= 1"),
+    ({"owner": " "}, "'airflow.owner' must not be empty"),
+    ({"tags": "orders"}, "'airflow.tags' must be a list"),
+    ({"tags": ["orders", 1]}, "'airflow.tags' must be a list of non-empty strings"),
+    ({"kafka_conn_id": 7}, "'airflow.kafka_conn_id' must be a string"),
+])
+def test_a_bad_airflow_table_is_one_line_error_naming_the_key(airflow, message):
+    with pytest.raises(ConfigError) as e:
+        parse_settings(doc(airflow=airflow), environ={})
+    assert message in e.value.message
+    assert "\n" not in e.value.message
+    assert e.value.exit_code == 2
+
+
+def test_an_airflow_table_that_is_not_a_table_is_an_error():
+    d = doc()
+    d["airflow"] = "daily"
+    with pytest.raises(ConfigError, match=r"'airflow' must be a table \(\[airflow\]\)"):
+        parse_settings(d, environ={})
