@@ -8,8 +8,10 @@ connection, so Postgres parses and indexes the rows while the executors are stil
 visible to anyone until ``finish()`` has compared-and-set the offsets and committed; any
 error, signal or crash before that rolls everything back.
 
-One attempt per Spark task (partition index) is used, chosen when the task is first seen;
-a task attempt that committed and was then retried is never published or counted twice.
+One attempt per Spark task (partition index) is used, chosen when the task is first seen,
+and named by Spark's taskAttemptId (the attempt number restarts at 0 when Spark resubmits
+a stage). A task attempt that committed and was then retried, or whose stage was
+resubmitted, is never published or counted twice.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class Publisher:
         else COPY text lines."""
         self.store, self.run_id, self.kind, self.binary = store, run_id, kind, binary
         self.ranges, self.overwrite = list(ranges), overwrite
-        self.parts: dict[int, int] = {}  # Spark partition -> the attempt published
+        self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
         self.staging = store.t(store.staging_name(run_id))
         self.cols = sql.SQL(", ").join(
             sql.Identifier(c.name) for c in tables.written(store.records))
@@ -107,9 +109,9 @@ class Publisher:
         how many tasks were new."""
         with db_errors(self.store.url), self._reader.begin():
             visible = self._read.execute(sql.SQL(
-                "SELECT part, min(attempt) FROM {} GROUP BY part").format(self.staging)
+                "SELECT part, min(task) FROM {} GROUP BY part").format(self.staging)
             ).fetchall()
-            new = {p: a for p, a in visible if p not in self.parts}
+            new = {p: t for p, t in visible if p not in self.parts}
             if new:
                 with db_errors(self.store.url):
                     self._stream(ROW, new, self._copy)
@@ -122,8 +124,8 @@ class Publisher:
         with self._read.cursor(name=f"blobs_{kind}") as cur:
             cur.itersize = 4
             cur.execute(sql.SQL(
-                "SELECT blob FROM {} WHERE kind = %s AND (part, attempt) IN (SELECT * FROM "
-                "unnest(%s::int[], %s::int[])) ORDER BY part, seq").format(self.staging),
+                "SELECT blob FROM {} WHERE kind = %s AND (part, task) IN (SELECT * FROM "
+                "unnest(%s::int[], %s::bigint[])) ORDER BY part, seq").format(self.staging),
                 (kind, list(parts), list(parts.values())), binary=True)  # bytea, no hex
             for (blob,) in cur:
                 copy.write(blob)
@@ -134,8 +136,8 @@ class Publisher:
         out: dict[tuple[str, int], dict[str, int]] = {}
         with db_errors(self.store.url), self._reader.begin():
             for topic, partition, kind, n in self._read.execute(sql.SQL(
-                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE (part, attempt) IN '
-                    "(SELECT * FROM unnest(%s::int[], %s::int[])) GROUP BY 1, 2, 3 "
+                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE (part, task) IN '
+                    "(SELECT * FROM unnest(%s::int[], %s::bigint[])) GROUP BY 1, 2, 3 "
                     "ORDER BY 1, 2, 3").format(self.staging),
                     (list(self.parts), list(self.parts.values()))).fetchall():
                 item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})

@@ -4,10 +4,12 @@ Spark SQL turns each record into one line of Postgres COPY text format (no Pytho
 record: escaping, timestamps in UTC and bytea hex are Spark expressions). A small Python
 function (``mapInArrow``) then takes each Arrow batch of lines as ONE contiguous buffer and
 stores it as one blob row in the run's UNLOGGED staging table, tagged with the Spark
-partition and task attempt that wrote it, and a summary (topic, partition, kind, rows,
+partition and the task attempt that wrote it (Spark's taskAttemptId: its attempt number
+restarts at 0 when a stage is resubmitted), and a summary (topic, partition, kind, rows,
 first and last offset). Each task writes its blobs in one transaction, so a task attempt's
-blobs are either all there or not at all; the publisher uses one attempt per Spark
-partition, so a retried task (lost executor, speculation) is never counted twice.
+blobs are either all there or not at all; the publisher uses one task attempt per Spark
+partition, so a retried task (lost executor, speculation) or a resubmitted stage is never
+counted twice.
 
 The driver then streams those blobs, unchanged, into ``COPY results FROM STDIN`` inside the
 publishing transaction (pipeline/publish.py): each row is written once into the keyed
@@ -102,7 +104,7 @@ def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[
         from pipeline import faults as f
 
         ctx = TaskContext.get()
-        part, attempt = ctx.partitionId(), ctx.attemptNumber()
+        part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
         totals = {ROW: 0, DEAD: 0}
         seq = 0
         injected = False
@@ -117,14 +119,14 @@ def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[
                         partition = group.column("partition")[0].as_py()
                         rows = pc.drop_null(group.column("row_line"))
                         if len(rows):
-                            copy.write_row((part, attempt, seq, topic, partition, ROW,
+                            copy.write_row((part, attempt, task, seq, topic, partition, ROW,
                                             len(rows), lo.as_py(), hi.as_py(),
                                             _contiguous(rows, pa)))
                             totals[ROW] += len(rows)
                             seq += 1
                         dead = _dead_lines(group, pc, declared)
                         if dead:
-                            copy.write_row((part, attempt, seq, topic, partition, DEAD,
+                            copy.write_row((part, attempt, task, seq, topic, partition, DEAD,
                                             len(dead), lo.as_py(), hi.as_py(),
                                             "".join(dead).encode()))
                             totals[DEAD] += len(dead)
@@ -243,7 +245,7 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
         from pipeline.encode import Encoder
 
         ctx = TaskContext.get()
-        part, attempt = ctx.partitionId(), ctx.attemptNumber()
+        part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
         encoder = Encoder(*encoder_args)
         totals = {ROW: 0, DEAD: 0, TOMBSTONE: 0}
         seq = 0
@@ -259,8 +261,8 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
                             if lines:
                                 blob = (b"".join(lines) if kind == ROW and encoder.binary
                                         else "".join(lines).encode())
-                                copy.write_row((part, attempt, seq, r.topic, r.partition, kind,
-                                                len(lines), lo, hi, blob))
+                                copy.write_row((part, attempt, task, seq, r.topic,
+                                                r.partition, kind, len(lines), lo, hi, blob))
                                 totals[kind] += len(lines)
                                 seq += 1
                         if seq and not injected:  # once per task, inside its open COPY
