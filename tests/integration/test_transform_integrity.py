@@ -1,5 +1,6 @@
 """The transform path's integrity (issue 23, item 8): a partition staged by two writers that
-Spark numbers alike is published once."""
+Spark numbers alike is published once, and a transform's second row for one Kafka record is
+a clear exit-2 error naming the transform and the record, before anything commits."""
 
 from __future__ import annotations
 
@@ -15,13 +16,19 @@ from pipeline.stage import ROW
 from pipeline.store import Store
 from tests.helpers import (
     create_topic,
+    init_cli,
     init_db,
     make_settings,
     produce_orders,
+    query,
     result_keys,
+    run_cli,
     stored_offsets,
+    toml_config,
     unique,
 )
+
+TRANSFORMS = "tests.integration.transforms.orders"
 
 
 def stage_as(store: Store, run_id: int, writers: list[dict], blobs: list[tuple]) -> None:
@@ -76,3 +83,52 @@ def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack
     assert published["records_read"] == 10 and published["rows_written"] == 10
     assert result_keys(s.sink.table) == [(topic, 0, o) for o in range(10)]
     assert stored_offsets(s.name) == {(topic, 0): 10}
+
+
+def transform_pipeline(tmp_path, transform: str, records: int = 10) -> tuple[str, str, str]:
+    topic = create_topic(unique("dup"), 1)
+    produce_orders(topic, range(records))
+    name = unique("dup")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic], extra_sink=f'transform = "{transform}"'))
+    init_cli(config)
+    return topic, name, str(config)
+
+
+def assert_refused_naming(r, transform: str, topic: str, offset: int, name: str) -> None:
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert f"[sink] transform '{transform}' returned" in r.stderr, r.stderr[-3000:]
+    assert f"{topic}[0] offset {offset}" in r.stderr, r.stderr[-3000:]
+    assert "one row per Kafka record" in r.stderr
+
+
+def test_a_transform_returning_two_rows_for_one_record_is_exit_2_naming_it(stack, tmp_path):
+    transform = f"{TRANSFORMS}:order_7_twice"
+    topic, name, config = transform_pipeline(tmp_path, transform)
+
+    r = run_cli("run", "--config", config)
+
+    # Before: exit 75 "another run published first", and every retry the same.
+    assert_refused_naming(r, transform, topic, 7, name)
+    assert result_keys(name) == [] and stored_offsets(name) == {}
+    assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s "
+                 "AND kind = 'ingest'", (name,)) == [("failed", 2)]
+
+
+def test_two_rows_per_record_over_rows_already_there_are_refused_not_dropped(stack, tmp_path):
+    # Rows already in the planned range: the run's rows are merged (ON CONFLICT DO NOTHING),
+    # where a second row for an offset used to vanish without a word.
+    topic, name, config = transform_pipeline(tmp_path, f"{TRANSFORMS}:identity", records=5)
+    assert run_cli("run", "--config", config).returncode == 0
+    produce_orders(topic, range(5, 10))
+    assert run_cli("offsets", "set", "--config", config, "--topic", topic, "--to", "earliest",
+                   "--yes").returncode == 0
+    transform = f"{TRANSFORMS}:every_order_twice"
+    text = open(config).read().replace(f"{TRANSFORMS}:identity", transform)
+    open(config, "w").write(text)
+
+    r = run_cli("run", "--config", config)
+
+    assert_refused_naming(r, transform, topic, 0, name)
+    assert result_keys(name) == [(topic, 0, o) for o in range(5)]
+    assert stored_offsets(name) == {(topic, 0): 0}
