@@ -8,28 +8,40 @@ connection, so Postgres parses and indexes the rows while the executors are stil
 visible to anyone until ``finish()`` has compared-and-set the offsets and committed; any
 error, signal or crash before that rolls everything back.
 
-One attempt per Spark task (partition index) is used, chosen when the task is first seen;
-a task attempt that committed and was then retried is never published or counted twice.
+One attempt per Spark task (partition index) is used, chosen when the task is first seen,
+and named by Spark's taskAttemptId (the attempt number restarts at 0 when Spark resubmits
+a stage). A task attempt that committed and was then retried, or whose stage was
+resubmitted, is never published or counted twice.
+
+A transform's rows are checked before anything commits: one row per Kafka record, as the
+results table is keyed by (topic, partition, offset); a second row for an offset is a
+ConfigError naming the transform, never a conflict to retry or a row dropped in silence.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
+import psycopg
 from psycopg import sql
 from sqlalchemy.schema import CreateTable
 
 from pipeline import faults, tables
 from pipeline.database import db_errors
 from pipeline.encode import BINARY_SIGNATURE, BINARY_TRAILER
+from pipeline.errors import ConfigError
 from pipeline.merge import merge
 from pipeline.offsets import OffsetRange, PlannedPartition
 from pipeline.stage import DEAD, ROW, TOMBSTONE
 from pipeline.store import Store
 
 _ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
+# The results key in a unique violation's detail: Kafka topic names hold no ", ".
+_KEY_DETAIL = re.compile(r'^Key \(topic, "?partition"?, "?offset"?\)=\((.+), (\d+), (\d+)\)')
 
 
 class Publisher:
@@ -42,7 +54,7 @@ class Publisher:
         else COPY text lines."""
         self.store, self.run_id, self.kind, self.binary = store, run_id, kind, binary
         self.ranges, self.overwrite = list(ranges), overwrite
-        self.parts: dict[int, int] = {}  # Spark partition -> the attempt published
+        self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
         self.staging = store.t(store.staging_name(run_id))
         self.cols = sql.SQL(", ").join(
             sql.Identifier(c.name) for c in tables.written(store.records))
@@ -107,11 +119,11 @@ class Publisher:
         how many tasks were new."""
         with db_errors(self.store.url), self._reader.begin():
             visible = self._read.execute(sql.SQL(
-                "SELECT part, min(attempt) FROM {} GROUP BY part").format(self.staging)
+                "SELECT part, min(task) FROM {} GROUP BY part").format(self.staging)
             ).fetchall()
-            new = {p: a for p, a in visible if p not in self.parts}
+            new = {p: t for p, t in visible if p not in self.parts}
             if new:
-                with db_errors(self.store.url):
+                with db_errors(self.store.url), self._one_row_per_record():
                     self._stream(ROW, new, self._copy)
         self.parts.update(new)
         return len(new)
@@ -122,8 +134,8 @@ class Publisher:
         with self._read.cursor(name=f"blobs_{kind}") as cur:
             cur.itersize = 4
             cur.execute(sql.SQL(
-                "SELECT blob FROM {} WHERE kind = %s AND (part, attempt) IN (SELECT * FROM "
-                "unnest(%s::int[], %s::int[])) ORDER BY part, seq").format(self.staging),
+                "SELECT blob FROM {} WHERE kind = %s AND (part, task) IN (SELECT * FROM "
+                "unnest(%s::int[], %s::bigint[])) ORDER BY part, seq").format(self.staging),
                 (kind, list(parts), list(parts.values())), binary=True)  # bytea, no hex
             for (blob,) in cur:
                 copy.write(blob)
@@ -134,8 +146,8 @@ class Publisher:
         out: dict[tuple[str, int], dict[str, int]] = {}
         with db_errors(self.store.url), self._reader.begin():
             for topic, partition, kind, n in self._read.execute(sql.SQL(
-                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE (part, attempt) IN '
-                    "(SELECT * FROM unnest(%s::int[], %s::int[])) GROUP BY 1, 2, 3 "
+                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE (part, task) IN '
+                    "(SELECT * FROM unnest(%s::int[], %s::bigint[])) GROUP BY 1, 2, 3 "
                     "ORDER BY 1, 2, 3").format(self.staging),
                     (list(self.parts), list(self.parts.values()))).fetchall():
                 item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})
@@ -156,13 +168,15 @@ class Publisher:
             cm, self._copy_cm = self._copy_cm, None
             if self.binary:
                 self._copy.write(BINARY_TRAILER)
-            cm.__exit__(None, None, None)
+            with self._one_row_per_record():
+                cm.__exit__(None, None, None)
             rows_written, rows_deleted = self._cur.rowcount, 0
             if any(v.get("deletes") for v in staged.values()):
                 self._tombstones()
             if self.overwrite:
                 store.clear_ranges(self.ranges)
             if not self.direct:
+                self._check_one_row_per_record()
                 merged = merge(store, conn, _ROWS, self.kind, run_id, self.overwrite)
                 rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
@@ -183,6 +197,50 @@ class Publisher:
         return {"records_read": records_read, "rows_written": rows_written,
                 "rows_deleted": rows_deleted, "dead_letters": dead_written,
                 "per_partition": per_partition, "timings": timings}
+
+    # ---- a transform's rows: one per Kafka record -------------------------------------
+    def _two_rows(self, topic: str, partition: int, offset: int, rows: str) -> ConfigError:
+        return ConfigError(
+            f"[sink] transform {self.sink.transform!r} returned {rows} for the record "
+            f"{topic}[{partition}] offset {offset}; the results table {self.sink.table} holds "
+            "one row per Kafka record (keyed by topic, partition, offset): make the transform "
+            "return at most one row per input row (keep several values in an array column), "
+            f"then rerun; run {self.run_id} rolled back, nothing committed")
+
+    def _check_one_row_per_record(self) -> None:
+        """Before the merge: a transform's second row for an offset would be dropped by
+        ON CONFLICT DO NOTHING (or fail a reprocess's DO UPDATE) instead of being named."""
+        if not self.sink.transform:
+            return  # the built-in sinks write one line per record
+        found = self.conn.execute(sql.SQL(
+            'SELECT topic, "partition", "offset", count(*) FROM {} GROUP BY 1, 2, 3 '
+            "HAVING count(*) > 1 ORDER BY 1, 2, 3 LIMIT 1").format(
+                sql.Identifier(_ROWS))).fetchone()
+        if found:
+            raise self._two_rows(found[0], found[1], found[2], f"{found[3]} rows")
+
+    @contextmanager
+    def _one_row_per_record(self) -> Iterator[None]:
+        """Around the direct COPY into the results table: its key refuses a second row for
+        an offset. If the offset is not among the committed rows, the two rows are this
+        run's own (a transform's); else another run published it first (ConflictError)."""
+        try:
+            yield
+        except psycopg.errors.UniqueViolation as e:
+            key = _KEY_DETAIL.match(e.diag.message_detail or "")
+            if not (self.sink.transform and self.direct and key
+                    and e.diag.table_name == self.store.results.name):
+                raise
+            topic, partition, offset = key[1], int(key[2]), int(key[3])
+            # take() reads inside its own transaction on the reader; finish() outside one.
+            with nullcontext() if self._reader.in_transaction() else self._reader.begin():
+                committed = self._read.execute(sql.SQL(
+                    'SELECT 1 FROM {} WHERE topic = %s AND "partition" = %s AND "offset" = %s'
+                ).format(self.store.t(self.store.results.name)),
+                    (topic, partition, offset)).fetchone()
+            if committed:
+                raise
+            raise self._two_rows(topic, partition, offset, "more than one row") from None
 
     def _tombstones(self) -> None:
         """An upsert sink's tombstones, into the rows' temp table (flagged _tombstone)."""

@@ -3,11 +3,13 @@
 Spark SQL turns each record into one line of Postgres COPY text format (no Python per
 record: escaping, timestamps in UTC and bytea hex are Spark expressions). A small Python
 function (``mapInArrow``) then takes each Arrow batch of lines as ONE contiguous buffer and
-stores it as one blob row in the run's UNLOGGED staging table, tagged with the Spark
-partition and task attempt that wrote it, and a summary (topic, partition, kind, rows,
-first and last offset). Each task writes its blobs in one transaction, so a task attempt's
-blobs are either all there or not at all; the publisher uses one attempt per Spark
-partition, so a retried task (lost executor, speculation) is never counted twice.
+stores it as one blob row (or several, each at most BLOB_BYTES) in the run's UNLOGGED
+staging table, tagged with the Spark partition and the task attempt that wrote it (Spark's
+taskAttemptId: its attempt number restarts at 0 when a stage is resubmitted), and a summary
+(topic, partition, kind, rows, first and last offset). Each task writes its blobs in one
+transaction, so a task attempt's blobs are either all there or not at all; the publisher
+uses one task attempt per Spark partition, so a retried task (lost executor, speculation)
+or a resubmitted stage is never counted twice.
 
 The driver then streams those blobs, unchanged, into ``COPY results FROM STDIN`` inside the
 publishing transaction (pipeline/publish.py): each row is written once into the keyed
@@ -22,11 +24,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
 ROW = "r"  # a blob of result rows
 DEAD = "d"  # a blob of dead-letter rows
 TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones)
+
+# One blob's bytes at most (but for a single line larger than that): a bytea value, and a
+# COPY row, cannot pass 1 GB, and 10,000 records of 100 KB would.
+BLOB_BYTES = 64 << 20
 
 # Postgres truncates identifiers to 63 bytes: a longer staging name would be shared by two
 # runs and missed by the cleanup. 7 + 24 + 1 + 8 + 2 + 19 (any bigint run id) = 61 bytes.
@@ -90,11 +98,13 @@ def copy_line(F, columns: Sequence[tuple[str, str]], extra: Sequence = ()):
     return F.concat(F.concat_ws("\t", *fields, *extra), F.lit("\n"))
 
 
-def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[str, str]]):
+def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[str, str]],
+                max_blob_bytes: int = BLOB_BYTES):
     """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches. Yields one
     summary row per task. ``copy_sql``, ``types``: the binary COPY into the run's staging
     table and its column types (store.Store.staging_copy). ``declared``: the JSON sink's
-    (column, type) pairs, to explain bad records."""
+    (column, type) pairs, to explain bad records. A batch's lines of one kind go into as
+    many blobs as ``max_blob_bytes`` needs."""
 
     def write(batches):
         import pyarrow as pa
@@ -104,7 +114,7 @@ def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[
         from pipeline import faults as f
 
         ctx = TaskContext.get()
-        part, attempt = ctx.partitionId(), ctx.attemptNumber()
+        part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
         totals = {ROW: 0, DEAD: 0}
         seq = 0
         injected = False
@@ -117,17 +127,16 @@ def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[
                         lo, hi = pc.min_max(offsets).values()
                         topic = group.column("topic")[0].as_py()
                         partition = group.column("partition")[0].as_py()
-                        rows = pc.drop_null(group.column("row_line"))
-                        if len(rows):
-                            copy.write_row((part, attempt, seq, topic, partition, ROW,
-                                            len(rows), lo.as_py(), hi.as_py(),
+                        lines = pc.drop_null(group.column("row_line"))
+                        for rows in _arrow_chunks(lines, max_blob_bytes, pa):
+                            copy.write_row((part, attempt, task, seq, topic,
+                                            partition, ROW, len(rows), lo.as_py(), hi.as_py(),
                                             _contiguous(rows, pa)))
                             totals[ROW] += len(rows)
                             seq += 1
-                        dead = _dead_lines(group, pc, declared)
-                        if dead:
-                            copy.write_row((part, attempt, seq, topic, partition, DEAD,
-                                            len(dead), lo.as_py(), hi.as_py(),
+                        for dead in _chunks(_dead_lines(group, pc, declared), max_blob_bytes):
+                            copy.write_row((part, attempt, task, seq, topic,
+                                            partition, DEAD, len(dead), lo.as_py(), hi.as_py(),
                                             "".join(dead).encode()))
                             totals[DEAD] += len(dead)
                             seq += 1
@@ -219,6 +228,43 @@ def _by_partition(batch, pa, pc):
         yield table.filter(mask).combine_chunks().to_batches()[0]
 
 
+def blob_spans(ends: Sequence[int], max_bytes: int, start: int = 0) -> list[tuple[int, int]]:
+    """Lines [i, j) of each blob, in order, each blob at most ``max_bytes`` (a line larger
+    than that alone is a blob of its own). ``ends[k]``: where line k ends in the lines laid
+    end to end, which begin at ``start`` (cumulative sizes, or an Arrow offsets buffer)."""
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i < len(ends):
+        j = max(bisect_right(ends, start + max_bytes, i), i + 1)
+        spans.append((i, j))
+        start, i = ends[j - 1], j
+    return spans
+
+
+def _chunks(lines: Sequence[str | bytes], max_bytes: int = BLOB_BYTES) -> Iterator[Sequence]:
+    """Python lines (str or bytes) -> consecutive slices of at most ``max_bytes`` of UTF-8;
+    nothing for no lines."""
+    ends = list(accumulate(len(x) if isinstance(x, bytes) or x.isascii() else
+                           len(x.encode()) for x in lines))
+    for i, j in blob_spans(ends, max_bytes):
+        yield lines[i:j]
+
+
+def _arrow_chunks(lines, max_bytes: int, pa) -> Iterator:
+    """A string array -> consecutive slices of at most ``max_bytes`` of data, from its
+    offsets buffer (no per-line Python); nothing for an empty array."""
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    if not len(lines):
+        return
+    offsets = memoryview(lines.buffers()[1]).cast("q" if lines.type == pa.large_string()
+                                                     else "i")
+    first = lines.offset
+    for i, j in blob_spans(offsets[first + 1:first + len(lines) + 1], max_bytes,
+                           offsets[first]):
+        yield lines.slice(i, j - i)
+
+
 def _contiguous(lines, pa) -> bytes:
     """The lines of a string array as one buffer: its data buffer between the first and
     the last offset, copied once (no per-line Python)."""
@@ -250,7 +296,7 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
         from pipeline.encode import Encoder
 
         ctx = TaskContext.get()
-        part, attempt = ctx.partitionId(), ctx.attemptNumber()
+        part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
         encoder = Encoder(*encoder_args)
         totals = {ROW: 0, DEAD: 0, TOMBSTONE: 0}
         seq = 0
@@ -262,12 +308,12 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
                     for records in read_range(reader, r, timeout_seconds):
                         lo, hi = records[0].offset(), records[-1].offset()
                         encoded = encoder.encode(r.topic, r.partition, records)
-                        for kind, lines in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
-                            if lines:
+                        for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
+                            for lines in _chunks(batch):
                                 blob = (b"".join(lines) if kind == ROW and encoder.binary
                                         else "".join(lines).encode())
-                                copy.write_row((part, attempt, seq, r.topic, r.partition, kind,
-                                                len(lines), lo, hi, blob))
+                                copy.write_row((part, attempt, task, seq, r.topic,
+                                                r.partition, kind, len(lines), lo, hi, blob))
                                 totals[kind] += len(lines)
                                 seq += 1
                         if seq and not injected:  # once per task, inside its open COPY

@@ -257,10 +257,14 @@ def from_record(table: Table) -> list[Column]:
 
 # ---- a run's staging table (pipeline/stage.py writes it, pipeline/publish.py reads it) --
 def staging(name: str) -> Table:
-    """UNLOGGED, keyless, one row per batch of records and kind (a blob of COPY rows)."""
+    """UNLOGGED, keyless, one row per batch of records and kind (a blob of COPY rows). A
+    blob's writer is its task attempt: ``task`` is Spark's taskAttemptId, unique in the
+    SparkContext. (part, attempt) is not: Spark numbers task attempts from 0 again when it
+    resubmits a stage, and PySpark does not expose the stage attempt."""
     return Table(
         name, MetaData(schema=SCHEMA),
-        Column("part", Integer), Column("attempt", Integer), Column("seq", Integer),
+        Column("part", Integer), Column("attempt", Integer), Column("task", BigInteger),
+        Column("seq", Integer),
         Column("topic", Text), Column("partition", Integer), Column("kind", Text),
         Column("n", Integer), Column("min_offset", BigInteger), Column("max_offset", BigInteger),
         Column("blob", BYTEA),

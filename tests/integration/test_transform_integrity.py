@@ -1,0 +1,134 @@
+"""The transform path's integrity (issue 23, item 8): a partition staged by two writers that
+Spark numbers alike is published once, and a transform's second row for one Kafka record is
+a clear exit-2 error naming the transform and the record, before anything commits."""
+
+from __future__ import annotations
+
+import psycopg
+
+from pipeline import tables
+from pipeline.consume import read_range, reader_config
+from pipeline.encode import Encoder, binary_rows
+from pipeline.kafka_meta import KafkaMeta
+from pipeline.offsets import plan_ranges
+from pipeline.publish import Publisher
+from pipeline.stage import ROW
+from pipeline.store import Store
+from tests.helpers import (
+    create_topic,
+    init_cli,
+    init_db,
+    make_settings,
+    produce_orders,
+    query,
+    result_keys,
+    run_cli,
+    stored_offsets,
+    toml_config,
+    unique,
+)
+
+TRANSFORMS = "tests.integration.transforms.orders"
+
+
+def stage_as(store: Store, run_id: int, writers: list[dict], blobs: list[tuple]) -> None:
+    """Write ``blobs`` (topic, partition, n, lo, hi, blob) into a run's staging table once per
+    writer, as a Spark task would (same COPY, same column types); a writer names its
+    identity columns (part, attempt, task). Only the columns the table has are written."""
+    copy_sql, types = store.staging_copy(run_id)
+    columns = [c.name for c in tables.staging(store.staging_name(run_id)).columns]
+    have = [(c, t) for c, t in zip(columns, types, strict=True)]
+    with psycopg.connect(store.url) as conn, conn.cursor() as cur, cur.copy(copy_sql) as copy:
+        copy.set_types(types)
+        for writer in writers:
+            for seq, (topic, partition, n, lo, hi, blob) in enumerate(blobs):
+                row = {**writer, "seq": seq, "topic": topic, "partition": partition,
+                       "kind": ROW, "n": n, "min_offset": lo, "max_offset": hi, "blob": blob}
+                copy.write_row(tuple(row[c] for c, _ in have))
+
+
+def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack):
+    # Spark resubmits a stage after a shuffle fetch failure and numbers its task attempts
+    # from 0 again: a zombie task of the first stage attempt and task 0 attempt 0 of the
+    # second both commit blobs for Spark partition 0. Such a fault cannot be produced on a
+    # local master; the blobs are staged here exactly as the two task attempts would.
+    topic = create_topic(unique("resub"), 1)
+    produce_orders(topic, range(10))
+    s = init_db(make_settings(unique("resub"), [topic]))
+    store = Store(s)
+    plan = plan_ranges(store.load_offsets(), KafkaMeta(s.kafka).topic_offsets([topic]))
+    (r,) = plan.ranges
+    store.lock_or_fail()
+    run_id = store.start_run("ingest", plan.partitions)
+    store.create_staging(run_id)
+    encoder = Encoder(s.sink.format, [(c.name, c.type, c.required) for c in s.sink.columns],
+                      run_id)
+    reader = reader_config(s.kafka.client_config(), s.kafka.isolation_level, "t-reader")
+    blobs = []
+    for records in read_range(reader, r, s.kafka.timeout_seconds):
+        rows = encoder.encode(r.topic, r.partition, records).rows
+        blobs.append((r.topic, r.partition, len(rows), records[0].offset(),
+                      records[-1].offset(),
+                      b"".join(rows) if encoder.binary else "".join(rows).encode()))
+    first_stage, second_stage = {"part": 0, "attempt": 0, "task": 3}, \
+        {"part": 0, "attempt": 0, "task": 7}
+    stage_as(store, run_id, [first_stage, second_stage], blobs)
+
+    with Publisher(store, run_id, "ingest", plan.ranges,
+                   binary=binary_rows(s.sink.format)) as publisher:
+        publisher.take()
+        published = publisher.finish(plan.offset_updates, {})
+    store.close()
+
+    assert published["records_read"] == 10 and published["rows_written"] == 10
+    assert result_keys(s.sink.table) == [(topic, 0, o) for o in range(10)]
+    assert stored_offsets(s.name) == {(topic, 0): 10}
+
+
+def transform_pipeline(tmp_path, transform: str, records: int = 10) -> tuple[str, str, str]:
+    topic = create_topic(unique("dup"), 1)
+    produce_orders(topic, range(records))
+    name = unique("dup")
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic], extra_sink=f'transform = "{transform}"'))
+    init_cli(config)
+    return topic, name, str(config)
+
+
+def assert_refused_naming(r, transform: str, topic: str, offset: int, name: str) -> None:
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert f"[sink] transform '{transform}' returned" in r.stderr, r.stderr[-3000:]
+    assert f"{topic}[0] offset {offset}" in r.stderr, r.stderr[-3000:]
+    assert "one row per Kafka record" in r.stderr
+
+
+def test_a_transform_returning_two_rows_for_one_record_is_exit_2_naming_it(stack, tmp_path):
+    transform = f"{TRANSFORMS}:order_7_twice"
+    topic, name, config = transform_pipeline(tmp_path, transform)
+
+    r = run_cli("run", "--config", config)
+
+    # Before: exit 75 "another run published first", and every retry the same.
+    assert_refused_naming(r, transform, topic, 7, name)
+    assert result_keys(name) == [] and stored_offsets(name) == {}
+    assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s "
+                 "AND kind = 'ingest'", (name,)) == [("failed", 2)]
+
+
+def test_two_rows_per_record_over_rows_already_there_are_refused_not_dropped(stack, tmp_path):
+    # Rows already in the planned range: the run's rows are merged (ON CONFLICT DO NOTHING),
+    # where a second row for an offset used to vanish without a word.
+    topic, name, config = transform_pipeline(tmp_path, f"{TRANSFORMS}:identity", records=5)
+    assert run_cli("run", "--config", config).returncode == 0
+    produce_orders(topic, range(5, 10))
+    assert run_cli("offsets", "set", "--config", config, "--topic", topic, "--to", "earliest",
+                   "--yes").returncode == 0
+    transform = f"{TRANSFORMS}:every_order_twice"
+    text = open(config).read().replace(f"{TRANSFORMS}:identity", transform)
+    open(config, "w").write(text)
+
+    r = run_cli("run", "--config", config)
+
+    assert_refused_naming(r, transform, topic, 0, name)
+    assert result_keys(name) == [(topic, 0, o) for o in range(5)]
+    assert stored_offsets(name) == {(topic, 0): 0}
