@@ -11,7 +11,8 @@
                                      # (backfill), aggregate; each BENCH_REPEAT times
     scripts/bench --wide             # only wide topics: 256 x 100 and 64 x 1,000 records
                                      # against the peers, 200 x 100 against 4 x 5,000
-                                     # (bench/wide.py); BENCH_BASELINE=<checkout> adds it
+                                     # (bench/wide.py); BENCH_BASELINE=<checkout> adds it;
+                                     # --from-log FILE reports the printed runs of one
 
 Each size is produced once (JSON orders, 4 partitions). Every contender runs as its own
 process, as a user would start it (the pipeline through its CLI, so each run pays its own
@@ -659,14 +660,15 @@ def plot(all_results: list[Result], path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     scale, modes = "--scaling" in argv, "--modes" in argv
-    sizes = [int(a) for a in argv if a not in ("--scaling", "--modes", "--wide")] or [2_000_000]
+    sizes = [int(a) for a in argv if a.isdigit()] or [2_000_000]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
            "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
     env.pop("PIPELINE_DATABASE_URL", None)
     if "--wide" in argv:
         from bench import wide
 
-        return wide.main(env)
+        log = argv[argv.index("--from-log") + 1] if "--from-log" in argv else ""
+        return wide.main(env, log)
     if scale:
         table = scaling_report(scaling(sizes, env))
         print(table)

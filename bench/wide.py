@@ -11,7 +11,7 @@ up. Scenarios (partitions x records per partition, JSON orders):
                             on 200 x 100 also the transform path (an identity transform:
                             Spark's Kafka source, coalesced to the built-in path's tasks)
 
-Contenders of one scenario run in turns (A, B, C, A, B, C: BENCH_REPEAT rounds), so a
+All contenders of all shapes run in turns (A, B, C, A, B, C: BENCH_REPEAT rounds), so a
 change in the load of this shared machine falls on all of them; the 1-minute load average
 and the other pipeline processes are sampled before each run. BENCH_BASELINE=<checkout>
 adds the pipeline as that checkout has it (e.g. the main branch before this change), run
@@ -44,6 +44,11 @@ from bench.run import (
 from pipeline.sample import order
 
 SCENARIOS = [(256, 100), (64, 1_000), (200, 100), (4, 5_000)]
+# BENCH_WIDE=256x100,200x100: only these shapes (a machine too busy for all of them);
+# BENCH_TOPIC_200x100=<topic> reuses a topic of that shape; BENCH_WIDE_TRANSFORM=0 leaves
+# the transform path out.
+SCENARIOS = [s for s in SCENARIOS if not os.environ.get("BENCH_WIDE")
+             or f"{s[0]}x{s[1]}" in os.environ["BENCH_WIDE"].split(",")]
 PEERS_FOR = {(256, 100): ("sss_arrow", "single_process"),
              (64, 1_000): ("sss_arrow", "single_process")}
 BASELINE = os.environ.get("BENCH_BASELINE", "")
@@ -51,7 +56,7 @@ BASELINE = os.environ.get("BENCH_BASELINE", "")
 BASELINE_FOR = {(200, 100), (4, 5_000)}
 # The transform path (Spark's Kafka source, one input partition per Kafka partition) with
 # a transform that changes nothing.
-TRANSFORM_FOR = {(200, 100)}
+TRANSFORM_FOR = {(200, 100)} if os.environ.get("BENCH_WIDE_TRANSFORM", "1") != "0" else set()
 IDENTITY = 'transform = "tests.integration.transforms.orders:identity"\n'
 LABEL = {"pipeline_json": "this pipeline, json sink (`pipeline run`)",
          "baseline": "this pipeline before issue 29 (one task, consumer and 1 s wait per "
@@ -84,22 +89,29 @@ def produce_wide(topic: str, partitions: int, per_partition: int) -> None:
 
 
 def bench_wide(env: dict) -> list[tuple[tuple[int, int], Result, list]]:
-    out = []
+    """Every topic produced first; then BENCH_REPEAT rounds, each running every contender of
+    every shape once (200 x 100 and 4 x 5,000 side by side too, not minutes apart)."""
+    topics, plans = {}, {}
     for partitions, per in SCENARIOS:
         n = partitions * per
-        topic = f"bench_wide_{STAMP}_{partitions}x{per}"
-        print(f"bench: producing {n:,} records to {topic} ({partitions} partitions)",
-              flush=True)
-        produce_wide(topic, partitions, per)
+        topics[(partitions, per)] = topic = (
+            os.environ.get(f"BENCH_TOPIC_{partitions}x{per}")
+            or f"bench_wide_{STAMP}_{partitions}x{per}")
+        if not os.environ.get(f"BENCH_TOPIC_{partitions}x{per}"):
+            print(f"bench: producing {n:,} records to {topic} ({partitions} partitions)",
+                  flush=True)
+            produce_wide(topic, partitions, per)
         names = ["pipeline_json",
                  *(["baseline"] if BASELINE and (partitions, per) in BASELINE_FOR else []),
                  *(["transform"] if (partitions, per) in TRANSFORM_FOR else []),
                  *(["baseline_transform"] if BASELINE and (partitions, per) in TRANSFORM_FOR
                    else []),
                  *PEERS_FOR.get((partitions, per), ())]
-        results = {name: (Result(name, n), []) for name in names}
-        for run in range(REPEAT):
-            for name in names:
+        plans[(partitions, per)] = {name: (Result(name, n), []) for name in names}
+    for run in range(REPEAT):
+        for (partitions, per), results in plans.items():
+            n, topic = partitions * per, topics[(partitions, per)]
+            for name, (result, loads) in results.items():
                 warm(topic)
                 checkpoint()
                 load = machine_load()
@@ -115,7 +127,6 @@ def bench_wide(env: dict) -> list[tuple[tuple[int, int], Result, list]]:
                 else:
                     seconds, rss = run_peer(name, topic, n, run, env)
                     phases = {}
-                result, loads = results[name]
                 result.seconds.append(seconds)
                 result.rss_mb.append(rss)
                 result.phases.append(phases)
@@ -123,8 +134,8 @@ def bench_wide(env: dict) -> list[tuple[tuple[int, int], Result, list]]:
                 print(f"bench: wide {partitions}x{per} {name} run {run + 1}: {seconds:.1f} s, "
                       f"phases {phases}, load before {load[0]:.2f} ({load[1]} other "
                       "pipeline processes)", flush=True)
-        out += [((partitions, per), r, loads) for r, loads in results.values()]
-    return out
+    return [(shape, r, loads) for shape, results in plans.items()
+            for r, loads in results.values()]
 
 
 def wide_report(rows: list[tuple[tuple[int, int], Result, list]]) -> str:
@@ -184,8 +195,26 @@ def wide_plot(rows: list[tuple[tuple[int, int], Result, list]], path: Path) -> N
     fig.savefig(path, dpi=100)
 
 
-def main(env: dict) -> int:
-    rows = bench_wide(env)
+def rows_from_log(text: str) -> list[tuple[tuple[int, int], Result, list]]:
+    """The rows of the 'bench: wide ...' lines a run printed: a report of the runs that
+    finished when a busy machine did not leave time for all of them."""
+    import ast
+    import re
+
+    rows: dict[tuple, tuple] = {}
+    for m in re.finditer(r"^bench: wide (\d+)x(\d+) (\w+) run \d+: ([\d.]+) s, phases "
+                         r"(\{.*?\}), load before ([\d.]+) \((\d+) other", text, re.M):
+        shape = (int(m[1]), int(m[2]))
+        result, loads = rows.setdefault((shape, m[3]), (Result(m[3], shape[0] * shape[1]), []))
+        result.seconds.append(float(m[4]))
+        result.phases.append(ast.literal_eval(m[5]))
+        loads.append((float(m[6]), int(m[7])))
+    return [(shape, r, loads) for (shape, _), (r, loads) in rows.items()]
+
+
+def main(env: dict, log: str = "") -> int:
+    """``log``: report from a run's printed lines instead of running (--from-log FILE)."""
+    rows = rows_from_log(Path(log).read_text()) if log else bench_wide(env)
     table = wide_report(rows)
     print(table)
     loads = [load for _, _, samples in rows for load, _ in samples]
