@@ -9,6 +9,10 @@
                                      # (scripts/cluster on its own ports), local[2] beside
     scripts/bench --modes 2000000    # only the sink modes: append, upsert, an upsert replay
                                      # (backfill), aggregate; each BENCH_REPEAT times
+    scripts/bench --wide             # only wide topics: 256 x 100 and 64 x 1,000 records
+                                     # against the peers, 200 x 100 against 4 x 5,000
+                                     # (bench/wide.py); BENCH_BASELINE=<checkout> adds it;
+                                     # --from-log FILE reports the printed runs of one
 
 Each size is produced once (JSON orders, 4 partitions). Every contender runs as its own
 process, as a user would start it (the pipeline through its CLI, so each run pays its own
@@ -143,12 +147,12 @@ def tree_rss_mb(pid: int) -> float:
     return sum(rss.get(p, 0) for p in tree) / 2**20
 
 
-def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
+def timed(cmd: list[str], env: dict, cwd: Path = ROOT) -> tuple[float, float, str]:
     """(seconds, peak RSS MB of the process tree, stdout)."""
     peak = 0.0
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT)
+                            text=True, cwd=cwd)
     done = threading.Event()
 
     def sample() -> None:
@@ -182,15 +186,18 @@ def pipeline_config(path: Path, name: str, topic: str, fmt: str, spark: str = ""
 
 
 def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict, *, spark: str = "",
-                 tag: str = "") -> tuple[float, float, dict]:
+                 tag: str = "", root: Path = ROOT, sink: str = "") -> tuple[float, float, dict]:
+    """``root``: the checkout whose pipeline runs (its own package first on the path);
+    ``sink``: more [sink] keys (e.g. a transform)."""
     name = f"b_{fmt}{tag}_{STAMP}_{n}_{run}"
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
-        pipeline_config(config, name, topic, fmt, spark)
+        pipeline_config(config, name, topic, fmt, spark, mode=sink)
         cli = [PY, "-m", "pipeline"]
         subprocess.run([*cli, "init-db", "--config", str(config)], env=env, check=True,
-                       capture_output=True, cwd=ROOT)
-        seconds, rss, out = timed([*cli, "run", "--config", str(config), "--json"], env)
+                       capture_output=True, cwd=root)
+        seconds, rss, out = timed([*cli, "run", "--config", str(config), "--json"], env,
+                                  cwd=root)
     summary = json.loads(out)
     assert summary["records_read"] == n, summary
     if fmt == "json":
@@ -653,10 +660,15 @@ def plot(all_results: list[Result], path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     scale, modes = "--scaling" in argv, "--modes" in argv
-    sizes = [int(a) for a in argv if a not in ("--scaling", "--modes")] or [2_000_000]
+    sizes = [int(a) for a in argv if a.isdigit()] or [2_000_000]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
            "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
     env.pop("PIPELINE_DATABASE_URL", None)
+    if "--wide" in argv:
+        from bench import wide
+
+        log = argv[argv.index("--from-log") + 1] if "--from-log" in argv else ""
+        return wide.main(env, log)
     if scale:
         table = scaling_report(scaling(sizes, env))
         print(table)

@@ -71,93 +71,212 @@ def read_range(config: dict, r: OffsetRange, timeout_seconds: float,
                batch: int = BATCH) -> Iterator[list]:
     """Yields lists of confluent_kafka Messages with ``r.from_offset <= offset <
     r.until_offset``, in offset order. Raises RangeReadError."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    for _, records in read_ranges(config, [r], timeout_seconds, batch):
+        yield records
 
+
+def asked(remaining: int, batch: int = BATCH) -> int:
+    """How many messages one consume() call asks for: never more than the offsets the open
+    ranges still span. librdkafka's consume() returns when it has that many messages or
+    when its timeout ends, so asking for a batch the ranges cannot fill waited out the
+    whole timeout on every small range (~1 s per partition). The records of the ranges, the
+    records past their ends and the end-of-partition events fill this count; only gaps
+    (compaction, transaction markers) at the end of a log leave it short, for at most one
+    POLL_SECONDS."""
+    return max(1, min(batch, remaining))
+
+
+# The longest one consume() call waits. Only a count that cannot be reached (see asked)
+# waits it out; the run's no-progress limit (kafka.timeout_seconds) is measured across
+# calls, so a short poll never makes a read give up sooner.
+POLL_SECONDS = 0.1
+
+
+class _Open:
+    """What is known of one range being read: the next offset wanted, where its partition
+    ended when last seen, whether any record was read yet."""
+
+    __slots__ = ("range", "next_offset", "log_end", "first")
+
+    def __init__(self, r: OffsetRange):
+        self.range = r
+        self.next_offset = r.from_offset
+        self.log_end: int | None = None
+        self.first = True
+
+    @property
+    def done(self) -> bool:
+        return self.next_offset >= self.range.until_offset
+
+
+def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
+                batch: int = BATCH) -> Iterator[tuple[OffsetRange, list]]:
+    """Reads every range with ONE consumer (one Spark task's ranges: a client, its broker
+    connections and metadata per task, not per partition), all of them assigned at once so
+    that their fetches share requests. Yields (range, records): records of that range only,
+    ``from_offset <= offset < until_offset``, each range's in offset order (the ranges'
+    batches interleave). Ranges must be of distinct partitions. Raises RangeReadError."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    ranges = [r for r in ranges if r.count > 0]
+    if not ranges:
+        return
+    if len({r.tp for r in ranges}) != len(ranges):
+        raise ValueError(f"two ranges of one partition in one read: {ranges}")
     errors: list[str] = []
-    # Prefetching past the range is wasted work: at most the range's records are queued.
-    queued = min(int(config.get("queued.min.messages", 100_000)), max(r.count, 1))
+    # Prefetching past a range is wasted work: at most the largest range's records are
+    # queued per partition.
+    queued = min(int(config.get("queued.min.messages", 100_000)),
+                 max(r.count for r in ranges))
     consumer = Consumer({**config, "queued.min.messages": queued,
                          "error_cb": lambda e: errors.append(str(e))})
     try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
-        next_offset = r.from_offset
+        reading = {r.tp: _Open(r) for r in ranges}
+        alone = len(ranges) == 1
+        consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset) for r in ranges])
         progress_at = time.monotonic()
-        log_end = None  # where the partition ended when last seen
-        first = True
-        while next_offset < r.until_offset:
+        while reading:
+            remaining = sum(o.range.until_offset - o.next_offset for o in reading.values())
             try:
-                messages = consumer.consume(num_messages=batch, timeout=1.0)
+                messages = consumer.consume(num_messages=asked(remaining, batch),
+                                            timeout=POLL_SECONDS)
             except KafkaException as e:
-                raise RangeReadError(f"{r}: Kafka consumer failed at offset {next_offset}: "
-                                     f"{e}; nothing committed - retry", True) from None
-            if _plain(messages, next_offset, r.until_offset):
-                # The usual batch: records only, inside the range (offsets of a partition
-                # only increase), so no per-message checks below.
-                records = messages
-                next_offset = messages[-1].offset() + 1
-                messages = ()
-            else:
-                records = []
-            for m in messages:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        log_end = m.offset()
-                        if log_end >= r.until_offset:  # the end of the log is past us
-                            next_offset = r.until_offset
-                        continue
-                    if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE,
-                                      KafkaError._AUTO_OFFSET_RESET):
-                        raise RangeReadError(
-                            f"{r}: offset {next_offset} is no longer in Kafka (deleted by "
-                            "retention while the run read it); nothing committed - the next "
-                            "run applies kafka.on_data_loss", True)
-                    if _refused(err):
-                        group = config.get("group.id")
-                        raise RangeReadError(
-                            f"Kafka at {config.get('bootstrap.servers')} refused the reader of "
-                            f"{r} (user '{config.get('sasl.username', '-')}', consumer group "
-                            f"'{group}'): {err.str()}; grant the user Describe and Read on "
-                            f"the topic and on the group '{group}' (it only looks the group "
-                            "up, never commits), or fix its credentials; nothing committed",
-                            False, config=True)
-                    if err.fatal() or not err.retriable():
-                        raise RangeReadError(f"{r}: Kafka error at offset {next_offset}: "
-                                             f"{err.str()}", not err.fatal())
-                    errors.append(err.str())
-                    continue
-                offset = m.offset()
-                if offset >= r.until_offset:
-                    next_offset = r.until_offset
-                    break
-                if offset >= next_offset:
-                    records.append(m)
-                    next_offset = offset + 1
-            if records:
-                if first and records[0].offset() > r.from_offset:
-                    _check_not_deleted(consumer, r, records[0].offset(), timeout_seconds)
-                first = False
+                first = next(iter(reading.values()))
+                raise RangeReadError(f"{first.range}: Kafka consumer failed at offset "
+                                     f"{first.next_offset}: {e}; nothing committed - retry",
+                                     True) from None
+            progress = False
+            for state, run in _runs(messages, reading):
+                records = _take(state, run, config, errors, alone)
+                if records:
+                    r = state.range
+                    if state.first and records[0].offset() > r.from_offset:
+                        _check_not_deleted(consumer, r, records[0].offset(), timeout_seconds)
+                    state.first = False
+                    progress = True
+                    yield r, records
+                if state.done:
+                    progress = True
+                    del reading[state.range.tp]
+                    # Nothing more of it is wanted: its fetches stop, the others go on.
+                    consumer.pause([TopicPartition(state.range.topic, state.range.partition)])
+            if progress:
                 progress_at = time.monotonic()
-                yield records
             elif time.monotonic() - progress_at > timeout_seconds:
-                if log_end is not None and log_end < r.until_offset:
-                    raise RangeReadError(
-                        f"{r}: the partition now ends at offset {log_end}, before the planned "
-                        "end (log truncated by an unclean leader election, or the topic "
-                        "recreated); nothing committed - inspect with 'pipeline offsets show'",
-                        False)
-                seen = "; ".join(dict.fromkeys(errors[-3:])) or "no error reported"
-                raise RangeReadError(
-                    f"Kafka unreachable at {config.get('bootstrap.servers')} while Spark read "
-                    f"{r}: no progress at offset {next_offset} for {timeout_seconds:.0f} s "
-                    f"({seen}); nothing committed - check the broker, then retry", True)
+                raise _stalled(config, list(reading.values()), timeout_seconds, errors)
     finally:
         consumer.close()
 
 
-def _plain(messages: list, next_offset: int, until_offset: int) -> bool:
-    """True when a batch holds records only (no error or end-of-partition event), all at or
-    after ``next_offset`` and before ``until_offset``."""
+def _runs(messages: list, reading: dict):
+    """A consumed batch -> (open range, its messages) runs, in order. The batch of a single
+    open range is taken whole; messages of a partition no longer read (past a finished
+    range) are dropped, and an event of no partition goes to the first open range."""
+    if not messages:
+        return
+    if len(reading) == 1:
+        (state,) = reading.values()
+        yield state, messages
+        return
+    run: list = []
+    current = None
+    for m in messages:
+        state = reading.get((m.topic(), m.partition()))
+        if state is None and reading and m.error() is not None and m.topic() is None:
+            state = next(iter(reading.values()))
+        if state is not current:
+            if current is not None and run:
+                yield current, run
+            current, run = state, []
+        if state is not None:
+            run.append(m)
+    if current is not None and run:
+        yield current, run
+
+
+def _take(state: _Open, messages: list, config: dict, errors: list[str],
+          alone: bool = False) -> list:
+    """One range's messages of a batch -> its records; moves ``state`` on. Raises
+    RangeReadError on an error no retry inside this read fixes. ``alone``: as for _plain."""
+    from confluent_kafka import KafkaError
+
+    r = state.range
+    if state.done:
+        return []
+    if _plain(messages, state.next_offset, r.until_offset, r, alone):
+        # The usual batch: records of this partition only, inside the range (offsets of a
+        # partition only increase), so no per-message checks below.
+        state.next_offset = messages[-1].offset() + 1
+        return messages
+    records = []
+    for m in messages:
+        err = m.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                if (m.topic(), m.partition()) != r.tp:
+                    continue
+                state.log_end = m.offset()
+                if state.log_end >= r.until_offset:  # the end of the log is past us
+                    state.next_offset = r.until_offset
+                continue
+            if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE,
+                              KafkaError._AUTO_OFFSET_RESET):
+                raise RangeReadError(
+                    f"{r}: offset {state.next_offset} is no longer in Kafka (deleted by "
+                    "retention while the run read it); nothing committed - the next "
+                    "run applies kafka.on_data_loss", True)
+            if _refused(err):
+                group = config.get("group.id")
+                raise RangeReadError(
+                    f"Kafka at {config.get('bootstrap.servers')} refused the reader of "
+                    f"{r} (user '{config.get('sasl.username', '-')}', consumer group "
+                    f"'{group}'): {err.str()}; grant the user Describe and Read on "
+                    f"the topic and on the group '{group}' (it only looks the group "
+                    "up, never commits), or fix its credentials; nothing committed",
+                    False, config=True)
+            if err.fatal() or not err.retriable():
+                raise RangeReadError(f"{r}: Kafka error at offset {state.next_offset}: "
+                                     f"{err.str()}", not err.fatal())
+            errors.append(err.str())
+            continue
+        if (m.topic(), m.partition()) != r.tp:
+            continue  # an earlier assignment's message, still queued
+        offset = m.offset()
+        if offset >= r.until_offset:
+            state.next_offset = r.until_offset
+            break
+        if offset >= state.next_offset:
+            records.append(m)
+            state.next_offset = offset + 1
+    return records
+
+
+def _stalled(config: dict, reading: list[_Open], timeout_seconds: float,
+             errors: list[str]) -> RangeReadError:
+    """No range moved for ``timeout_seconds``: a log that ends before its range's planned
+    end is a truncation (permanent); anything else, an unreachable broker (transient)."""
+    for state in reading:
+        if state.log_end is not None and state.log_end < state.range.until_offset:
+            return RangeReadError(
+                f"{state.range}: the partition now ends at offset {state.log_end}, before "
+                "the planned end (log truncated by an unclean leader election, or the topic "
+                "recreated); nothing committed - inspect with 'pipeline offsets show'",
+                False)
+    first = reading[0]
+    more = f" (and {len(reading) - 1} more ranges)" if len(reading) > 1 else ""
+    seen = "; ".join(dict.fromkeys(errors[-3:])) or "no error reported"
+    return RangeReadError(
+        f"Kafka unreachable at {config.get('bootstrap.servers')} while Spark read "
+        f"{first.range}{more}: no progress at offset {first.next_offset} for "
+        f"{timeout_seconds:.0f} s ({seen}); nothing committed - check the broker, then "
+        "retry", True)
+
+
+def _plain(messages: list, next_offset: int, until_offset: int, r: OffsetRange,
+           alone: bool = False) -> bool:
+    """True when a batch holds records only (no error or end-of-partition event), all of
+    ``r``'s partition, at or after ``next_offset`` and before ``until_offset``. ``alone``:
+    the consumer is assigned ``r``'s partition only, so no message can be another's."""
     if not messages:
         return False
     first, last = messages[0], messages[-1]
@@ -167,7 +286,10 @@ def _plain(messages: list, next_offset: int, until_offset: int) -> bool:
         return False
     from confluent_kafka import Message
 
-    return not any(map(Message.error, messages))  # C calls, no Python frame per message
+    # C calls, no Python frame per message.
+    return (not any(map(Message.error, messages))
+            and (alone or (set(map(Message.partition, messages)) == {r.partition}
+                           and set(map(Message.topic, messages)) == {r.topic})))
 
 
 def _check_not_deleted(consumer, r: OffsetRange, first_offset: int, timeout: float) -> None:

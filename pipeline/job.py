@@ -705,24 +705,28 @@ def stage(sc, settings: Settings, store: Store, run_id: int,
 
 def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
                  ranges: Sequence[OffsetRange]) -> None:
-    """One Spark task per read task (split.split_ranges): each reads its offsets exactly
-    (consume.read_range), encodes them (encode.Encoder) and stages the lines
-    (stage.range_stager)."""
+    """Big ranges split into read tasks (split.split_ranges), small ones packed into a few
+    Spark tasks (split.pack_ranges): each task reads its ranges exactly with one consumer
+    (consume.read_ranges), encodes them (encode.Encoder) and stages the lines in one
+    transaction (stage.range_stager)."""
     from pipeline.consume import reader_config
-    from pipeline.split import split_ranges
+    from pipeline.split import pack_ranges, split_ranges
     from pipeline.stage import range_stager
 
-    pieces = split_ranges(ranges, max(sc.defaultParallelism, settings.spark.min_partitions))
+    slots = max(sc.defaultParallelism, settings.spark.min_partitions)
+    tasks = pack_ranges(split_ranges(ranges, slots), slots)
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
     columns = tuple((c.name, c.type, c.required) for c in settings.sink.columns)
     stager = range_stager(store.url, *store.staging_copy(run_id), reader, k.timeout_seconds,
                           (settings.sink.format, columns, run_id,
                            settings.sink.key if settings.sink.deletes else ()))
-    log.info("run %s: %d read tasks for %s", run_id, len(pieces), describe(ranges),
-             extra={"event": "read.start", "tasks": len(pieces),
+    log.info("run %s: %d read tasks for %s", run_id, len(tasks), describe(ranges),
+             extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})
-    sc.parallelize(pieces, len(pieces)).mapPartitions(stager).collect()
+    # One group per Spark partition: parallelize slices a list of n items into n partitions
+    # of one item each.
+    sc.parallelize(tasks, len(tasks)).mapPartitions(stager).collect()
 
 
 def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
@@ -737,11 +741,18 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
     from pipeline import tables
     from pipeline.errors import ConfigError
     from pipeline.read import read_ranges
+    from pipeline.split import pack_ranges, split_ranges
     from pipeline.stage import WRITER_SCHEMA, blob_writer, line_frame
     from pipeline.transform import to_rows
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
+    # Spark's Kafka source makes one task per partition: a wide topic with a few records
+    # per partition would pay a task's fixed cost per partition. No more tasks than the
+    # built-in sinks would run (coalesce: no shuffle, a task reads its partitions in turn;
+    # never more partitions than the source made, and at least spark.min_partitions).
+    slots = max(sc.defaultParallelism, settings.spark.min_partitions)
+    records = records.coalesce(max(len(pack_ranges(split_ranges(ranges, slots), slots)), 1))
     columns = tables.typed(tables.from_record(store.records))
     dead_columns = tables.typed(tables.DEAD_LETTER_FIELDS)
     cached = records.persist(StorageLevel.MEMORY_AND_DISK)

@@ -51,3 +51,46 @@ def split_ranges(ranges: Sequence[OffsetRange], slots: int, *,
             pieces.append(OffsetRange(r.topic, r.partition, start, until))
             start = until
     return pieces
+
+
+def pack_ranges(pieces: Sequence[OffsetRange], slots: int, *,
+                min_offsets: int = MIN_OFFSETS_PER_TASK,
+                max_offsets: int = MAX_OFFSETS_PER_TASK,
+                waves: int = TASKS_PER_SLOT) -> list[list[OffsetRange]]:
+    """Read tasks (``split_ranges``' pieces) -> Spark tasks: small pieces packed together,
+    so that a run's fixed cost per task (a Python worker, a Kafka consumer and its metadata,
+    a Postgres connection and staging transaction) is paid per task, not per partition. A
+    topic of 200 partitions with a few records each is read by about ``slots`` tasks, not
+    200.
+
+    As many groups as ``split_ranges`` would aim for (about ``total / target`` offsets each,
+    the target clamped to [``min_offsets``, ``max_offsets``]), but at least ``slots`` (every
+    core works) and at most one per piece. Pieces go largest first into the emptiest group
+    (ties: the lowest group index), and a piece that would push a non-empty group past
+    ``max(target, largest piece)`` opens a new group, so no task (and no retried task)
+    reads more than a piece of ``split_ranges`` would. Deterministic: the same pieces give
+    the same groups in the same order. Each group lists its pieces in (topic, partition,
+    from_offset) order; the groups are ordered by their first piece."""
+    if slots < 1 or waves < 1 or min_offsets < 1 or max_offsets < min_offsets:
+        raise ValueError(f"bad packing: slots={slots} waves={waves} min={min_offsets} "
+                         f"max={max_offsets}")
+    pieces = [p for p in pieces if p.count > 0]
+    if not pieces:
+        return []
+    total = sum(p.count for p in pieces)
+    target = min(max(-(-total // (slots * waves)), min_offsets), max_offsets)
+    capacity = max(target, max(p.count for p in pieces))
+    n = min(len(pieces), max(slots, -(-total // target)))
+    groups: list[list[OffsetRange]] = [[] for _ in range(n)]
+    loads = [0] * n
+    # Largest first; equal sizes in range order, so the result does not depend on the input
+    # order.
+    for p in sorted(pieces, key=lambda p: (-p.count, p)):
+        i = min(range(len(groups)), key=lambda g: (loads[g], g))
+        if groups[i] and loads[i] + p.count > capacity:
+            groups.append([])
+            loads.append(0)
+            i = len(groups) - 1
+        groups[i].append(p)
+        loads[i] += p.count
+    return sorted((sorted(g) for g in groups if g), key=lambda g: g[0])

@@ -282,17 +282,19 @@ def _contiguous(lines, pa) -> bytes:
 
 def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
                  timeout_seconds: float, encoder_args: tuple):
-    """A picklable function for ``RDD.mapPartitions`` over read tasks (one OffsetRange per
-    Spark partition): read the range on the executor (consume.read_range), encode each
-    batch (encode.Encoder) and store it as one blob per kind (ROW, DEAD, TOMBSTONE), all of
-    a task attempt in one transaction (``copy_sql``, ``types``: as for blob_writer). Yields
-    one summary tuple per task: (part, attempt, rows, dead letters, tombstones)."""
+    """A picklable function for ``RDD.mapPartitions`` over read tasks (one Spark partition
+    holds one group of split.pack_ranges, a list of OffsetRanges, or bare OffsetRanges):
+    read the task's ranges on the executor with one consumer (consume.read_ranges), encode
+    each batch (encode.Encoder) and store it as one blob per kind (ROW, DEAD, TOMBSTONE),
+    all of a task attempt in one transaction on one connection (``copy_sql``, ``types``: as
+    for blob_writer). Yields one summary tuple per task: (part, attempt, rows, dead
+    letters, tombstones)."""
 
-    def stage_ranges(pieces):
+    def stage_ranges(items):
         from pyspark import TaskContext
 
         from pipeline import faults as f
-        from pipeline.consume import read_range
+        from pipeline.consume import read_ranges
         from pipeline.encode import Encoder
 
         ctx = TaskContext.get()
@@ -304,21 +306,22 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
         with executor_connection(url) as conn:
             with conn.cursor() as cur, cur.copy(copy_sql) as copy:
                 copy.set_types(types)
-                for r in pieces:
-                    for records in read_range(reader, r, timeout_seconds):
-                        lo, hi = records[0].offset(), records[-1].offset()
-                        encoded = encoder.encode(r.topic, r.partition, records)
-                        for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
-                            for lines in _chunks(batch):
-                                blob = (b"".join(lines) if kind == ROW and encoder.binary
-                                        else "".join(lines).encode())
-                                copy.write_row((part, attempt, task, seq, r.topic,
-                                                r.partition, kind, len(lines), lo, hi, blob))
-                                totals[kind] += len(lines)
-                                seq += 1
-                        if seq and not injected:  # once per task, inside its open COPY
-                            injected = True
-                            f.inject("during_read")
+                ranges = [r for item in items
+                          for r in (item if isinstance(item, list) else [item])]
+                for r, records in read_ranges(reader, ranges, timeout_seconds):
+                    lo, hi = records[0].offset(), records[-1].offset()
+                    encoded = encoder.encode(r.topic, r.partition, records)
+                    for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
+                        for lines in _chunks(batch):
+                            blob = (b"".join(lines) if kind == ROW and encoder.binary
+                                    else "".join(lines).encode())
+                            copy.write_row((part, attempt, task, seq, r.topic, r.partition,
+                                            kind, len(lines), lo, hi, blob))
+                            totals[kind] += len(lines)
+                            seq += 1
+                    if seq and not injected:  # once per task, inside its open COPY
+                        injected = True
+                        f.inject("during_read")
             conn.commit()
         if attempt == 0:  # a retried task re-stages what this attempt committed
             f.inject("after_task_commit")

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline.offsets import OffsetRange
-from pipeline.split import split_ranges
+from pipeline.split import pack_ranges, split_ranges
 
 
 def covered(pieces):
@@ -56,3 +56,66 @@ def test_bad_arguments_are_refused():
         split_ranges([OffsetRange("t", 0, 0, 10)], 0)
     with pytest.raises(ValueError):
         split_ranges([OffsetRange("t", 0, 0, 10)], 2, waves=0)
+
+
+# ---- packing small ranges into few Spark tasks ----------------------------------------------
+def flat(groups):
+    return [p for g in groups for p in g]
+
+
+def test_many_small_partitions_are_read_by_one_task_per_slot_not_one_per_partition():
+    ranges = [OffsetRange("t", p, 0, 100) for p in range(200)]
+    groups = pack_ranges(split_ranges(ranges, 2), 2)
+    assert len(groups) == 2
+    assert [sum(p.count for p in g) for g in groups] == [10_000, 10_000]
+    assert sorted(flat(groups)) == ranges  # every range once, none split or merged
+
+
+def test_packing_keeps_every_offset_in_exactly_one_task():
+    ranges = [OffsetRange("b", 1, 0, 7), OffsetRange("a", 0, 5, 1003),
+              OffsetRange("a", 2, 10, 10), OffsetRange("a", 1, 0, 333),
+              *(OffsetRange("c", p, 40, 40 + 3 * p + 1) for p in range(50))]
+    groups = pack_ranges(split_ranges(ranges, 3, min_offsets=50, max_offsets=200), 3,
+                         min_offsets=50, max_offsets=200)
+    assert covered(flat(groups)) == covered(ranges)
+    assert all(g == sorted(g) for g in groups)
+    assert all(len({p.tp for p in g}) == len(g) for g in groups)  # a partition once per task
+
+
+def test_big_pieces_keep_a_task_each_as_split_ranges_planned():
+    ranges = [OffsetRange("t", p, 0, 500_000) for p in range(4)]
+    pieces = split_ranges(ranges, 2, min_offsets=1000, waves=4)
+    assert pack_ranges(pieces, 2, min_offsets=1000, waves=4) == [[p] for p in pieces]
+
+
+def test_no_task_reads_more_than_the_largest_piece_or_the_target():
+    # Three pieces of 300k, target 500k: two groups by count, but 600k in one would break
+    # the bound on what a retried task re-reads.
+    pieces = [OffsetRange("t", p, 0, 300_000) for p in range(3)]
+    groups = pack_ranges(pieces, 1, waves=1)
+    assert max(sum(p.count for p in g) for g in groups) <= 500_000
+    assert sorted(flat(groups)) == pieces
+
+
+def test_a_big_range_and_a_trickle_on_the_others_balance_the_slots():
+    pieces = [OffsetRange("t", 0, 0, 60_000), *(OffsetRange("t", p, 0, 10)
+                                                 for p in range(1, 65))]
+    groups = pack_ranges(pieces, 2)
+    assert len(groups) == 2
+    assert groups[0] == [OffsetRange("t", 0, 0, 60_000)]  # alone: the trickle goes beside it
+    assert sorted(flat(groups)) == sorted(pieces)
+
+
+def test_packing_is_deterministic_whatever_the_input_order():
+    pieces = [OffsetRange("t", p, 0, 1 + (p * 7919) % 97) for p in range(120)]
+    groups = pack_ranges(pieces, 4)
+    assert pack_ranges(list(reversed(pieces)), 4) == groups
+    assert groups == sorted(groups, key=lambda g: g[0])
+
+
+def test_packing_fewer_pieces_than_slots_gives_one_task_each_and_nothing_for_nothing():
+    pieces = [OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 3)]
+    assert pack_ranges(pieces, 8) == [[OffsetRange("t", 0, 0, 5)]]
+    assert pack_ranges([], 8) == []
+    with pytest.raises(ValueError):
+        pack_ranges(pieces, 0)
