@@ -84,7 +84,9 @@ def copy_field(F, col, pg_type: str):
     elif base in ("timestamptz", "timestamp with time zone"):
         # Past year 9999 Spark writes "+55840-..." (a Kafka timestamp in microseconds sent
         # as milliseconds), which Postgres refuses; without the sign it reads it.
-        value = F.ltrim(F.date_format(col, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX"), F.lit("+"))
+        # regexp_replace, not ltrim(col, "+"): Spark 3.5's Python ltrim takes no trim string.
+        value = F.regexp_replace(F.date_format(col, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX"),
+                                 r"^\+", "")
     elif base in ("text", "jsonb") or base.startswith("text"):
         value = escape_text(F, col)
     else:  # numbers, booleans, dates: their string form is already COPY-safe

@@ -16,7 +16,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from pipeline.cli import main as cli_main
-from pipeline.errors import ConfigError, DataError
+from pipeline.errors import ConfigError, DataError, TransientError
 from pipeline.job import run_backfill, run_ingest
 from pipeline.offsets import OffsetRange
 from pipeline.store import Store
@@ -635,7 +635,6 @@ def test_reprocess_replaces_what_the_range_held(spark):
 
 # ---- helpers -----------------------------------------------------------------------------
 def offsets_listed(s, topic: str, partitions: int) -> bool:
-    from pipeline.errors import TransientError
     from pipeline.kafka_meta import KafkaMeta
 
     try:
@@ -645,9 +644,14 @@ def offsets_listed(s, topic: str, partitions: int) -> bool:
 
 
 def wait_until(predicate, what: str, timeout: float = 30):
+    """Polls ``predicate``; a transient Kafka error (a new partition with no leader yet)
+    counts as not yet, as a run would retry it (exit 75)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except TransientError:
+            value = None
         if value:
             return value
         time.sleep(0.5)
