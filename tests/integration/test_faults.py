@@ -102,15 +102,11 @@ AFTER_KILL = {
 }
 
 
-def test_every_fault_point_is_covered():
-    assert set(AFTER_KILL) == set(faults.POINTS)
-
-
-@pytest.mark.parametrize("point", faults.POINTS)
-def test_sigkill_at_each_point_then_rerun_loses_and_duplicates_nothing(spark, tmp_path, point):
-    settings, topic, config = new_pipeline(tmp_path, f"kill_{point}")
+def run_killed_at(point: str, settings, topic: str, config: str) -> tuple:
+    """A CLI run SIGKILLed at fault ``point``: what it leaves must be AFTER_KILL[point]
+    (nothing, or everything up to the planned ends, exactly once). Returns the run
+    statuses expected after the rerun."""
     planned_ends = end_offsets(topic, BOOTSTRAP)
-
     proc = start_cli("run", "--config", config, env=cli_env(settings, f"{point}:kill"))
     code, _, err = finish(proc)
 
@@ -124,6 +120,17 @@ def test_sigkill_at_each_point_then_rerun_loses_and_duplicates_nothing(spark, tm
     else:
         assert stored(settings.name, settings.database_url) == planned_ends
         assert_exactly_once(settings, topic, good=is_good, bad=True)
+    return statuses
+
+
+def test_every_fault_point_is_covered():
+    assert set(AFTER_KILL) == set(faults.POINTS)
+
+
+@pytest.mark.parametrize("point", faults.POINTS)
+def test_sigkill_at_each_point_then_rerun_loses_and_duplicates_nothing(spark, tmp_path, point):
+    settings, topic, config = new_pipeline(tmp_path, f"kill_{point}")
+    statuses = run_killed_at(point, settings, topic, config)
 
     produce_orders(topic, range(900, 960))  # new records between the crash and the rerun
     rerun_is_exact(settings, topic)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 
 import pytest
 
@@ -17,17 +16,10 @@ from pipeline.offsets import OffsetRange
 from tests.helpers import BOOTSTRAP, produce_orders, run_cli
 from tests.integration._reliability import (
     assert_exactly_once,
-    assert_nothing_committed,
     end_offsets,
-    finish,
-    processes_of_run,
     runs,
-    staging_tables,
-    start_cli,
-    stored,
-    wait_for,
 )
-from tests.integration.test_faults import AFTER_KILL, cli_env, is_good, new_pipeline
+from tests.integration.test_faults import cli_env, is_good, new_pipeline, run_killed_at
 
 PARTITIONS = 200
 
@@ -81,20 +73,7 @@ def test_a_backfill_of_a_wide_topic_reads_every_partition_in_few_tasks(spark, tm
 @pytest.mark.parametrize("point", faults.POINTS)
 def test_sigkill_at_each_point_on_a_wide_topic_then_rerun_is_exact(spark, tmp_path, point):
     settings, topic, config = wide_pipeline(tmp_path, f"wide_kill_{point}")
-    planned_ends = end_offsets(topic, BOOTSTRAP)
-
-    proc = start_cli("run", "--config", config, env=cli_env(settings, f"{point}:kill"))
-    code, _, err = finish(proc)
-
-    assert code == -signal.SIGKILL, err[-3000:]
-    wait_for(lambda: not processes_of_run(proc.pid), 20, "the run's processes to be gone")
-    held, staging_left, statuses = AFTER_KILL[point]
-    assert bool(staging_tables(settings.name, settings.database_url)) == staging_left
-    if held == "nothing":
-        assert_nothing_committed(settings)
-    else:
-        assert stored(settings.name, settings.database_url) == planned_ends
-        assert_exactly_once(settings, topic, good=is_good, bad=True)
+    statuses = run_killed_at(point, settings, topic, config)
 
     produce_orders(topic, range(5 * PARTITIONS, 6 * PARTITIONS))
     result = run_ingest(settings)
