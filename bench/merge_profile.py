@@ -1,4 +1,4 @@
-"""Where an upsert or aggregate publish spends its time: each statement of pipeline/merge.py,
+"""Where an upsert or aggregate publish spends its time: each statement of pipeline/sinks/merge.py,
 timed alone on a temp table of N rows shaped like a run's (no Kafka, no Spark).
 
     .venv/bin/python -m bench.merge_profile            # 2,000,000 rows
@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.run import DB, STAMP, pipeline_config  # noqa: E402
-from pipeline import merge, tables  # noqa: E402
 from pipeline.config import load_settings  # noqa: E402
+from pipeline.sinks import merge  # noqa: E402
+from pipeline.store import tables  # noqa: E402
 
 SOURCE, LATEST = "_publish_rows", merge._LATEST  # the publisher's and the merge's temp tables
 FILL = """INSERT INTO {src} (topic, "partition", "offset", kafka_timestamp, order_id, customer,

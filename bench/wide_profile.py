@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run import BOOTSTRAP, DB, STAMP  # noqa: E402
 from bench.wide import produce_wide  # noqa: E402
-from pipeline.consume import read_range, read_ranges, reader_config  # noqa: E402
-from pipeline.offsets import OffsetRange  # noqa: E402
+from pipeline.executor.consume import read_range, read_ranges, reader_config  # noqa: E402
+from pipeline.plan.offsets import OffsetRange  # noqa: E402
 
 PARTITIONS, PER = 200, 100
 SAMPLE = 10  # ranges timed one by one (each old-style read waits ~1 s)
@@ -46,8 +46,9 @@ def main(argv: list[str]) -> int:
     config = reader_config({"bootstrap.servers": BOOTSTRAP}, "read_committed", "profile")
     out: dict[str, float] = {}
     if argv:  # the reader as the given checkout has it
-        spec = importlib.util.spec_from_file_location("old_consume",
-                                                      Path(argv[0]) / "pipeline/consume.py")
+        spec = importlib.util.spec_from_file_location(
+            "old_consume",
+            Path(argv[0]) / "pipeline/executor/consume.py")
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
         out["old reader, own consumer, per range"] = sum(
@@ -65,7 +66,7 @@ def main(argv: list[str]) -> int:
     out["Postgres connection, per task"] = sum(
         clock(lambda: psycopg.connect(DB).close()) for _ in range(SAMPLE)) / SAMPLE
 
-    from pipeline.spark import get_context
+    from pipeline.spark.session import get_context
 
     sc = get_context("local[2]")
     sc.parallelize([0], 1).mapPartitions(lambda it: [sum(1 for _ in it)]).collect()  # warm

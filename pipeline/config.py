@@ -123,7 +123,7 @@ class SparkSettings:
 
 @dataclass(frozen=True)
 class MetricsSettings:
-    """Where a run's Prometheus metrics go (pipeline/metrics.py); neither = nowhere."""
+    """Where a run's Prometheus metrics go (pipeline/driver/metrics.py); neither = nowhere."""
     textfile: str | None = None  # for node_exporter's textfile collector (*.prom)
     pushgateway: str | None = None  # http(s)://host:port of a Pushgateway
 

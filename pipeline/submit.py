@@ -18,7 +18,7 @@ if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
 
 from pipeline.cli import main  # noqa: E402
 from pipeline.logs import route_stderr_past_spark_submit  # noqa: E402
-from pipeline.spark import submitted  # noqa: E402
+from pipeline.spark.session import submitted  # noqa: E402
 
 
 def stop_when_orphaned(interval: float = 1.0) -> None:

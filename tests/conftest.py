@@ -35,7 +35,7 @@ def stack():
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from pipeline.spark import get_spark
+    from pipeline.spark.session import get_spark
 
     session = get_spark("local[2]")
     yield session

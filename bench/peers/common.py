@@ -54,7 +54,7 @@ def main(run) -> None:
 def spark_session(extra_jars: list[str] | None = None):
     """A local[2] session with the connector jars (and the same JVM flags the pipeline
     uses, so the comparison is of designs, not of JVM settings)."""
-    from pipeline.spark import connector_jars, get_spark
+    from pipeline.spark.session import connector_jars, get_spark
 
     return get_spark("local[2]", {"spark.jars": ",".join(connector_jars() + (extra_jars or [])),
                                   "spark.sql.shuffle.partitions": "4"},

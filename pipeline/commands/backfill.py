@@ -18,7 +18,7 @@ from pipeline.commands.partitions import require_topic, select_partitions
 from pipeline.commands.run import print_summary
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK, ConfigError
-from pipeline.offsets import OffsetRange, plan_backfill
+from pipeline.plan.offsets import OffsetRange, plan_backfill
 
 log = logging.getLogger("pipeline")
 
@@ -89,8 +89,8 @@ def resolve_backfill(settings: Settings, meta, topic: str, partitions: Sequence[
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.job import StopSignals, describe, run_backfill
-    from pipeline.kafka_meta import KafkaMeta
+    from pipeline.driver.job import StopSignals, describe, run_backfill
+    from pipeline.driver.kafka_meta import KafkaMeta
 
     bounds = backfill_bounds(args)
     ranges = resolve_backfill(settings, KafkaMeta(settings.kafka), args.topic, args.partition,

@@ -12,7 +12,7 @@ from pipeline.commands.args import add_command
 from pipeline.commands.output import fmt, print_json, render_table
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK
-from pipeline.offsets import PartitionOffsets, TopicPartition
+from pipeline.plan.offsets import PartitionOffsets, TopicPartition
 
 
 @dataclass
@@ -67,7 +67,7 @@ def lag_totals(rows: Sequence[PartitionLag]) -> dict[str, dict[str, int]]:
 
 
 def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.kafka_meta import KafkaMeta
+    from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.store import Store
 
     with Store(settings) as store:

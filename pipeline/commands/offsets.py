@@ -16,7 +16,7 @@ from pipeline.commands.output import print_json, render_table
 from pipeline.commands.partitions import require_topic, select_partitions
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK, ConfigError, DataError
-from pipeline.offsets import PartitionOffsets, TopicPartition
+from pipeline.plan.offsets import PartitionOffsets, TopicPartition
 
 # ---- planning a change (pure) ------------------------------------------------------------
 
@@ -155,7 +155,7 @@ def apply_offset_changes(store, changes: Sequence[OffsetChange], target: Target,
 
 
 def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.kafka_meta import KafkaMeta
+    from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.store import Store
 
     command = args.offsets_command
@@ -199,7 +199,7 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
         rewound = [(c, span) for c in effective if (span := recounted(c))]
         if settings.sink.mode == "aggregate" and rewound and not old_ids \
                 and store.results_hold_rows():
-            from pipeline.job import aggregate_refuses
+            from pipeline.driver.job import aggregate_refuses
 
             c, (start, until) = rewound[0]
             raise ConfigError(aggregate_refuses(

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, DataError
-from pipeline.offsets import TopicPartition
+from pipeline.plan.offsets import TopicPartition
 
 
 def require_topic(settings: Settings, topic: str) -> None:

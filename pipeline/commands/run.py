@@ -31,7 +31,7 @@ examples:
 
 
 def cmd_run(args: argparse.Namespace, settings) -> int:
-    from pipeline.job import StopSignals, run_ingest
+    from pipeline.driver.job import StopSignals, run_ingest
 
     with StopSignals() as signals:
         result = run_ingest(settings, dry_run=args.dry_run, signals=signals)

@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.config import Settings
-from pipeline.stage import staging_table
+from pipeline.executor.stage import staging_table
 from tests.helpers import ROOT, init_db, query, unique  # noqa: F401 - init_db re-exported
 
 
@@ -61,7 +61,7 @@ def end_offsets(topic: str, bootstrap: str,
     """Per partition the planned end of a full run: the last stable offset (read_committed)
     or the high watermark."""
     from pipeline.config import KafkaSettings
-    from pipeline.kafka_meta import KafkaMeta
+    from pipeline.driver.kafka_meta import KafkaMeta
 
     meta = KafkaMeta(KafkaSettings(bootstrap_servers=bootstrap, topics=(topic,),
                                    isolation_level=isolation, timeout_seconds=10))

@@ -16,9 +16,9 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from pipeline.cli import main as cli_main
+from pipeline.driver.job import run_backfill, run_ingest
 from pipeline.errors import ConfigError, DataError, TransientError
-from pipeline.job import run_backfill, run_ingest
-from pipeline.offsets import OffsetRange
+from pipeline.plan.offsets import OffsetRange
 from pipeline.store import Store
 from tests.helpers import (
     BOOTSTRAP,
@@ -635,7 +635,7 @@ def test_reprocess_replaces_what_the_range_held(spark):
 
 # ---- helpers -----------------------------------------------------------------------------
 def offsets_listed(s, topic: str, partitions: int) -> bool:
-    from pipeline.kafka_meta import KafkaMeta
+    from pipeline.driver.kafka_meta import KafkaMeta
 
     try:
         return len(KafkaMeta(s.kafka).offsets([(topic, p) for p in range(partitions)])) == 4

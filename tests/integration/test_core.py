@@ -15,12 +15,12 @@ import pytest
 from confluent_kafka import Producer
 from sqlalchemy.engine import make_url
 
+from pipeline.driver.job import Timer, execute_ranges, run_ingest
+from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.errors import ConflictError, DataError
-from pipeline.job import Timer, execute_ranges, run_ingest
-from pipeline.kafka_meta import KafkaMeta
-from pipeline.offsets import plan_ranges
-from pipeline.spark import connector_jars
-from pipeline.stage import staging_table
+from pipeline.executor.stage import staging_table
+from pipeline.plan.offsets import plan_ranges
+from pipeline.spark.session import connector_jars
 from pipeline.store import Store
 from tests.helpers import (
     BOOTSTRAP,

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from pipeline import faults
-from pipeline.job import run_ingest
+from pipeline.driver.job import run_ingest
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.metrics import JOB
+from pipeline.driver.metrics import JOB
 from tests.helpers import (
     ROOT,
     create_topic,

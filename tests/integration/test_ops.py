@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
 from pipeline.cli import main
 from pipeline.commands.backfill import BackfillBounds, resolve_backfill
 from pipeline.config import load_settings
-from pipeline.kafka_meta import KafkaMeta
+from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.sample import order
 from pipeline.store import LOCK_CLASS
 from tests.helpers import (

@@ -16,10 +16,10 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewPartitions
 
-from pipeline import merge
 from pipeline.config import load_settings
-from pipeline.job import run_backfill, run_ingest
-from pipeline.offsets import OffsetRange
+from pipeline.driver.job import run_backfill, run_ingest
+from pipeline.plan.offsets import OffsetRange
+from pipeline.sinks import merge
 from tests.helpers import (
     BOOTSTRAP,
     admin,

@@ -15,9 +15,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pipeline import faults
 from pipeline.config import load_settings
+from pipeline.driver.job import run_backfill, run_ingest
 from pipeline.errors import ConfigError, DataError
-from pipeline.job import run_backfill, run_ingest
-from pipeline.offsets import OffsetRange
+from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,
@@ -89,7 +89,7 @@ def committed(settings, topic: str) -> dict[int, int]:
 
 
 def newest_per_key(records) -> dict:
-    """The upsert rule, recomputed apart from pipeline/merge.py (docs/reliability.md,
+    """The upsert rule, recomputed apart from pipeline/sinks/merge.py (docs/reliability.md,
     "Upsert across partitions"): of one key's records, within a partition the higher offset
     is newer; across partitions the later Kafka timestamp, then the higher partition.
     ``records``: (key, partition, offset, timestamp, ...) of one topic -> key -> record."""

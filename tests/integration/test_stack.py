@@ -10,8 +10,8 @@ import subprocess
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pipeline.offsets import OffsetRange
-from pipeline.read import read_ranges
+from pipeline.plan.offsets import OffsetRange
+from pipeline.spark.read import read_ranges
 from tests.helpers import BOOTSTRAP, ROOT, TEST_DB_URL, create_topic, make_settings, unique
 
 

@@ -1,4 +1,4 @@
-"""pipeline/tables.py against what `init-db` really creates: the sql/*.sql history and the
+"""pipeline/store/tables.py against what `init-db` really creates: the sql/*.sql history and the
 Table definitions cannot drift apart silently."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import psycopg
 import pytest
 from sqlalchemy import inspect
 
-from pipeline import tables
-from pipeline.store import Store
+from pipeline.store import Store, tables
 from tests.helpers import TEST_DB_URL, init_db, make_settings, unique
 
 

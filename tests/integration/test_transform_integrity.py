@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import psycopg
 
-from pipeline import tables
-from pipeline.consume import read_range, reader_config
-from pipeline.encode import Encoder, binary_rows
-from pipeline.kafka_meta import KafkaMeta
-from pipeline.offsets import plan_ranges
-from pipeline.publish import Publisher
-from pipeline.stage import ROW
-from pipeline.store import Store
+from pipeline.driver.kafka_meta import KafkaMeta
+from pipeline.driver.publish import Publisher
+from pipeline.executor.consume import read_range, reader_config
+from pipeline.executor.stage import ROW
+from pipeline.formats.encode import Encoder, binary_rows
+from pipeline.plan.offsets import plan_ranges
+from pipeline.store import Store, tables
 from tests.helpers import (
     create_topic,
     init_cli,

@@ -118,7 +118,7 @@ def test_spark_submit_conf_wins_over_the_jobs_defaults(tmp_path):
     script.write_text(
         "import json\n"
         "from pipeline.errors import ConfigError\n"
-        "from pipeline.spark import spark_conf\n"
+        "from pipeline.spark.session import spark_conf\n"
         "c = spark_conf(kafka_source=False)\n"
         "out = {k: c.get(k, None) for k in ('spark.ui.enabled', 'spark.sql.shuffle.partitions',"
         " 'spark.sql.session.timeZone')}\n"

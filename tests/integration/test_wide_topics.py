@@ -11,8 +11,8 @@ import logging
 import pytest
 
 from pipeline import faults
-from pipeline.job import run_backfill, run_ingest
-from pipeline.offsets import OffsetRange
+from pipeline.driver.job import run_backfill, run_ingest
+from pipeline.plan.offsets import OffsetRange
 from tests.helpers import BOOTSTRAP, produce_orders, run_cli
 from tests.integration._reliability import (
     assert_exactly_once,

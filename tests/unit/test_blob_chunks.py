@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline.stage import BLOB_BYTES, _arrow_chunks, _chunks, blob_spans
+from pipeline.executor.stage import BLOB_BYTES, _arrow_chunks, _chunks, blob_spans
 
 
 def test_lines_are_split_into_blobs_of_at_most_the_byte_cap():

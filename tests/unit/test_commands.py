@@ -14,7 +14,7 @@ from pipeline.commands import backfill, lag, offsets, runs
 from pipeline.commands.output import render_table
 from pipeline.commands.partitions import select_partitions
 from pipeline.errors import ConfigError, DataError
-from pipeline.offsets import PartitionOffsets
+from pipeline.plan.offsets import PartitionOffsets
 
 
 def parse(*argv: str):

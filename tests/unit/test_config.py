@@ -2,8 +2,8 @@ import pytest
 
 from pipeline.config import load_settings, mask, parse_settings, redact_url
 from pipeline.errors import ConfigError
-from pipeline.offsets import OffsetRange
-from pipeline.read import spark_offsets_options
+from pipeline.plan.offsets import OffsetRange
+from pipeline.spark.read import spark_offsets_options
 
 
 def doc(**changes):
@@ -122,7 +122,7 @@ def test_client_specific_settings_go_only_to_their_client():
 
 
 def test_settings_confluent_kafka_rejects_are_a_config_error():
-    from pipeline.kafka_meta import KafkaMeta
+    from pipeline.driver.kafka_meta import KafkaMeta
 
     s = parse_settings(doc(kafka={"consumer": {"no.such.setting": "1"}}), environ={})
     with pytest.raises(ConfigError, match="no.such.setting"):

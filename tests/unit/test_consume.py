@@ -5,8 +5,8 @@ a batch that cannot fill."""
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from pipeline.consume import BATCH, RangeReadError, _Open, _runs, _stalled, _take, asked
-from pipeline.offsets import OffsetRange
+from pipeline.executor.consume import BATCH, RangeReadError, _Open, _runs, _stalled, _take, asked
+from pipeline.plan.offsets import OffsetRange
 
 
 def records(partition, offsets, topic="t"):

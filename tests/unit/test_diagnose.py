@@ -1,6 +1,6 @@
 """The explanation of a bad record, without Spark."""
 
-from pipeline.diagnose import copy_escape, diagnose
+from pipeline.formats.diagnose import copy_escape, diagnose
 
 COLUMNS = [("order_id", "long"), ("customer", "string"), ("amount", "decimal(12,2)")]
 
@@ -64,17 +64,17 @@ def dead_group(*values):
 def test_any_exception_explaining_one_bad_record_makes_its_dead_letter_name_it(monkeypatch):
     import pyarrow.compute as pc
 
-    import pipeline.diagnose
-    from pipeline.stage import _dead_lines
+    import pipeline.formats.diagnose
+    from pipeline.executor.stage import _dead_lines
 
-    real = pipeline.diagnose.diagnose
+    real = pipeline.formats.diagnose.diagnose
 
     def explodes(code, value, parsed, columns):
         if value == b"boom":
             raise Boom("diagnosis exploded")
         return real(code, value, parsed, columns)
 
-    monkeypatch.setattr(pipeline.diagnose, "diagnose", explodes)
+    monkeypatch.setattr(pipeline.formats.diagnose, "diagnose", explodes)
 
     lines = _dead_lines(dead_group(b"[1]", b"boom", DEEP_ARRAY), pc, COLUMNS)
 

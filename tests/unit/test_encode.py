@@ -7,7 +7,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
-from pipeline.encode import Encoder, converter, headers_json, kafka_timestamp, text
+from pipeline.formats.encode import Encoder, converter, headers_json, kafka_timestamp, text
 
 COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False))
@@ -277,7 +277,7 @@ class Boom(Exception):
 
 def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_it(
         monkeypatch):
-    import pipeline.encode as encode
+    import pipeline.formats.encode as encode
 
     real = encode._timestamp
 
@@ -302,7 +302,7 @@ def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_i
 
 
 def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monkeypatch):
-    import pipeline.encode as encode
+    import pipeline.formats.encode as encode
 
     real_headers, real_key = encode.headers_plain, encode._integer(64)
 

@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline import metrics
 from pipeline.config import mask, parse_settings
+from pipeline.driver import metrics
 from pipeline.errors import ConfigError
 from tests.helpers import ROOT
 
@@ -164,8 +164,8 @@ def test_the_metrics_table_documented_in_conf_local_toml_is_valid_when_uncomment
 
 
 def test_the_lag_a_run_leaves_counts_from_its_planned_end_if_it_committed_else_its_start():
-    from pipeline.job import Seen
-    from pipeline.offsets import PartitionOffsets, plan_ranges
+    from pipeline.driver.job import Seen
+    from pipeline.plan.offsets import PartitionOffsets, plan_ranges
 
     kafka = [PartitionOffsets("t", 0, 0, 100), PartitionOffsets("t", 1, 50, 60)]
     seen = Seen(plan=plan_ranges({("t", 0): 10}, kafka, max_records_per_partition=30),

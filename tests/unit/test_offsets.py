@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline.errors import DataError
-from pipeline.offsets import (
+from pipeline.plan.offsets import (
     OffsetRange,
     PartitionOffsets,
     check_topic_ids,

@@ -6,11 +6,12 @@ from psycopg import sql
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateTable
 
-from pipeline import merge, tables
 from pipeline.config import Aggregate, parse_settings
-from pipeline.encode import Encoder
 from pipeline.errors import ConfigError
-from pipeline.offsets import PartitionOffsets
+from pipeline.formats.encode import Encoder
+from pipeline.plan.offsets import PartitionOffsets
+from pipeline.sinks import merge
+from pipeline.store import tables
 from tests.unit.test_encode import Record
 
 COLS = {"region": "string", "order_id": "long", "amount": "decimal(12,2)",

@@ -7,7 +7,7 @@ import pyspark
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.spark import (
+from pipeline.spark.session import (
     check_connector,
     connector_coordinate,
     connector_jar_name,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline.offsets import OffsetRange
-from pipeline.split import pack_ranges, split_ranges
+from pipeline.plan.offsets import OffsetRange
+from pipeline.plan.split import pack_ranges, split_ranges
 
 
 def covered(pieces):

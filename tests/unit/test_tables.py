@@ -1,17 +1,17 @@
-"""pipeline/tables.py against what the executors write: the COPY column lists the driver
+"""pipeline/store/tables.py against what the executors write: the COPY column lists the driver
 derives from the Table definitions must match the fields of the lines encode.py makes."""
 
 import struct
 
-from pipeline import tables
 from pipeline.config import Column, SinkSettings
+from pipeline.store import tables
 from tests.unit.test_encode import COLUMNS, Record
 
 SINK = SinkSettings("json", "orders", columns=tuple(Column(n, t, r) for n, t, r in COLUMNS))
 
 
 def test_a_json_row_has_one_field_per_written_column_in_table_order():
-    from pipeline.encode import Encoder
+    from pipeline.formats.encode import Encoder
 
     rows, _, _ = Encoder("json", COLUMNS, 42).encode("orders", 3, [Record(
         17, b'{"order_id": 1, "customer": "c", "amount": 2.5}')])
@@ -22,7 +22,7 @@ def test_a_json_row_has_one_field_per_written_column_in_table_order():
 
 
 def test_a_raw_row_is_one_binary_tuple_of_the_written_columns():
-    from pipeline.encode import Encoder
+    from pipeline.formats.encode import Encoder
 
     rows, _, _ = Encoder("raw", (), 42).encode("orders", 3, [Record(17, b"v", k=b"k")])
     written = tables.written(tables.results(SinkSettings("raw", "raw_orders")))
@@ -32,7 +32,7 @@ def test_a_raw_row_is_one_binary_tuple_of_the_written_columns():
 
 
 def test_a_dead_letter_line_has_one_field_per_dead_letter_field():
-    from pipeline.encode import Encoder
+    from pipeline.formats.encode import Encoder
 
     _, dead, _ = Encoder("json", COLUMNS, 1).encode("orders", 3, [Record(5, b"{not json")])
     assert [c.name for c in tables.DEAD_LETTER_FIELDS] == [
@@ -58,7 +58,8 @@ def test_the_executors_import_no_sqlalchemy():
     import subprocess
     import sys
 
-    code = ("import sys, pipeline.stage, pipeline.encode, pipeline.consume, pipeline.diagnose;"
+    code = ("import sys, pipeline.executor.stage, pipeline.formats.encode, "
+            "pipeline.executor.consume, pipeline.formats.diagnose;"
             "print(any(m.startswith('sqlalchemy') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()

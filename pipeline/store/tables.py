@@ -227,7 +227,7 @@ def sink_tables(sink: SinkSettings) -> list[Table]:
 
 def record_batch(sink: SinkSettings, name: str) -> Table:
     """A temp table (dropped at COMMIT) that takes a run's staged rows before they are
-    merged (pipeline/merge.py): ``record_rows`` without constraints, and for an upsert sink
+    merged (pipeline/sinks/merge.py): ``record_rows`` without constraints, and for an upsert sink
     whose tombstones delete, ``_tombstone`` (its tombstone lines end in 't')."""
     rows = record_rows(sink)
     return Table(name, MetaData(), *[Column(c.name, c.type) for c in written(rows)],
@@ -255,7 +255,7 @@ def from_record(table: Table) -> list[Column]:
     return [c for c in written(table) if c.name != "run_id"]
 
 
-# ---- a run's staging table (pipeline/stage.py writes it, pipeline/publish.py reads it) --
+# ---- a run's staging table (executor/stage.py writes it, driver/publish.py reads it) ----
 def staging(name: str) -> Table:
     """UNLOGGED, keyless, one row per batch of records and kind (a blob of COPY rows). A
     blob's writer is its task attempt: ``task`` is Spark's taskAttemptId, unique in the

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.config import KafkaSettings
 from pipeline.errors import ConfigError, DataError, TransientError
-from pipeline.offsets import PartitionOffsets
+from pipeline.plan.offsets import PartitionOffsets
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.offsets import OffsetRange
+from pipeline.plan.offsets import OffsetRange
 
 # Below this, a piece costs more in task overhead (a consumer, a connection) than it saves.
 MIN_OFFSETS_PER_TASK = 50_000

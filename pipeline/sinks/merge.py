@@ -1,5 +1,5 @@
 """How a run's rows land in its results table, per ``[sink] mode``: the statements that
-pipeline/publish.py runs inside the publishing transaction, after the run's rows were
+pipeline/driver/publish.py runs inside the publishing transaction, after the run's rows were
 copied into a temp table (``tables.record_batch``: one row per record, plus an upsert
 sink's tombstones).
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from pipeline import tables
+from pipeline.store import tables
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from pipeline.config import KafkaSettings
-from pipeline.offsets import OffsetRange
+from pipeline.plan.offsets import OffsetRange
 
 
 def spark_offsets_options(ranges: Sequence[OffsetRange]) -> dict[str, str]:

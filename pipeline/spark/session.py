@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (pipeline/spark/session.py)
 
 
 def spark_line(version: str) -> str:
@@ -75,7 +75,7 @@ def connector_coordinate() -> str:
 
 
 def has_variant() -> bool:
-    """Spark SQL's VARIANT type and is_valid_utf8 (Spark 4): pipeline/transform.py checks that
+    """Spark SQL's VARIANT type and is_valid_utf8 (Spark 4): pipeline/spark/transform.py checks that
     a declared string is a JSON string with them; Spark 3.5 has neither."""
     import pyspark
 

@@ -12,12 +12,12 @@ uses one task attempt per Spark partition, so a retried task (lost executor, spe
 or a resubmitted stage is never counted twice.
 
 The driver then streams those blobs, unchanged, into ``COPY results FROM STDIN`` inside the
-publishing transaction (pipeline/publish.py): each row is written once into the keyed
+publishing transaction (pipeline/driver/publish.py): each row is written once into the keyed
 table, and Postgres parses COPY text far faster than ``INSERT ... SELECT`` copies rows.
 
 The executors connect with plain psycopg and import no SQLAlchemy: the driver hands them
 the staging table's COPY statement and column types (store.Store.staging_copy, from
-pipeline/tables.py).
+pipeline/store/tables.py).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _dead_lines(group, pc, declared) -> list[str]:
     """Bad records are rare: each is explained and finished in Python. Whatever explaining
     one record raises, it still gets its dead letter, naming the exception (the record's
     coordinates and bytes are in ``dead_head``, written by Spark)."""
-    from pipeline import diagnose as d
+    from pipeline.formats import diagnose as d
 
     heads = group.column("dead_head")
     if heads.null_count == len(heads):
@@ -296,8 +296,8 @@ def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
         from pyspark import TaskContext
 
         from pipeline import faults as f
-        from pipeline.consume import read_ranges
-        from pipeline.encode import Encoder
+        from pipeline.executor.consume import read_ranges
+        from pipeline.formats.encode import Encoder
 
         ctx = TaskContext.get()
         part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()

@@ -71,8 +71,8 @@ def _parse_json(base, sink: SinkSettings, F):
     """One typed JSON parse per record (from_json) and a short chain of checks that yields
     a literal code: the generated code stays small (it is JIT-compiled in every fresh
     JVM), and the explanation of a bad record is left to diagnose.py."""
-    from pipeline import diagnose as d
-    from pipeline.spark import has_variant
+    from pipeline.formats import diagnose as d
+    from pipeline.spark.session import has_variant
 
     # String columns are parsed as VARIANT: Spark would quietly turn a JSON number into a
     # string, and a declared string must be a JSON string. Spark 3.5 has no VARIANT: there a

@@ -30,14 +30,14 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.schema import CreateTable
 
-from pipeline import faults, tables
-from pipeline.database import db_errors
-from pipeline.encode import BINARY_SIGNATURE, BINARY_TRAILER
+from pipeline import faults
+from pipeline.driver.database import db_errors
 from pipeline.errors import ConfigError
-from pipeline.merge import merge
-from pipeline.offsets import OffsetRange, PlannedPartition
-from pipeline.stage import DEAD, ROW, TOMBSTONE
-from pipeline.store import Store
+from pipeline.executor.stage import DEAD, ROW, TOMBSTONE
+from pipeline.formats.encode import BINARY_SIGNATURE, BINARY_TRAILER
+from pipeline.plan.offsets import OffsetRange, PlannedPartition
+from pipeline.sinks.merge import merge
+from pipeline.store import Store, tables
 
 _ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
 # The results key in a unique violation's detail: Kafka topic names hold no ", ".
@@ -77,7 +77,7 @@ class Publisher:
             store.set_timeouts(self.conn)
             # An append sink copies straight into its keyed table when the planned ranges
             # hold no row yet (the usual case); otherwise, and for the other modes, the rows
-            # go through a temp table and pipeline/merge.py.
+            # go through a temp table and pipeline/sinks/merge.py.
             self.direct = (self.sink.mode == "append" and not self.overwrite
                            and not store.ranges_hold_rows(self.ranges))
             target = store.t(store.results.name) if self.direct else sql.Identifier(_ROWS)

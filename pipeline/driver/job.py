@@ -17,9 +17,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline import faults, logs, metrics
+from pipeline import faults, logs
 from pipeline.config import Settings, mask
-from pipeline.encode import binary_rows
+from pipeline.driver import metrics
+from pipeline.driver.kafka_meta import KafkaMeta
+from pipeline.driver.publish import Publisher
 from pipeline.errors import (
     EXIT_INTERNAL,
     ConfigError,
@@ -28,10 +30,9 @@ from pipeline.errors import (
     Terminated,
     TransientError,
 )
-from pipeline.kafka_meta import KafkaMeta
-from pipeline.merge import partitions_added
-from pipeline.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
-from pipeline.publish import Publisher
+from pipeline.formats.encode import binary_rows
+from pipeline.plan.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
+from pipeline.sinks.merge import partitions_added
 from pipeline.store import Store
 
 log = logging.getLogger("pipeline")
@@ -165,7 +166,7 @@ class StopSignals:
         socket closes a moment before the kernel re-parents us, and the failed py4j call
         may surface first, even as a classified Spark error: a new parent within a second
         means the run was stopped, not that it broke."""
-        from pipeline.spark import submitted
+        from pipeline.spark.session import submitted
 
         if self.parent_pid is None or not submitted():
             return False
@@ -490,7 +491,7 @@ def plan_backfill_chunks(settings: Settings, store: Store, kind: str,
 
     from psycopg import sql
 
-    from pipeline.offsets import chunk_ranges, subtract_ranges
+    from pipeline.plan.offsets import chunk_ranges, subtract_ranges
 
     k = settings.kafka
 
@@ -653,7 +654,7 @@ def overlapped(job, take, signals: StopSignals, every: float = 0.25) -> None:
 
 def start_spark(settings: Settings):
     """The SparkContext; Spark SQL's session is only built when a transform needs it."""
-    from pipeline.spark import get_context
+    from pipeline.spark.session import get_context
 
     try:
         transform = bool(settings.sink.transform)
@@ -709,9 +710,9 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     Spark tasks (split.pack_ranges): each task reads its ranges exactly with one consumer
     (consume.read_ranges), encodes them (encode.Encoder) and stages the lines in one
     transaction (stage.range_stager)."""
-    from pipeline.consume import reader_config
-    from pipeline.split import pack_ranges, split_ranges
-    from pipeline.stage import range_stager
+    from pipeline.executor.consume import reader_config
+    from pipeline.executor.stage import range_stager
+    from pipeline.plan.split import pack_ranges, split_ranges
 
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
     tasks = pack_ranges(split_ranges(ranges, slots), slots)
@@ -738,12 +739,12 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from pipeline import tables
     from pipeline.errors import ConfigError
-    from pipeline.read import read_ranges
-    from pipeline.split import pack_ranges, split_ranges
-    from pipeline.stage import WRITER_SCHEMA, blob_writer, line_frame
-    from pipeline.transform import to_rows
+    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer, line_frame
+    from pipeline.plan.split import pack_ranges, split_ranges
+    from pipeline.spark.read import read_ranges
+    from pipeline.spark.transform import to_rows
+    from pipeline.store import tables
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
     records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)

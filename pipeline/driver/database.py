@@ -1,7 +1,7 @@
 """The driver's way to Postgres: its SQLAlchemy engine, and how a database failure becomes
 one of the pipeline's errors (exit code and one-line message).
 
-Only the driver uses this; the executors connect with plain psycopg (pipeline/stage.py).
+Only the driver uses this; the executors connect with plain psycopg (pipeline/executor/stage.py).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import NamedTuple
 
-from pipeline import diagnose as d
+from pipeline.formats import diagnose as d
 
 NULL = "\\N"
 # COPY binary: the stream's signature (flags 0, no header extension) and trailer.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from pipeline.offsets import OffsetRange
+from pipeline.plan.offsets import OffsetRange
 
 BATCH = 10_000  # messages per consume() call: one Python call per batch, not per record
 

@@ -1,11 +1,11 @@
 """The driver's Postgres: schema checks, the run locks, offsets, run rows, staging tables,
-and the statements of the publishing transaction that pipeline/publish.py puts together.
+and the statements of the publishing transaction that pipeline/driver/publish.py puts together.
 
-SQLAlchemy Core where it is the well-kept way: the engine (pipeline/database.py),
+SQLAlchemy Core where it is the well-kept way: the engine (pipeline/driver/database.py),
 reflection, and the simple statements on offsets, runs and dead letters. psycopg, on the
 same session and in the same transaction, for what Core does not express well: COPY, the
 migration scripts, ``INSERT ... SELECT`` merges, ``LIKE``, column compression. Every column
-list comes from pipeline/tables.py. Nothing here runs on the executors.
+list comes from pipeline/store/tables.py. Nothing here runs on the executors.
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import CompileError, SAWarning
 from sqlalchemy.schema import CreateColumn, CreateTable, DropTable
 
-from pipeline import database, tables
 from pipeline.config import Settings, mask  # mask: Spark's error text may quote settings
-from pipeline.database import db_errors
+from pipeline.driver import database
+from pipeline.driver.database import db_errors
 from pipeline.errors import ConfigError, ConflictError
-from pipeline.offsets import OffsetRange, PlannedPartition, TopicPartition
-from pipeline.stage import staging_pattern, staging_table
-from pipeline.tables import dead_letters, offsets, runs
+from pipeline.executor.stage import staging_pattern, staging_table
+from pipeline.plan.offsets import OffsetRange, PlannedPartition, TopicPartition
+from pipeline.store import tables
+from pipeline.store.tables import dead_letters, offsets, runs
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class Store:
         return {name: columns for (_, name), columns in found.items()}
 
     def check_schema(self) -> None:
-        """Every table of pipeline/tables.py is there, with every column it declares."""
+        """Every table of pipeline/store/tables.py is there, with every column it declares."""
         fixed = list(tables.metadata.tables.values())
         live = self._reflect([t.name for t in fixed + self.sink_tables])
         if offsets.name not in live or any(t.name not in live for t in self.sink_tables):
@@ -411,7 +412,7 @@ class Store:
     def drop_staging(self, run_id: int) -> None:
         self.run(DropTable(tables.staging(self.staging_name(run_id)), if_exists=True))
 
-    # ---- parts of the publishing transaction (pipeline/publish.py) ------------------
+    # ---- parts of the publishing transaction (pipeline/driver/publish.py) ------------------
     def ranges_hold_rows(self, ranges: Sequence[OffsetRange]) -> bool:
         """Does the results table already hold a row inside any planned range? (an index
         probe per range). Only then does publishing need ON CONFLICT."""

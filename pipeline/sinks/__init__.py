@@ -1,0 +1,1 @@
+"""Sink modes (append, upsert, aggregate): how staged rows become the results table."""
