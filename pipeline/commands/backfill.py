@@ -89,8 +89,10 @@ def resolve_backfill(settings: Settings, meta, topic: str, partitions: Sequence[
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.driver.job import StopSignals, describe, run_backfill
+    from pipeline.driver.job import run_backfill
     from pipeline.driver.kafka_meta import KafkaMeta
+    from pipeline.driver.report import describe
+    from pipeline.driver.signals import StopSignals
 
     bounds = backfill_bounds(args)
     ranges = resolve_backfill(settings, KafkaMeta(settings.kafka), args.topic, args.partition,

@@ -31,7 +31,8 @@ examples:
 
 
 def cmd_run(args: argparse.Namespace, settings) -> int:
-    from pipeline.driver.job import StopSignals, run_ingest
+    from pipeline.driver.job import run_ingest
+    from pipeline.driver.signals import StopSignals
 
     with StopSignals() as signals:
         result = run_ingest(settings, dry_run=args.dry_run, signals=signals)

@@ -18,19 +18,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from pipeline.executor.task_errors import Kind, TaskError, Where
 from pipeline.plan.offsets import OffsetRange
 
 BATCH = 10_000  # messages per consume() call: one Python call per batch, not per record
 
 
-class RangeReadError(RuntimeError):
-    """Raised inside a Spark task; the driver turns it into its one-line error (the marker
-    and the transient flag survive Spark's exception text). ``config``: refused by the
-    broker (credentials, certificate, ACLs), which no retry fixes."""
+class RangeReadError(TaskError):
+    """Raised inside a Spark task when a range cannot be read exactly; it reaches the
+    driver as a typed TaskError (task_errors.decode), naming the range it was reading."""
 
-    def __init__(self, message: str, transient: bool, config: bool = False):
-        kind = "CONFIG" if config else "TRANSIENT" if transient else "PERMANENT"
-        super().__init__(f"{kind}: {message}")
+    def __init__(self, kind: Kind | str, message: str, r: OffsetRange | None = None):
+        super().__init__(kind, message, None if r is None else Where(
+            r.topic, r.partition, r.from_offset, r.until_offset))
 
 
 def _refused(err) -> bool:
@@ -142,9 +142,9 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
                                             timeout=POLL_SECONDS)
             except KafkaException as e:
                 first = next(iter(reading.values()))
-                raise RangeReadError(f"{first.range}: Kafka consumer failed at offset "
-                                     f"{first.next_offset}: {e}; nothing committed - retry",
-                                     True) from None
+                raise RangeReadError(Kind.TRANSIENT, f"{first.range}: Kafka consumer failed "
+                                     f"at offset {first.next_offset}: {e}; nothing committed "
+                                     "- retry", first.range) from None
             progress = False
             for state, run in _runs(messages, reading):
                 records = _take(state, run, config, errors, alone)
@@ -222,21 +222,23 @@ def _take(state: _Open, messages: list, config: dict, errors: list[str],
             if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE,
                               KafkaError._AUTO_OFFSET_RESET):
                 raise RangeReadError(
+                    Kind.TRANSIENT,
                     f"{r}: offset {state.next_offset} is no longer in Kafka (deleted by "
                     "retention while the run read it); nothing committed - the next "
-                    "run applies kafka.on_data_loss", True)
+                    "run applies kafka.on_data_loss", r)
             if _refused(err):
                 group = config.get("group.id")
                 raise RangeReadError(
+                    Kind.CONFIG,
                     f"Kafka at {config.get('bootstrap.servers')} refused the reader of "
                     f"{r} (user '{config.get('sasl.username', '-')}', consumer group "
                     f"'{group}'): {err.str()}; grant the user Describe and Read on "
                     f"the topic and on the group '{group}' (it only looks the group "
-                    "up, never commits), or fix its credentials; nothing committed",
-                    False, config=True)
+                    "up, never commits), or fix its credentials; nothing committed", r)
             if err.fatal() or not err.retriable():
-                raise RangeReadError(f"{r}: Kafka error at offset {state.next_offset}: "
-                                     f"{err.str()}", not err.fatal())
+                raise RangeReadError(Kind.PERMANENT if err.fatal() else Kind.TRANSIENT,
+                                     f"{r}: Kafka error at offset {state.next_offset}: "
+                                     f"{err.str()}", r)
             errors.append(err.str())
             continue
         if (m.topic(), m.partition()) != r.tp:
@@ -258,18 +260,20 @@ def _stalled(config: dict, reading: list[_Open], timeout_seconds: float,
     for state in reading:
         if state.log_end is not None and state.log_end < state.range.until_offset:
             return RangeReadError(
+                Kind.PERMANENT,
                 f"{state.range}: the partition now ends at offset {state.log_end}, before "
                 "the planned end (log truncated by an unclean leader election, or the topic "
                 "recreated); nothing committed - inspect with 'pipeline offsets show'",
-                False)
+                state.range)
     first = reading[0]
     more = f" (and {len(reading) - 1} more ranges)" if len(reading) > 1 else ""
     seen = "; ".join(dict.fromkeys(errors[-3:])) or "no error reported"
     return RangeReadError(
+        Kind.TRANSIENT,
         f"Kafka unreachable at {config.get('bootstrap.servers')} while Spark read "
         f"{first.range}{more}: no progress at offset {first.next_offset} for "
         f"{timeout_seconds:.0f} s ({seen}); nothing committed - check the broker, then "
-        "retry", True)
+        "retry", first.range)
 
 
 def _plain(messages: list, next_offset: int, until_offset: int, r: OffsetRange,
@@ -302,10 +306,11 @@ def _check_not_deleted(consumer, r: OffsetRange, first_offset: int, timeout: flo
         earliest, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
                                                      timeout=timeout)
     except KafkaException as e:
-        raise RangeReadError(f"{r}: cannot check the earliest offset: {e}; nothing "
-                             "committed - retry", True) from None
+        raise RangeReadError(Kind.TRANSIENT, f"{r}: cannot check the earliest offset: {e}; "
+                             "nothing committed - retry", r) from None
     if earliest > r.from_offset:
         raise RangeReadError(
+            Kind.TRANSIENT,
             f"{r}: offsets [{r.from_offset}, {min(earliest, first_offset)}) were deleted by "
             "retention while the run read them; nothing committed - the next run applies "
-            "kafka.on_data_loss", True)
+            "kafka.on_data_loss", r)

@@ -37,7 +37,8 @@ def read_ranges(spark, kafka: KafkaSettings, ranges: Sequence[OffsetRange],
         .option("includeHeaders", "true")
         # Decided from what is read: Spark passes an offset the log still covers but holds
         # no record for (transaction markers, aborted records, compaction) and fails on one
-        # it no longer covers (retention, a truncated log) - job.explain_data_loss says which.
+        # it no longer covers (retention, a truncated log) - errors.explain_data_loss says
+        # which.
         .option("failOnDataLoss", "true")
     )
     # One poll that returns nothing waits this long (Spark's default: spark.network.timeout,

@@ -15,8 +15,9 @@ import pytest
 from confluent_kafka import Producer
 from sqlalchemy.engine import make_url
 
-from pipeline.driver.job import Timer, execute_ranges, run_ingest
+from pipeline.driver.job import execute_ranges, run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
+from pipeline.driver.report import Timer
 from pipeline.errors import ConflictError, DataError
 from pipeline.executor.stage import staging_table
 from pipeline.plan.offsets import plan_ranges

@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from pipeline.executor.consume import BATCH, RangeReadError, _Open, _runs, _stalled, _take, asked
+from pipeline.executor.task_errors import Kind, Where
 from pipeline.plan.offsets import OffsetRange
 
 
@@ -51,15 +52,17 @@ def test_a_log_that_ends_before_the_planned_end_is_a_truncation_not_a_finished_r
     _take(state, [*records(0, range(0, 4)), eof(0, 4)], {}, [])
     assert not state.done and state.log_end == 4
     error = _stalled({}, [state], 10, [])
-    assert "PERMANENT" in str(error) and "ends at offset 4" in str(error)
+    assert error.kind is Kind.PERMANENT and "ends at offset 4" in error.message
+    assert error.where == Where("t", 0, 0, 10)
 
 
 def test_no_progress_on_a_reachable_log_is_a_transient_error_naming_the_range():
     states = [_Open(OffsetRange("t", 0, 0, 10)), _Open(OffsetRange("t", 1, 5, 9))]
     error = _stalled({"bootstrap.servers": "k:9092"}, states, 30, ["broker down"])
     assert isinstance(error, RangeReadError)
-    assert str(error).startswith("TRANSIENT: Kafka unreachable at k:9092")
-    assert "t[0] [0, 10) (and 1 more ranges)" in str(error) and "broker down" in str(error)
+    assert error.kind is Kind.TRANSIENT
+    assert error.message.startswith("Kafka unreachable at k:9092")
+    assert "t[0] [0, 10) (and 1 more ranges)" in error.message and "broker down" in error.message
 
 
 def test_a_batch_of_several_partitions_is_split_per_range_and_finished_ones_are_dropped():
@@ -81,5 +84,7 @@ def test_deleted_offsets_ahead_of_the_reader_are_a_transient_error():
     state = _Open(OffsetRange("t", 0, 0, 5))
     gone = Message(topic="t", partition=0, offset=0,
                    error=KafkaError(KafkaError.OFFSET_OUT_OF_RANGE))
-    with pytest.raises(RangeReadError, match="TRANSIENT: t\\[0\\] \\[0, 5\\): offset 0 is no"):
+    with pytest.raises(RangeReadError) as raised:
         _take(state, [gone], {}, [])
+    assert raised.value.kind is Kind.TRANSIENT
+    assert raised.value.message.startswith("t[0] [0, 5): offset 0 is no")

@@ -164,7 +164,7 @@ def test_the_metrics_table_documented_in_conf_local_toml_is_valid_when_uncomment
 
 
 def test_the_lag_a_run_leaves_counts_from_its_planned_end_if_it_committed_else_its_start():
-    from pipeline.driver.job import Seen
+    from pipeline.driver.report import Seen
     from pipeline.plan.offsets import PartitionOffsets, plan_ranges
 
     kafka = [PartitionOffsets("t", 0, 0, 100), PartitionOffsets("t", 1, 50, 60)]

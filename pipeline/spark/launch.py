@@ -1,0 +1,44 @@
+"""Starting Spark for a run: the SparkContext its sinks need, or a configuration error
+that names what the user set when Spark will not start."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from pipeline.config import Settings
+from pipeline.errors import ConfigError, PipelineError
+
+
+def start_spark(settings: Settings):
+    """The SparkContext; Spark SQL's session is only built when a transform needs it."""
+    from pipeline.spark.session import get_context
+
+    try:
+        transform = bool(settings.sink.transform)
+        if transform:
+            missing = [m for m in ("pyarrow", "pandas") if importlib.util.find_spec(m) is None]
+            if missing:
+                raise ConfigError(
+                    f"[sink] transform {settings.sink.transform!r} needs {' and '.join(missing)}"
+                    ", which the built-in sinks do not: pip install "
+                    "'kafka-offset-pipeline[transform]'; nothing was read")
+        return get_context(settings.spark.master, settings.spark.conf,
+                           jvm="sql" if transform else "light", kafka_source=transform)
+    except PipelineError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here
+        raise spark_start_error(e, settings) from None
+
+
+def spark_start_error(e: Exception, settings: Settings) -> ConfigError:
+    """Spark refusing to start is a configuration problem (a bad [spark.conf] value, an
+    unknown master, no Java): exit 2 naming what the user set, not an internal error. When
+    the JVM itself exits, its own message is on stderr just above ours."""
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()),
+                 type(e).__name__)
+    keys = sorted(settings.spark.conf)
+    where = f"master {settings.spark.master!r}" + (
+        f" and [spark.conf] {', '.join(keys)}" if keys else "")
+    return ConfigError(f"Spark did not start with {where}: {first[:300]} (the JVM's own "
+                       "error, if any, is printed above); fix the value or JAVA_HOME, then "
+                       "rerun; nothing was read")
