@@ -432,6 +432,7 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     transaction (stage.range_stager)."""
     from pipeline.executor.consume import reader_config
     from pipeline.executor.stage import range_stager
+    from pipeline.executor.task import EncoderSettings, RangeStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
 
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
@@ -439,9 +440,10 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
     columns = tuple((c.name, c.type, c.required) for c in settings.sink.columns)
-    stager = range_stager(store.url, *store.staging_copy(run_id), reader, k.timeout_seconds,
-                          (settings.sink.format, columns, run_id,
-                           settings.sink.key if settings.sink.deletes else ()))
+    stager = range_stager(RangeStageTask(
+        StagingTarget(store.url, *store.staging_copy(run_id)), reader, k.timeout_seconds,
+        EncoderSettings(settings.sink.format, columns, run_id,
+                        settings.sink.key if settings.sink.deletes else ())))
     log.info("run %s: %d read tasks for %s", run_id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})
@@ -461,6 +463,7 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
 
     from pipeline.errors import ConfigError
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer, line_frame
+    from pipeline.executor.task import LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.read import read_ranges
     from pipeline.spark.transform import to_rows
@@ -488,7 +491,8 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
         lines = line_frame(good, columns, dead_columns, run_id, F, dead=False).unionByName(
             line_frame(dead, columns, dead_columns, run_id, F, rows=False))
         declared = [(c.name, c.type) for c in settings.sink.columns]
-        writer = blob_writer(store.url, *store.staging_copy(run_id), declared)
+        writer = blob_writer(LineStageTask(
+            StagingTarget(store.url, *store.staging_copy(run_id)), declared))
         lines.mapInArrow(writer, WRITER_SCHEMA).collect()
     finally:
         cached.unpersist()

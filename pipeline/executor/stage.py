@@ -24,17 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from itertools import accumulate
+from typing import NamedTuple
+
+from pipeline.executor.blobs import arrow_chunks, contiguous, line_chunks
+from pipeline.executor.task import LineStageTask, RangeStageTask, StagingTarget
 
 ROW = "r"  # a blob of result rows
 DEAD = "d"  # a blob of dead-letter rows
 TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones)
-
-# One blob's bytes at most (but for a single line larger than that): a bytea value, and a
-# COPY row, cannot pass 1 GB, and 10,000 records of 100 KB would.
-BLOB_BYTES = 64 << 20
 
 # Postgres truncates identifiers to 63 bytes: a longer staging name would be shared by two
 # runs and missed by the cleanup. 7 + 24 + 1 + 8 + 2 + 19 (any bigint run id) = 61 bytes.
@@ -100,54 +98,78 @@ def copy_line(F, columns: Sequence[tuple[str, str]], extra: Sequence = ()):
     return F.concat(F.concat_ws("\t", *fields, *extra), F.lit("\n"))
 
 
-def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[str, str]],
-                max_blob_bytes: int = BLOB_BYTES):
-    """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches. Yields one
-    summary row per task. ``copy_sql``, ``types``: the binary COPY into the run's staging
-    table and its column types (store.Store.staging_copy). ``declared``: the JSON sink's
-    (column, type) pairs, to explain bad records. A batch's lines of one kind go into as
-    many blobs as ``max_blob_bytes`` needs."""
+class Blob(NamedTuple):
+    """One staged blob but for the task's coordinates: ``rows`` lines of one kind (ROW,
+    DEAD, TOMBSTONE) of one partition, offsets ``first``..``last``, as one value."""
+
+    topic: str
+    partition: int
+    kind: str
+    rows: int
+    first: int
+    last: int
+    data: bytes
+
+
+def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
+                  ) -> tuple[int, int, dict[str, int]]:
+    """The one skeleton of a staging task: all blobs of this task attempt in one COPY and
+    one transaction on one connection, tagged with the Spark partition, the attempt and
+    its task attempt id (Spark's taskAttemptId) and numbered in order. ``batches``: the
+    blobs of each input batch, produced lazily inside the open COPY. The during_read fault
+    fires once, after the first batch that staged anything; after_task_commit after a first
+    attempt's commit (a retried task re-stages what it committed). Returns (part, attempt,
+    lines staged per kind)."""
+    from pyspark import TaskContext
+
+    from pipeline import faults as f
+
+    ctx = TaskContext.get()
+    part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
+    totals = {ROW: 0, DEAD: 0, TOMBSTONE: 0}
+    seq = 0
+    injected = False
+    with executor_connection(target.url) as conn:
+        with conn.cursor() as cur, cur.copy(target.copy_sql) as copy:
+            copy.set_types(target.types)
+            for blobs in batches:
+                for blob in blobs:
+                    copy.write_row((part, attempt, task, seq, *blob))
+                    totals[blob.kind] += blob.rows
+                    seq += 1
+                if seq and not injected:  # once per task, inside its open COPY
+                    injected = True
+                    f.inject("during_read")
+        conn.commit()
+    if attempt == 0:
+        f.inject("after_task_commit")
+    return part, attempt, totals
+
+
+def blob_writer(spec: LineStageTask):
+    """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches: each
+    batch's lines of one kind, per partition, go into as many blobs as
+    ``spec.target.max_blob_bytes`` needs (stage_attempt). Yields one summary row per task."""
 
     def write(batches):
         import pyarrow as pa
         import pyarrow.compute as pc
-        from pyspark import TaskContext
 
-        from pipeline import faults as f
+        max_bytes = spec.target.max_blob_bytes
 
-        ctx = TaskContext.get()
-        part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
-        totals = {ROW: 0, DEAD: 0}
-        seq = 0
-        injected = False
-        with executor_connection(url) as conn:
-            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                copy.set_types(types)
-                for batch in batches:
-                    for group in _by_partition(batch, pa, pc):
-                        offsets = group.column("offset")
-                        lo, hi = pc.min_max(offsets).values()
-                        topic = group.column("topic")[0].as_py()
-                        partition = group.column("partition")[0].as_py()
-                        lines = pc.drop_null(group.column("row_line"))
-                        for rows in _arrow_chunks(lines, max_blob_bytes, pa):
-                            copy.write_row((part, attempt, task, seq, topic,
-                                            partition, ROW, len(rows), lo.as_py(), hi.as_py(),
-                                            _contiguous(rows, pa)))
-                            totals[ROW] += len(rows)
-                            seq += 1
-                        for dead in _chunks(_dead_lines(group, pc, declared), max_blob_bytes):
-                            copy.write_row((part, attempt, task, seq, topic,
-                                            partition, DEAD, len(dead), lo.as_py(), hi.as_py(),
-                                            "".join(dead).encode()))
-                            totals[DEAD] += len(dead)
-                            seq += 1
-                    if seq and not injected:  # once per task, inside its open COPY
-                        injected = True
-                        f.inject("during_read")
-            conn.commit()
-        if attempt == 0:  # a retried task re-stages what this attempt committed
-            f.inject("after_task_commit")
+        def blobs_of(batch) -> Iterator[Blob]:
+            for group in _by_partition(batch, pa, pc):
+                lo, hi = (v.as_py() for v in pc.min_max(group.column("offset")).values())
+                topic = group.column("topic")[0].as_py()
+                partition = group.column("partition")[0].as_py()
+                lines = pc.drop_null(group.column("row_line"))
+                for rows in arrow_chunks(lines, max_bytes, pa):
+                    yield Blob(topic, partition, ROW, len(rows), lo, hi, contiguous(rows, pa))
+                for dead in line_chunks(_dead_lines(group, pc, spec.declared), max_bytes):
+                    yield Blob(topic, partition, DEAD, len(dead), lo, hi,
+                               "".join(dead).encode())
+
+        part, attempt, totals = stage_attempt(spec.target, map(blobs_of, batches))
         yield pa.RecordBatch.from_pydict(
             {"part": [part], "attempt": [attempt], "rows": [totals[ROW]],
              "dead": [totals[DEAD]]},
@@ -230,103 +252,32 @@ def _by_partition(batch, pa, pc):
         yield table.filter(mask).combine_chunks().to_batches()[0]
 
 
-def blob_spans(ends: Sequence[int], max_bytes: int, start: int = 0) -> list[tuple[int, int]]:
-    """Lines [i, j) of each blob, in order, each blob at most ``max_bytes`` (a line larger
-    than that alone is a blob of its own). ``ends[k]``: where line k ends in the lines laid
-    end to end, which begin at ``start`` (cumulative sizes, or an Arrow offsets buffer)."""
-    spans: list[tuple[int, int]] = []
-    i = 0
-    while i < len(ends):
-        j = max(bisect_right(ends, start + max_bytes, i), i + 1)
-        spans.append((i, j))
-        start, i = ends[j - 1], j
-    return spans
-
-
-def _chunks(lines: Sequence[str | bytes], max_bytes: int = BLOB_BYTES) -> Iterator[Sequence]:
-    """Python lines (str or bytes) -> consecutive slices of at most ``max_bytes`` of UTF-8;
-    nothing for no lines."""
-    ends = list(accumulate(len(x) if isinstance(x, bytes) or x.isascii() else
-                           len(x.encode()) for x in lines))
-    for i, j in blob_spans(ends, max_bytes):
-        yield lines[i:j]
-
-
-def _arrow_chunks(lines, max_bytes: int, pa) -> Iterator:
-    """A string array -> consecutive slices of at most ``max_bytes`` of data, from its
-    offsets buffer (no per-line Python); nothing for an empty array."""
-    if isinstance(lines, pa.ChunkedArray):
-        lines = lines.combine_chunks()
-    if not len(lines):
-        return
-    offsets = memoryview(lines.buffers()[1]).cast("q" if lines.type == pa.large_string()
-                                                     else "i")
-    first = lines.offset
-    for i, j in blob_spans(offsets[first + 1:first + len(lines) + 1], max_bytes,
-                           offsets[first]):
-        yield lines.slice(i, j - i)
-
-
-def _contiguous(lines, pa) -> bytes:
-    """The lines of a string array as one buffer: its data buffer between the first and
-    the last offset, copied once (no per-line Python)."""
-    if isinstance(lines, pa.ChunkedArray):
-        lines = lines.combine_chunks()
-    if lines.type == pa.large_string():
-        width = "q"
-    else:
-        width = "i"
-    _, offsets_buf, data_buf = lines.buffers()
-    offsets = memoryview(offsets_buf).cast(width)
-    start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
-    return bytes(memoryview(data_buf)[start:end])
-
-
-def range_stager(url: str, copy_sql: str, types: list[str], reader: dict,
-                 timeout_seconds: float, encoder_args: tuple):
+def range_stager(spec: RangeStageTask):
     """A picklable function for ``RDD.mapPartitions`` over read tasks (one Spark partition
     holds one group of split.pack_ranges, a list of OffsetRanges, or bare OffsetRanges):
     read the task's ranges on the executor with one consumer (consume.read_ranges), encode
     each batch (encode.Encoder) and store it as one blob per kind (ROW, DEAD, TOMBSTONE),
-    all of a task attempt in one transaction on one connection (``copy_sql``, ``types``: as
-    for blob_writer). Yields one summary tuple per task: (part, attempt, rows, dead
-    letters, tombstones)."""
+    all of a task attempt in one transaction (stage_attempt). Yields one summary tuple per
+    task: (part, attempt, rows, dead letters, tombstones)."""
 
     def stage_ranges(items):
-        from pyspark import TaskContext
-
-        from pipeline import faults as f
         from pipeline.executor.consume import read_ranges
-        from pipeline.formats.encode import Encoder
 
-        ctx = TaskContext.get()
-        part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
-        encoder = Encoder(*encoder_args)
-        totals = {ROW: 0, DEAD: 0, TOMBSTONE: 0}
-        seq = 0
-        injected = False
-        with executor_connection(url) as conn:
-            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                copy.set_types(types)
-                ranges = [r for item in items
-                          for r in (item if isinstance(item, list) else [item])]
-                for r, records in read_ranges(reader, ranges, timeout_seconds):
-                    lo, hi = records[0].offset(), records[-1].offset()
-                    encoded = encoder.encode(r.topic, r.partition, records)
-                    for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
-                        for lines in _chunks(batch):
-                            blob = (b"".join(lines) if kind == ROW and encoder.binary
-                                    else "".join(lines).encode())
-                            copy.write_row((part, attempt, task, seq, r.topic, r.partition,
-                                            kind, len(lines), lo, hi, blob))
-                            totals[kind] += len(lines)
-                            seq += 1
-                    if seq and not injected:  # once per task, inside its open COPY
-                        injected = True
-                        f.inject("during_read")
-            conn.commit()
-        if attempt == 0:  # a retried task re-stages what this attempt committed
-            f.inject("after_task_commit")
+        encoder = spec.encoding.encoder()
+        ranges = [r for item in items for r in (item if isinstance(item, list) else [item])]
+
+        def blobs_of(r, records) -> Iterator[Blob]:
+            lo, hi = records[0].offset(), records[-1].offset()
+            encoded = encoder.encode(r.topic, r.partition, records)
+            for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
+                for lines in line_chunks(batch, spec.target.max_blob_bytes):
+                    blob = (b"".join(lines) if kind == ROW and encoder.binary
+                            else "".join(lines).encode())
+                    yield Blob(r.topic, r.partition, kind, len(lines), lo, hi, blob)
+
+        batches = read_ranges(spec.reader, ranges, spec.timeout_seconds)
+        part, attempt, totals = stage_attempt(
+            spec.target, (blobs_of(r, records) for r, records in batches))
         yield (part, attempt, totals[ROW], totals[DEAD], totals[TOMBSTONE])
 
     return stage_ranges

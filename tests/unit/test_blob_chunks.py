@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline.executor.stage import BLOB_BYTES, _arrow_chunks, _chunks, blob_spans
+from pipeline.executor.blobs import arrow_chunks, blob_spans, line_chunks
+from pipeline.executor.task import BLOB_BYTES
 
 
 def test_lines_are_split_into_blobs_of_at_most_the_byte_cap():
     lines = ["aaaa\n", "bbbb\n", "cccc\n", "dddd\n", "eeee\n"]  # 5 bytes each
 
-    blobs = list(_chunks(lines, max_bytes=10))
+    blobs = list(line_chunks(lines, max_bytes=10))
 
     assert blobs == [lines[0:2], lines[2:4], lines[4:5]]
     assert all(len("".join(b).encode()) <= 10 for b in blobs)
@@ -20,7 +21,7 @@ def test_lines_are_split_into_blobs_of_at_most_the_byte_cap():
 def test_every_line_is_in_exactly_one_blob_in_order():
     lines = [f"{i}\t{'x' * (i % 7)}\n" for i in range(100)]
 
-    blobs = list(_chunks(lines, max_bytes=23))
+    blobs = list(line_chunks(lines, max_bytes=23))
 
     assert [line for blob in blobs for line in blob] == lines
     assert all(len("".join(b).encode()) <= 23 for b in blobs)
@@ -29,30 +30,30 @@ def test_every_line_is_in_exactly_one_blob_in_order():
 def test_a_line_larger_than_the_cap_is_a_blob_of_its_own():
     lines = ["a\n", "b" * 50 + "\n", "c\n"]
 
-    assert list(_chunks(lines, max_bytes=10)) == [["a\n"], ["b" * 50 + "\n"], ["c\n"]]
+    assert list(line_chunks(lines, max_bytes=10)) == [["a\n"], ["b" * 50 + "\n"], ["c\n"]]
 
 
 def test_the_cap_counts_utf8_bytes_not_characters():
     lines = ["é" * 4 + "\n"] * 3  # 5 characters, 9 bytes each
 
-    assert list(_chunks(lines, max_bytes=18)) == [lines[0:2], lines[2:3]]
+    assert list(line_chunks(lines, max_bytes=18)) == [lines[0:2], lines[2:3]]
 
 
 def test_binary_rows_are_counted_in_bytes():
     lines = [b"\x00" * 6] * 4
 
-    assert list(_chunks(lines, max_bytes=12)) == [lines[0:2], lines[2:4]]
+    assert list(line_chunks(lines, max_bytes=12)) == [lines[0:2], lines[2:4]]
 
 
 def test_no_lines_make_no_blob():
-    assert list(_chunks([], max_bytes=10)) == []
-    assert list(_arrow_chunks(pa.array([], pa.string()), 10, pa)) == []
+    assert list(line_chunks([], max_bytes=10)) == []
+    assert list(arrow_chunks(pa.array([], pa.string()), 10, pa)) == []
 
 
 def test_one_batch_of_small_lines_stays_one_blob_under_the_default_cap():
     lines = ["x" * 100 + "\n"] * 10_000
 
-    assert [len(b) for b in _chunks(lines)] == [10_000]
+    assert [len(b) for b in line_chunks(lines)] == [10_000]
     assert BLOB_BYTES < 1 << 30  # Postgres's limit for one bytea value
 
 
@@ -61,7 +62,7 @@ def test_an_arrow_array_is_split_on_its_offsets_including_a_sliced_one():
     whole = pa.array(["skipped\n"] * 3 + values, pa.string())
     lines = whole.slice(3)  # a non-zero array offset, as after drop_null on a batch slice
 
-    blobs = list(_arrow_chunks(lines, 20, pa))
+    blobs = list(arrow_chunks(lines, 20, pa))
 
     assert [s for b in blobs for s in b.to_pylist()] == values
     assert all(sum(len(s.encode()) for s in b.to_pylist()) <= 20 for b in blobs)

@@ -1,0 +1,75 @@
+"""What the driver hands a Spark task: one frozen, typed, picklable spec per kind of task
+(what Spark's KafkaBatchInputPartition is to its reader), plain Python with no Spark,
+SQLAlchemy or Kafka client inside, so that it pickles small and reads the same on both
+sides. The driver builds it (driver/job.py), executor/stage.py runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# One blob's bytes at most (but for a single line larger than that): a bytea value, and a
+# COPY row, cannot pass 1 GB, and 10,000 records of 100 KB would.
+BLOB_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class StagingTarget:
+    """Where a task attempt stages its blobs: the run's staging table, written with plain
+    psycopg. ``copy_sql``, ``types``: its binary COPY statement and column types as psycopg
+    names them (store.Store.staging_copy)."""
+
+    url: str
+    copy_sql: str
+    types: tuple[str, ...]
+    max_blob_bytes: int = BLOB_BYTES
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "types", tuple(self.types))
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """How a read task turns records into rows (formats.encode.Encoder): the sink's format,
+    the JSON sink's declared (name, type, required) columns, the run id every row carries,
+    and an upsert sink's key columns when a null value deletes its key (else empty)."""
+
+    format: str
+    columns: tuple[tuple[str, str, bool], ...]
+    run_id: int
+    tombstone_key: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))
+        object.__setattr__(self, "tombstone_key", tuple(self.tombstone_key))
+
+    def encoder(self):
+        from pipeline.formats.encode import Encoder
+
+        return Encoder(self.format, self.columns, self.run_id, self.tombstone_key)
+
+
+@dataclass(frozen=True)
+class RangeStageTask:
+    """The built-in sinks' task: read offset ranges exactly with one consumer (``reader``:
+    its librdkafka settings, consume.reader_config; ``timeout_seconds``: how long no range
+    may move), encode them and stage them. The ranges themselves are the Spark partition's
+    data, not part of the spec."""
+
+    target: StagingTarget
+    reader: dict[str, Any]
+    timeout_seconds: float
+    encoding: EncoderSettings
+
+
+@dataclass(frozen=True)
+class LineStageTask:
+    """A user transform's task: stage the COPY text lines Spark SQL made (stage.line_frame)
+    and explain its bad records against the JSON sink's declared (name, type) pairs."""
+
+    target: StagingTarget
+    declared: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "declared", tuple(tuple(c) for c in self.declared))
