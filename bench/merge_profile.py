@@ -32,7 +32,8 @@ from sqlalchemy.schema import CreateTable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.run import DB, STAMP, pipeline_config  # noqa: E402
+from bench.contenders import pipeline_config  # noqa: E402
+from bench.harness import DB, STAMP  # noqa: E402
 from pipeline.config import load_settings  # noqa: E402
 from pipeline.sinks import merge  # noqa: E402
 from pipeline.store import tables  # noqa: E402

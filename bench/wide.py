@@ -28,19 +28,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.run import (
-    BOOTSTRAP,
-    REPEAT,
-    ROOT,
-    STAMP,
-    Result,
-    checkpoint,
-    machine_load,
-    run_peer,
-    run_pipeline,
-    warm,
-    write_between,
-)
+from bench.contenders import run_peer, run_pipeline
+from bench.harness import BOOTSTRAP, REPEAT, ROOT, STAMP, Result, checkpoint, machine_load, warm
+from bench.report import write_between
 from pipeline.sample import order
 
 SCENARIOS = [(256, 100), (64, 1_000), (200, 100), (4, 5_000)]

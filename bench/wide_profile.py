@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.run import BOOTSTRAP, DB, STAMP  # noqa: E402
+from bench.harness import BOOTSTRAP, DB, STAMP  # noqa: E402
 from bench.wide import produce_wide  # noqa: E402
 from pipeline.executor.consume import read_range, read_ranges, reader_config  # noqa: E402
 from pipeline.plan.offsets import OffsetRange  # noqa: E402

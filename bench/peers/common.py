@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Callable
 
 import psycopg
 
@@ -73,3 +76,23 @@ def stream_orders(spark, bootstrap: str, topic: str):
             .select("topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
                     F.from_json(F.col("value").cast("string"), SCHEMA).alias("v"))
             .select("topic", "partition", "offset", "kafka_timestamp", "v.*"))
+
+
+def stream_once(spark, bootstrap: str, topic: str, write_batch: Callable[[object], int],
+                name: str) -> int:
+    """The Structured Streaming harness both streaming peers share: the whole topic once
+    (Trigger.AvailableNow) through foreachBatch, with a throwaway checkpoint.
+    ``write_batch`` writes one micro-batch and returns its row count; returns their sum."""
+    counts: list[int] = []
+
+    def write(batch, batch_id):
+        counts.append(write_batch(batch))
+
+    checkpoint = tempfile.mkdtemp(prefix=f"{name}-")
+    try:
+        (stream_orders(spark, bootstrap, topic).writeStream.foreachBatch(write)
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True)
+         .start().awaitTermination())
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    return sum(counts)

@@ -3,10 +3,7 @@ executors: each Arrow batch as CSV (pyarrow) into COPY ... (FORMAT csv)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
-from bench.peers.common import COLUMNS, create_table, main, spark_session, stream_orders
+from bench.peers.common import COLUMNS, create_table, main, spark_session, stream_once
 
 
 def copy_writer(db_url: str, table: str):
@@ -35,21 +32,12 @@ def copy_writer(db_url: str, table: str):
 
 def run(topic: str, table: str, db_url: str, bootstrap: str) -> int:
     create_table(db_url, table)
-    spark = spark_session()
-    counts = []
 
-    def write(batch, batch_id):
+    def write(batch) -> int:
         result = batch.select(*COLUMNS).mapInArrow(copy_writer(db_url, table), "n long")
-        counts.append(sum(r.n for r in result.collect()))
+        return sum(r.n for r in result.collect())
 
-    checkpoint = tempfile.mkdtemp(prefix="sss-arrow-")
-    try:
-        (stream_orders(spark, bootstrap, topic).writeStream.foreachBatch(write)
-         .option("checkpointLocation", checkpoint).trigger(availableNow=True)
-         .start().awaitTermination())
-    finally:
-        shutil.rmtree(checkpoint, ignore_errors=True)
-    return sum(counts)
+    return stream_once(spark_session(), bootstrap, topic, write, "sss-arrow")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
-import tempfile
 
-from bench.peers.common import create_table, main, spark_session, stream_orders
+from bench.peers.common import create_table, main, spark_session, stream_once
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,24 +25,17 @@ def run(topic: str, table: str, db_url: str, bootstrap: str) -> int:
     jars = sorted(glob.glob(os.path.join(ROOT, ".jars", "bench", "*.jar")))
     spark = spark_session(jars)
     url = jdbc_url(db_url)
-    counts = []
 
-    def write(batch, batch_id):
+    def write(batch) -> int:
         batch.persist()
-        counts.append(batch.count())
+        n = batch.count()
         (batch.write.format("jdbc").option("url", url).option("dbtable", table)
          .option("driver", "org.postgresql.Driver").option("batchsize", 10000)
          .mode("append").save())
         batch.unpersist()
+        return n
 
-    checkpoint = tempfile.mkdtemp(prefix="sss-jdbc-")
-    try:
-        (stream_orders(spark, bootstrap, topic).writeStream.foreachBatch(write)
-         .option("checkpointLocation", checkpoint).trigger(availableNow=True)
-         .start().awaitTermination())
-    finally:
-        shutil.rmtree(checkpoint, ignore_errors=True)
-    return sum(counts)
+    return stream_once(spark, bootstrap, topic, write, "sss-jdbc")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,122 @@
+"""The contenders: this pipeline through its CLI (json or raw sink, any [spark] or
+[sink] keys), and the peers a user would pick instead (bench/peers/*), each run as its own
+process on the same topic into a fresh table and verified against the generator."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from bench.harness import BOOTSTRAP, DB, PY, ROOT, STAMP, drop, expected, produce, timed
+from bench.peers.verify import checksum
+
+# name -> (label, command builder); {topic} {table} {config} are filled in per run.
+PEERS = {
+    "single_process": "one Python process: confluent-kafka consume(num_messages) + orjson + "
+                      "binary COPY, offsets in the same transaction",
+    "sss_jdbc": "Spark Structured Streaming AvailableNow, from_json, foreachBatch -> JDBC",
+    "sss_arrow": "Spark Structured Streaming AvailableNow, from_json, foreachBatch -> "
+                 "mapInArrow + CSV COPY",
+    "textbook": "the textbook loop: poll one, json.loads, executemany per 1,000, "
+                "DB commit then Kafka commit",
+}
+PIPELINE_JSON = "**this pipeline, json sink** (`pipeline run`)"
+PIPELINE_RAW = "this pipeline, raw sink (`pipeline run`)"
+BIG_ONLY = ("pipeline_json", "sss_jdbc", "sss_arrow")  # what runs at sizes >= 10M
+
+
+LABELS = {"pipeline_json": PIPELINE_JSON, "pipeline_raw": PIPELINE_RAW, **PEERS}
+SHORT = {"pipeline_json": "this pipeline, json", "pipeline_raw": "this pipeline, raw",
+         "single_process": "single Python process", "sss_jdbc": "Spark SS + JDBC",
+         "sss_arrow": "Spark SS + Arrow/COPY", "textbook": "textbook loop"}
+
+
+def pipeline_config(path: Path, name: str, topic: str, fmt: str, spark: str = "",
+                    mode: str = "", tables: str = "") -> None:
+    """``spark``: a [spark] section (e.g. a cluster master); none = the default local[2].
+    ``mode``: more [sink] keys (a sink mode and its key), ``tables``: sub-tables of [sink]
+    after the columns (e.g. [sink.aggregates])."""
+    columns = ('[sink.columns]\norder_id = "long not null"\ncustomer = "string not null"\n'
+               'amount = "decimal(12,2)"\nplaced_at = "timestamp"\n') if fmt == "json" else ""
+    path.write_text(
+        f'[pipeline]\nname = "{name}"\n[kafka]\nbootstrap_servers = "{BOOTSTRAP}"\n'
+        f'topics = ["{topic}"]\nmax_records_per_partition = 0\nmax_records_per_run = 0\n'
+        f'[database]\nurl = "{DB}"\n[sink]\nformat = "{fmt}"\ntable = "{name}"\n'
+        f'max_bad_records = 0\n{mode}{columns}{tables}{spark}')
+
+
+def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict, *, spark: str = "",
+                 tag: str = "", root: Path = ROOT, sink: str = "") -> tuple[float, float, dict]:
+    """``root``: the checkout whose pipeline runs (its own package first on the path);
+    ``sink``: more [sink] keys (e.g. a transform)."""
+    name = f"b_{fmt}{tag}_{STAMP}_{n}_{run}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "bench.toml"
+        pipeline_config(config, name, topic, fmt, spark, mode=sink)
+        cli = [PY, "-m", "pipeline"]
+        subprocess.run([*cli, "init-db", "--config", str(config)], env=env, check=True,
+                       capture_output=True, cwd=root)
+        seconds, rss, out = timed([*cli, "run", "--config", str(config), "--json"], env,
+                                  cwd=root)
+    summary = json.loads(out)
+    assert summary["records_read"] == n, summary
+    if fmt == "json":
+        got = checksum(DB, name)
+        assert tuple(got[:3]) == expected(n) and got[4] == n, (name, got, expected(n))
+    else:
+        with psycopg.connect(DB) as conn:
+            count, distinct = conn.execute(
+                f'SELECT count(*), count(DISTINCT ("partition", "offset")) FROM {name}'
+            ).fetchone()
+        assert count == n and distinct == n, (name, count, distinct)
+    drop(name)
+    return seconds, rss, summary["timings"]
+
+
+def run_peer(peer: str, topic: str, n: int, run: int, env: dict) -> tuple[float, float]:
+    table = f"b_{peer}_{STAMP}_{n}_{run}"
+    seconds, rss, out = timed([PY, "-m", f"bench.peers.{peer}", "--topic", topic,
+                               "--table", table], env)
+    reported = json.loads(out.strip().splitlines()[-1])
+    got = checksum(DB, table)
+    assert reported["rows"] == n and tuple(got[:3]) == expected(n) and got[4] == n, \
+        (peer, reported, got, expected(n))
+    drop(table)
+    return seconds, rss
+
+
+def empty_run(env: dict) -> float:
+    """A run with nothing new: no Spark. Timed through the CLI, as a scheduler starts it."""
+    topic = f"bench_{STAMP}_empty"
+    produce(topic, 1000)
+    name = f"b_empty_{STAMP}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "bench.toml"
+        pipeline_config(config, name, topic, "json")
+        cli = [PY, "-m", "pipeline"]
+        subprocess.run([*cli, "init-db", "--config", str(config)], env=env, check=True,
+                       capture_output=True, cwd=ROOT)
+        timed([*cli, "run", "--config", str(config)], env)
+        seconds, _, _ = timed([*cli, "run", "--config", str(config), "--json"], env)
+    drop(name)
+    return seconds
+
+
+def init_db(config: Path, env: dict) -> None:
+    """``pipeline init-db``; retried when it exits 75 (transient: e.g. a lock timeout while
+    another pipeline on this database holds its tables), else its stderr is shown."""
+    for attempt in range(3):
+        done = subprocess.run([PY, "-m", "pipeline", "init-db", "--config", str(config)],
+                              env=env, capture_output=True, text=True, cwd=ROOT)
+        if done.returncode == 0:
+            return
+        print(f"bench: init-db exited {done.returncode}: {done.stderr.strip()[-500:]}",
+              flush=True)
+        if done.returncode != 75 or attempt == 2:
+            raise SystemExit(f"bench: init-db failed ({done.returncode})")
+        time.sleep(5)
