@@ -15,9 +15,9 @@ The driver then streams those blobs, unchanged, into ``COPY results FROM STDIN``
 publishing transaction (pipeline/driver/publish.py): each row is written once into the keyed
 table, and Postgres parses COPY text far faster than ``INSERT ... SELECT`` copies rows.
 
-The executors connect with plain psycopg and import no SQLAlchemy: the driver hands them
-the staging table's COPY statement and column types (store.Store.staging_copy, from
-pipeline/store/tables.py).
+The executors connect with plain psycopg and import no SQLAlchemy: the driver hands each
+task a frozen spec (executor/task.py) with the staging table's COPY statement and column
+types (store.Store.staging_copy, from pipeline/store/tables.py).
 """
 
 from __future__ import annotations
