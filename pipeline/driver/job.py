@@ -30,7 +30,7 @@ from pipeline.errors import (
     Terminated,
     TransientError,
 )
-from pipeline.formats.encode import binary_rows
+from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import OffsetRange, Plan, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.sinks.merge import partitions_added
 from pipeline.store import Store

@@ -2,12 +2,15 @@
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
-from pipeline.formats.encode import Encoder, converter, headers_json, kafka_timestamp, text
+from pipeline.formats.copy_text import headers_json, text
+from pipeline.formats.encode import Encoder
+from pipeline.formats.timestamps import kafka_timestamp
+from pipeline.formats.types import column_type
 
 COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False))
@@ -157,7 +160,7 @@ def test_raw_rows_are_copy_binary_tuples_keeping_bytes_headers_and_nulls():
     ("date", "2026-02-28T10:00:00Z", "2026-02-28"),
 ])
 def test_converters_accept_what_the_declared_type_allows(declared, value, expected):
-    assert converter(declared)(value) == expected
+    assert column_type(declared).from_json(value) == expected
 
 
 @pytest.mark.parametrize("declared,value", [
@@ -167,7 +170,7 @@ def test_converters_accept_what_the_declared_type_allows(declared, value, expect
 ])
 def test_converters_refuse_what_it_does_not(declared, value):
     with pytest.raises(ValueError):
-        converter(declared)(value)
+        column_type(declared).from_json(value)
 
 
 def test_kafka_timestamps_are_utc_milliseconds_including_before_the_epoch():
@@ -205,7 +208,7 @@ PARITY = {
 @pytest.mark.parametrize("declared", sorted(PARITY))
 @pytest.mark.parametrize("required", [True, False], ids=["required", "optional"])
 def test_the_inlined_row_encoder_agrees_with_the_column_converters(declared, required):
-    convert = converter(declared)
+    convert = column_type(declared).from_json
     columns = (("id", "long", True), ("v", declared, required))
     records = [Record(i, json.dumps({"id": i, "v": v}).encode())
                for i, v in enumerate(PARITY[declared])]
@@ -277,16 +280,17 @@ class Boom(Exception):
 
 def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_it(
         monkeypatch):
-    import pipeline.formats.encode as encode
+    from pipeline.formats import types
 
-    real = encode._timestamp
+    real = types.TYPES["timestamp"].from_json
 
     def explodes(x):
         if x == "boom":
             raise Boom("converter exploded")
         return real(x)
 
-    monkeypatch.setattr(encode, "_timestamp", explodes)
+    monkeypatch.setitem(types.TYPES, "timestamp", replace(types.TYPES["timestamp"],
+                                                          from_json=explodes))
     records = [Record(0, b'{"order_id": 0, "customer": "c", "placed_at": "2026-01-01"}'),
                Record(1, b'{"order_id": 1, "customer": "c", "placed_at": "boom"}', k=b"k1"),
                Record(2, b"{not json"),
@@ -302,9 +306,9 @@ def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_i
 
 
 def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monkeypatch):
-    import pipeline.formats.encode as encode
+    from pipeline.formats import raw_format, types
 
-    real_headers, real_key = encode.headers_plain, encode._integer(64)
+    real_headers, real_key = raw_format.headers_plain, types.TYPES["long"].from_json
 
     def headers_explode(h):
         if h[0][0] == "boom":
@@ -316,13 +320,13 @@ def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monk
             raise Boom("key exploded")
         return real_key(x)
 
-    monkeypatch.setattr(encode, "headers_plain", headers_explode)
+    monkeypatch.setattr(raw_format, "headers_plain", headers_explode)
     raw = Encoder("raw", (), 1).encode("t", 0, [
         Record(0, b"a", h=[("ok", b"1")]), Record(1, b"b", h=[("boom", b"1")]),
         Record(2, b"c")])
     assert placed(raw) == {0: "row", 1: "unexpected_error", 2: "row"}
 
-    monkeypatch.setattr(encode, "_integer", lambda bits: key_explodes)
+    monkeypatch.setitem(types.TYPES, "long", replace(types.TYPES["long"], from_json=key_explodes))
     upsert = Encoder("json", (("order_id", "long", True),), 1, ("order_id",)).encode(
         "t", 0, [Record(0, None, b"12"), Record(1, None, b"13"), Record(2, b'{"order_id": 2}')])
     assert placed(upsert) == {0: "tombstone", 1: "unexpected_error", 2: "row"}
