@@ -18,12 +18,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from pipeline.errors import ConfigError
+from pipeline.formats import types
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
-COLUMN_TYPE = re.compile(
-    r"^(string|long|int|double|boolean|timestamp|date|decimal\((\d{1,2}),(\d{1,2})\))"
-    r"( not null)?$"
-)
+# A declared column type (the registry's, formats/types.py), optionally "not null": group 1
+# the type, group 4 the "not null".
+COLUMN_TYPE = re.compile(rf"^{types.DECLARED}( not null)?$")
 SECRET_KEY = re.compile(r"(password|secret|token|sasl\.jaas|credentials)", re.I)
 # A run is one transaction: bounded by default, so that a large backlog (a new pipeline on
 # an old topic, a long outage) is drained by successive runs of bounded WAL, staging and
@@ -39,21 +39,8 @@ ENV_DATABASE_URL = "PIPELINE_DATABASE_URL"
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # as declared, without " not null"
+    type: str  # as declared, without " not null": a key of formats/types.py's registry
     required: bool
-
-    @property
-    def spark_type(self) -> str:
-        return {"string": "string", "long": "bigint", "int": "int", "double": "double",
-                "boolean": "boolean", "timestamp": "timestamp",
-                "date": "date"}.get(self.type, self.type)
-
-    @property
-    def pg_type(self) -> str:
-        return {"string": "text", "long": "bigint", "int": "integer",
-                "double": "double precision", "boolean": "boolean",
-                "timestamp": "timestamptz", "date": "date"}.get(
-            self.type, self.type.replace("decimal", "numeric"))
 
 
 @dataclass(frozen=True)
@@ -414,8 +401,8 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
             raise ConfigError(f"'sink.columns.{cname}' is reserved; rename the column")
         if not isinstance(ctype, str) or not (m := COLUMN_TYPE.match(ctype.strip().lower())):
             raise ConfigError(
-                f"'sink.columns.{cname}' = {ctype!r}: use string, long, int, double, boolean, "
-                "timestamp, date or decimal(p,s), optionally followed by ' not null'")
+                f"'sink.columns.{cname}' = {ctype!r}: use {types.SPELLED}, optionally "
+                "followed by ' not null'")
         columns.append(Column(cname, m.group(1), m.group(4) is not None))
     if fmt == "json" and not columns:
         raise ConfigError("sink.format = 'json' needs at least one column in [sink.columns]")
@@ -496,8 +483,7 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
         if of is not None and of not in declared:
             raise ConfigError(f"{where} aggregates '{of}', which is not in [sink.columns]")
         kind = declared[of].type if of else "long"
-        if function == "sum" and not (kind in ("long", "int", "double")
-                                      or kind.startswith("decimal(")):
+        if function == "sum" and types.column_type(kind).sum is None:
             raise ConfigError(f"{where}: sum() needs a number column; '{of}' is {kind}")
         if function in ("min", "max") and kind == "boolean":
             raise ConfigError(f"{where}: {function}() of a boolean is not defined; use "

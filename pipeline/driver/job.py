@@ -16,7 +16,7 @@ from pipeline.driver.publish import Publisher
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
 from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.errors import ConfigError, DataError, PipelineError, Terminated
-from pipeline.formats.encode import binary_rows
+from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.sinks.merge import partitions_added
 from pipeline.spark import errors as spark_errors

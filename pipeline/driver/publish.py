@@ -34,7 +34,7 @@ from pipeline import faults
 from pipeline.driver.database import db_errors
 from pipeline.errors import ConfigError
 from pipeline.executor.stage import DEAD, ROW, TOMBSTONE
-from pipeline.formats.encode import BINARY_SIGNATURE, BINARY_TRAILER
+from pipeline.formats import copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.sinks.merge import merge
 from pipeline.store import Store, tables
@@ -50,7 +50,7 @@ class Publisher:
 
     def __init__(self, store: Store, run_id: int, kind: str, ranges: Sequence[OffsetRange],
                  overwrite: bool = False, binary: bool = False):
-        """``binary``: the staged result blobs are COPY binary tuples (encode.binary_rows),
+        """``binary``: the staged result blobs are COPY binary tuples (registry.binary_rows),
         else COPY text lines."""
         self.store, self.run_id, self.kind, self.binary = store, run_id, kind, binary
         self.ranges, self.overwrite = list(ranges), overwrite
@@ -89,7 +89,7 @@ class Publisher:
             self._copy = cm.__enter__()
             self._copy_cm = cm
             if self.binary:  # the blobs are bare tuples: the stream's ends are ours
-                self._copy.write(BINARY_SIGNATURE)
+                self._copy.write(copy_binary.SIGNATURE)
         except BaseException as e:
             self.__exit__(type(e), e, e.__traceback__)
             raise
@@ -167,7 +167,7 @@ class Publisher:
         with db_errors(store.url):
             cm, self._copy_cm = self._copy_cm, None
             if self.binary:
-                self._copy.write(BINARY_TRAILER)
+                self._copy.write(copy_binary.TRAILER)
             with self._one_row_per_record():
                 cm.__exit__(None, None, None)
             rows_written, rows_deleted = self._cur.rowcount, 0

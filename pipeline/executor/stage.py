@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from pipeline.executor.blobs import arrow_chunks, contiguous, line_chunks
 from pipeline.executor.task import LineStageTask, RangeStageTask, StagingTarget
+from pipeline.formats.copy_text import TEXT
 
 ROW = "r"  # a blob of result rows
 DEAD = "d"  # a blob of dead-letter rows
@@ -75,17 +76,19 @@ def escape_text(F, col):
 def copy_field(F, col, pg_type: str):
     """One column as COPY text; NULL is \\N. Timestamps carry an explicit UTC offset, so
     neither the OS time zone of a driver or executor nor the session's can shift them."""
-    base = pg_type.replace(" NOT NULL", "").strip().lower()
-    if base == "bytea":
+    from pipeline.formats import types
+
+    form = types.copy_form(pg_type)
+    if form == types.HEX:
         # \x + hex is bytea's input format; the backslash itself is escaped for COPY.
         value = F.concat(F.lit("\\\\x"), F.hex(col))
-    elif base in ("timestamptz", "timestamp with time zone"):
+    elif form == types.TIMESTAMP:
         # Past year 9999 Spark writes "+55840-..." (a Kafka timestamp in microseconds sent
         # as milliseconds), which Postgres refuses; without the sign it reads it.
         # regexp_replace, not ltrim(col, "+"): Spark 3.5's Python ltrim takes no trim string.
         value = F.regexp_replace(F.date_format(col, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX"),
                                  r"^\+", "")
-    elif base in ("text", "jsonb") or base.startswith("text"):
+    elif form == types.ESCAPED:
         value = escape_text(F, col)
     else:  # numbers, booleans, dates: their string form is already COPY-safe
         value = col.cast("string")
@@ -182,7 +185,7 @@ def blob_writer(spec: LineStageTask):
 WRITER_SCHEMA = "part int, attempt int, rows long, dead long"
 # What blob_writer reads: coordinates, a result row as COPY text (null for a bad record),
 # and for a bad record the first seven dead-letter fields as COPY text plus what
-# diagnose.diagnose needs to explain it.
+# json_diagnose.diagnose needs to explain it.
 LINE_COLUMNS = ["topic", "partition", "offset", "row_line", "dead_head", "error_code",
                 "bad_value", "_parsed"]
 
@@ -215,7 +218,9 @@ def _dead_lines(group, pc, declared) -> list[str]:
     """Bad records are rare: each is explained and finished in Python. Whatever explaining
     one record raises, it still gets its dead letter, naming the exception (the record's
     coordinates and bytes are in ``dead_head``, written by Spark)."""
-    from pipeline.formats import diagnose as d
+    from pipeline.formats import json_diagnose as d
+    from pipeline.formats.copy_text import escape
+    from pipeline.formats.dead_letters import unexpected
 
     heads = group.column("dead_head")
     if heads.null_count == len(heads):
@@ -229,8 +234,8 @@ def _dead_lines(group, pc, declared) -> list[str]:
         try:
             error_type, message = d.diagnose(code, value, parsed, declared)
         except Exception as e:  # noqa: BLE001 - whatever it is, it is this record's
-            error_type, message = d.unexpected(e, "explaining the bad record")
-        out.append(f"{head}\t{d.copy_escape(error_type)}\t{d.copy_escape(message)}\n")
+            error_type, message = unexpected(e, "explaining the bad record")
+        out.append(f"{head}\t{escape(error_type)}\t{escape(message)}\n")
     return out
 
 
@@ -271,9 +276,10 @@ def range_stager(spec: RangeStageTask):
             encoded = encoder.encode(r.topic, r.partition, records)
             for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
                 for lines in line_chunks(batch, spec.target.max_blob_bytes):
-                    blob = (b"".join(lines) if kind == ROW and encoder.binary
-                            else "".join(lines).encode())
-                    yield Blob(r.topic, r.partition, kind, len(lines), lo, hi, blob)
+                    # Result rows are in the format's COPY wire; dead letters and
+                    # tombstones are always COPY text.
+                    wire = encoder.wire if kind == ROW else TEXT
+                    yield Blob(r.topic, r.partition, kind, len(lines), lo, hi, wire.blob(lines))
 
         batches = read_ranges(spec.reader, ranges, spec.timeout_seconds)
         part, attempt, totals = stage_attempt(

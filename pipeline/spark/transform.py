@@ -23,7 +23,7 @@ def _headers_json(F):
 
 def mark(df, sink: SinkSettings):
     """One DataFrame with every record: the result columns, the dead-letter columns and
-    ``error_code`` (null for a good record, else a short code that diagnose.diagnose
+    ``error_code`` (null for a good record, else a short code that json_diagnose.diagnose
     explains, with ``_parsed`` = Spark's typed parse for a rejected parse). Lets a single
     pass stage both outputs."""
     from pyspark.sql import functions as F
@@ -56,7 +56,7 @@ def to_rows(df, sink: SinkSettings):
     return results, dead
 
 
-# What a dead letter is made of before its diagnosis (see diagnose.py).
+# What a dead letter is made of before its diagnosis (see formats/json_diagnose.py).
 DEAD_INPUT_COLUMNS = ["topic", "partition", "offset", "key", "value", "headers",
                       "kafka_timestamp", "error_code", "_parsed"]
 
@@ -70,15 +70,17 @@ def result_names(sink: SinkSettings) -> list[str]:
 def _parse_json(base, sink: SinkSettings, F):
     """One typed JSON parse per record (from_json) and a short chain of checks that yields
     a literal code: the generated code stays small (it is JIT-compiled in every fresh
-    JVM), and the explanation of a bad record is left to diagnose.py."""
-    from pipeline.formats import diagnose as d
+    JVM), and the explanation of a bad record is left to json_diagnose.py."""
+    from pipeline.formats import json_diagnose as d
+    from pipeline.formats.types import column_type
     from pipeline.spark.session import has_variant
 
     # String columns are parsed as VARIANT: Spark would quietly turn a JSON number into a
     # string, and a declared string must be a JSON string. Spark 3.5 has no VARIANT: there a
     # JSON number or object in a string column lands as its JSON text (README, Spark lines).
     variant = has_variant()
-    fields = [f"`{c.name}` {'variant' if c.type == 'string' and variant else c.spark_type}"
+    fields = [f"`{c.name}` "
+              f"{'variant' if c.type == 'string' and variant else column_type(c.type).spark}"
               for c in sink.columns]
     parsed = base.withColumn("_s", F.col("value").cast("string")).select(
         "*",

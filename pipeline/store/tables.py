@@ -36,6 +36,7 @@ from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB, TIMES
 from sqlalchemy.types import TypeEngine
 
 from pipeline.config import SinkSettings
+from pipeline.formats.types import column_type
 
 SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
 TIMESTAMPTZ = TIMESTAMP(timezone=True)
@@ -132,14 +133,19 @@ RESULTS_ARCHIVE_COLUMNS = _archive_columns()
 
 
 # ---- a pipeline's results table, from [sink] ---------------------------------------------
+# The SQLAlchemy type of each Postgres type of the column-type registry (formats/types.py).
+_POSTGRES_TYPES = {"text": Text, "bigint": BigInteger, "integer": Integer,
+                   "double precision": DOUBLE_PRECISION, "boolean": Boolean,
+                   "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date}
+
+
 def sink_type(declared: str) -> TypeEngine:
-    """The Postgres type of a [sink.columns] type (config.COLUMN_TYPE, without 'not null')."""
-    if declared.startswith("decimal("):
-        precision, scale = declared[len("decimal("):-1].split(",")
-        return Numeric(int(precision), int(scale))
-    return {"string": Text(), "long": BigInteger(), "int": Integer(),
-            "double": DOUBLE_PRECISION(), "boolean": Boolean(), "timestamp": TIMESTAMPTZ,
-            "date": Date()}[declared]
+    """The Postgres type of a [sink.columns] type (config.COLUMN_TYPE, without 'not null'),
+    from its entry in the column-type registry."""
+    t = column_type(declared)
+    if t.precision is not None:
+        return Numeric(t.precision, t.scale)
+    return _POSTGRES_TYPES[t.pg]()
 
 
 def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
@@ -194,16 +200,13 @@ def _business_key(sink: SinkSettings) -> list[Column]:
 
 
 def aggregate_type(a, declared) -> TypeEngine:
-    """count: bigint; min/max: the column's type; sum: bigint of integers, double of
-    doubles, numeric(38, s) of decimal(p, s) (a sum outgrows p)."""
+    """count: bigint; min/max: the column's type; sum: the registry's sum type (bigint of
+    integers, double of doubles, numeric(38, s) of decimal(p, s): a sum outgrows p)."""
     if a.function == "count":
         return BigInteger()
     kind = declared[a.of].type
     if a.function == "sum":
-        if kind in ("long", "int"):
-            return BigInteger()
-        if kind.startswith("decimal("):
-            return Numeric(38, int(kind[len("decimal("):-1].split(",")[1]))
+        return sink_type(column_type(kind).sum)
     return sink_type(kind)
 
 

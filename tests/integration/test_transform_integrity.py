@@ -10,7 +10,8 @@ from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
 from pipeline.executor.consume import read_range, reader_config
 from pipeline.executor.stage import ROW
-from pipeline.formats.encode import Encoder, binary_rows
+from pipeline.formats.encode import Encoder
+from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import plan_ranges
 from pipeline.store import Store, tables
 from tests.helpers import (

@@ -1,6 +1,7 @@
 """The explanation of a bad record, without Spark."""
 
-from pipeline.formats.diagnose import copy_escape, diagnose
+from pipeline.formats.copy_text import escape as copy_escape
+from pipeline.formats.json_diagnose import diagnose
 
 COLUMNS = [("order_id", "long"), ("customer", "string"), ("amount", "decimal(12,2)")]
 
@@ -64,17 +65,17 @@ def dead_group(*values):
 def test_any_exception_explaining_one_bad_record_makes_its_dead_letter_name_it(monkeypatch):
     import pyarrow.compute as pc
 
-    import pipeline.formats.diagnose
+    import pipeline.formats.json_diagnose
     from pipeline.executor.stage import _dead_lines
 
-    real = pipeline.formats.diagnose.diagnose
+    real = pipeline.formats.json_diagnose.diagnose
 
     def explodes(code, value, parsed, columns):
         if value == b"boom":
             raise Boom("diagnosis exploded")
         return real(code, value, parsed, columns)
 
-    monkeypatch.setattr(pipeline.formats.diagnose, "diagnose", explodes)
+    monkeypatch.setattr(pipeline.formats.json_diagnose, "diagnose", explodes)
 
     lines = _dead_lines(dead_group(b"[1]", b"boom", DEEP_ARRAY), pc, COLUMNS)
 

@@ -2,12 +2,15 @@
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
-from pipeline.formats.encode import Encoder, converter, headers_json, kafka_timestamp, text
+from pipeline.formats.copy_text import headers_json, text
+from pipeline.formats.encode import Encoder
+from pipeline.formats.timestamps import kafka_timestamp
+from pipeline.formats.types import column_type
 
 COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False))
@@ -157,7 +160,7 @@ def test_raw_rows_are_copy_binary_tuples_keeping_bytes_headers_and_nulls():
     ("date", "2026-02-28T10:00:00Z", "2026-02-28"),
 ])
 def test_converters_accept_what_the_declared_type_allows(declared, value, expected):
-    assert converter(declared)(value) == expected
+    assert column_type(declared).from_json(value) == expected
 
 
 @pytest.mark.parametrize("declared,value", [
@@ -167,7 +170,7 @@ def test_converters_accept_what_the_declared_type_allows(declared, value, expect
 ])
 def test_converters_refuse_what_it_does_not(declared, value):
     with pytest.raises(ValueError):
-        converter(declared)(value)
+        column_type(declared).from_json(value)
 
 
 def test_kafka_timestamps_are_utc_milliseconds_including_before_the_epoch():
@@ -205,7 +208,7 @@ PARITY = {
 @pytest.mark.parametrize("declared", sorted(PARITY))
 @pytest.mark.parametrize("required", [True, False], ids=["required", "optional"])
 def test_the_inlined_row_encoder_agrees_with_the_column_converters(declared, required):
-    convert = converter(declared)
+    convert = column_type(declared).from_json
     columns = (("id", "long", True), ("v", declared, required))
     records = [Record(i, json.dumps({"id": i, "v": v}).encode())
                for i, v in enumerate(PARITY[declared])]
@@ -277,16 +280,17 @@ class Boom(Exception):
 
 def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_it(
         monkeypatch):
-    import pipeline.formats.encode as encode
+    from pipeline.formats import types
 
-    real = encode._timestamp
+    real = types.TYPES["timestamp"].from_json
 
     def explodes(x):
         if x == "boom":
             raise Boom("converter exploded")
         return real(x)
 
-    monkeypatch.setattr(encode, "_timestamp", explodes)
+    monkeypatch.setitem(types.TYPES, "timestamp", replace(types.TYPES["timestamp"],
+                                                          from_json=explodes))
     records = [Record(0, b'{"order_id": 0, "customer": "c", "placed_at": "2026-01-01"}'),
                Record(1, b'{"order_id": 1, "customer": "c", "placed_at": "boom"}', k=b"k1"),
                Record(2, b"{not json"),
@@ -302,9 +306,9 @@ def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_i
 
 
 def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monkeypatch):
-    import pipeline.formats.encode as encode
+    from pipeline.formats import raw_format, types
 
-    real_headers, real_key = encode.headers_plain, encode._integer(64)
+    real_headers, real_key = raw_format.headers_plain, types.TYPES["long"].from_json
 
     def headers_explode(h):
         if h[0][0] == "boom":
@@ -316,13 +320,13 @@ def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monk
             raise Boom("key exploded")
         return real_key(x)
 
-    monkeypatch.setattr(encode, "headers_plain", headers_explode)
+    monkeypatch.setattr(raw_format, "headers_plain", headers_explode)
     raw = Encoder("raw", (), 1).encode("t", 0, [
         Record(0, b"a", h=[("ok", b"1")]), Record(1, b"b", h=[("boom", b"1")]),
         Record(2, b"c")])
     assert placed(raw) == {0: "row", 1: "unexpected_error", 2: "row"}
 
-    monkeypatch.setattr(encode, "_integer", lambda bits: key_explodes)
+    monkeypatch.setitem(types.TYPES, "long", replace(types.TYPES["long"], from_json=key_explodes))
     upsert = Encoder("json", (("order_id", "long", True),), 1, ("order_id",)).encode(
         "t", 0, [Record(0, None, b"12"), Record(1, None, b"13"), Record(2, b'{"order_id": 2}')])
     assert placed(upsert) == {0: "tombstone", 1: "unexpected_error", 2: "row"}
@@ -384,3 +388,66 @@ def test_inner_whitespace_of_a_bare_string_key_is_kept():
     encoder = Encoder("json", (("sku", "string", True),), 1, ("sku",))
     [line] = encoder.encode("t", 0, [Record(1, None, b" A 17\t\n")]).tombstones
     assert line.split("\t")[4] == "A 17"
+
+
+# ---- record formats: chosen once, behind one interface -----------------------------------
+def test_the_encoder_picks_its_format_once_and_stages_rows_in_its_wire_encoding():
+    from pipeline.formats.json_format import JsonFormat
+    from pipeline.formats.raw_format import RawFormat
+    from pipeline.formats.registry import binary_rows
+
+    json_sink, raw_sink = Encoder("json", COLUMNS, 1), Encoder("raw", (), 1)
+    assert type(json_sink.format) is JsonFormat and type(raw_sink.format) is RawFormat
+    assert (json_sink.binary, raw_sink.binary) == (False, True) == (binary_rows("json"),
+                                                                    binary_rows("raw"))
+    rows = raw_sink.encode("t", 0, [Record(0, b"a"), Record(1, b"b")]).rows
+    assert raw_sink.wire.blob(rows) == b"".join(rows)
+    rows = json_sink.encode("t", 0, [Record(0, b'{"order_id": 1, "customer": "\xc3\xa9"}')]).rows
+    assert json_sink.wire.blob(rows) == "".join(rows).encode()
+
+
+class Upper:
+    """A new format, as Avro or Protobuf would be one: a module with this class, a line in
+    registry.FORMATS. Its value is an ASCII word, stored upper-cased in the one column."""
+    from pipeline.formats.copy_text import TEXT as wire
+
+    def __init__(self, columns, run_id):
+        self.tail = f"\t{run_id}\n"
+
+    def rows(self, topic, partition, head, records, rejected, refuse):
+        rows = []
+        for m in records:
+            v = m.value()
+            if v is None or not v.isalpha():
+                rejected.append(m)
+            elif v == b"boom":
+                raise Boom("format exploded")
+            else:
+                rows.append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t"
+                            f"{v.decode().upper()}{self.tail}")
+        return rows
+
+    def explain(self, m):
+        return "not_a_word", "value is not an ASCII word"
+
+
+def test_a_new_format_is_a_class_in_the_registry_with_the_encoders_guarantees(monkeypatch):
+    from pipeline.formats import registry
+
+    monkeypatch.setitem(registry.FORMATS, "upper", Upper)
+    encoder = Encoder("upper", (("word", "string", True),), 3, ("word",))
+
+    encoded = encoder.encode("t", 0, [Record(0, b"abc"), Record(1, b"a-1"), Record(2, b"boom"),
+                                      Record(3, None, b'"k"'), Record(4, None)])
+
+    assert placed(encoded) == {0: "row", 1: "not_a_word", 2: "unexpected_error",
+                               3: "tombstone", 4: "bad_tombstone"}
+    assert encoded.rows[0].split("\t")[4:] == ["ABC", "3\n"]
+    assert encoded.tombstones[0].split("\t")[4:] == ["k", "3", "t\n"]
+
+
+def test_a_raw_record_postgres_cannot_store_is_unstorable_whatever_its_timestamp():
+    far = PG_END_MS  # refused by Postgres too: the header's reason is the one given
+    _, dead, _ = Encoder("raw", (), 1).encode("t", 0, [Record(0, b"v", h=[("k\x00", b"x")],
+                                                              ts=far)])
+    assert [line.split("\t")[7] for line in dead] == ["unstorable"]

@@ -38,7 +38,7 @@ def test_a_spec_is_frozen_typed_and_pickles_to_an_equal_spec():
 
 def test_encoder_settings_build_the_encoder_they_describe():
     encoder = EncoderSettings("raw", (), 9).encoder()
-    assert encoder.raw and encoder.run_id == 9 and encoder.key == []
+    assert encoder.binary and encoder.run_id == 9 and encoder.key == []
 
 
 class FakeCopy:

@@ -59,8 +59,16 @@ def test_the_executors_import_no_sqlalchemy():
     import sys
 
     code = ("import sys, pipeline.executor.stage, pipeline.formats.encode, "
-            "pipeline.executor.consume, pipeline.formats.diagnose;"
+            "pipeline.executor.consume, pipeline.formats.json_diagnose, "
+            "pipeline.formats.types;"
             "print(any(m.startswith('sqlalchemy') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+def test_each_declared_type_gets_the_registrys_postgres_type():
+    from pipeline.formats import types
+
+    for declared in [*types.TYPES, "decimal(12,2)", "decimal(38,0)"]:
+        assert tables.ddl_type(tables.sink_type(declared)) == types.column_type(declared).pg

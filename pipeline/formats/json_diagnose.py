@@ -1,4 +1,6 @@
-"""Why a record could not become a result row: the dead letter's error type and message.
+"""Why a JSON record could not become a result row: the dead letter's error type and
+message. The JSON format's diagnosis, shared by its two paths: the built-in sinks'
+(json_format.JsonFormat.explain) and a transform's, where Spark marks the records.
 
 Spark decides good or bad per record with one typed parse and a short chain of checks that
 yields a code (see transform.mark). Explaining a bad record needs a second, untyped look at
@@ -21,7 +23,6 @@ NOT_A_STRING = "string:"  # + column name
 # Jackson refuse such a value too (limits 1,024 and 1,000).
 TOO_DEEP = ("malformed_json", "value nests arrays or objects deeper than the JSON parsers "
                               "accept (about 1,000 levels)")
-UNEXPECTED = "unexpected_error"
 
 
 def json_kind(value: Any) -> str:
@@ -73,19 +74,3 @@ def diagnose(code: str, value: bytes | None, parsed_json: str | None,
             return "wrong_type", (f"field '{name}': expected {declared}, got "
                                   f"{json_kind(raw[name])}")
     return "malformed_json", "value does not match the declared columns"
-
-
-def unexpected(e: BaseException, doing: str) -> tuple[str, str]:
-    """(error_type, error_message) of a record whose handling raised what nothing expected
-    (a bug, a parser's limit, memory): the record is a dead letter naming the exception,
-    kept for inspection and replay, and the run goes on."""
-    what = str(e)
-    if len(what) > 500:
-        what = what[:500] + "..."
-    return UNEXPECTED, f"{doing} raised {type(e).__name__}: {what}"
-
-
-def copy_escape(text: str) -> str:
-    """COPY text format escaping of one field."""
-    return (text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-            .replace("\t", "\\t"))

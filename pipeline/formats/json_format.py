@@ -1,0 +1,124 @@
+"""The JSON record format: a value is a JSON object whose keys are the declared columns,
+typed by the JSON value rules (json_values.py); its rows are COPY text lines.
+
+The batch path parses with orjson and runs the generated row encoder (json_rows.py); a
+record it rejects is explained here, slowly, as the Spark path explains it
+(json_diagnose.py): bad records are rare.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+
+from pipeline.formats import json_diagnose as d
+from pipeline.formats.copy_text import TEXT, Unstorable
+from pipeline.formats.json_rows import row_encoder
+from pipeline.formats.json_values import WrongType
+from pipeline.formats.timestamps import kafka_timestamp
+from pipeline.formats.types import column_type
+
+
+def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]:
+    """orjson for speed; the standard library with exact decimals when a decimal column is
+    wider than a double's 15 exact digits."""
+    if wide_decimals(columns):
+        return lambda v: json.loads(v, parse_float=Decimal)
+    import orjson
+
+    return orjson.loads
+
+
+def wide_decimals(columns: Sequence[tuple[str, str]]) -> bool:
+    """A decimal column wider than a double's 15 exact digits: parsed by the standard
+    library (exact decimals), which, unlike orjson, lets a lone surrogate into a string."""
+    return any(column_type(t).exact_json for _, t in columns)
+
+
+class JsonFormat:
+    """``columns``: the declared (name, type, required) triples, in table order."""
+    wire = TEXT
+
+    def __init__(self, columns: Sequence[tuple[str, str, bool]], run_id: int):
+        self.columns = [(n, column_type(t).from_json, r) for n, t, r in columns]
+        self.declared = [(n, t) for n, t, _ in columns]
+        self.types = dict(self.declared)
+        self.tail = f"\t{run_id}\n"
+        self.loads = json_loader(self.declared)
+        self.encode_rows = row_encoder(columns)
+        # orjson refuses a lone surrogate escape ("\ud800"); the standard library's parser
+        # (wide decimals) lets it into a string that cannot be written as UTF-8.
+        self.surrogates_possible = wide_decimals(self.declared)
+
+    def rows(self, topic: str, partition: int, head: str, records, rejected: list,
+             refuse: Callable) -> list[str]:
+        """The batch's result lines; records the row encoder cannot take go to
+        ``rejected`` (JsonFormat.explain says why), lines that are not UTF-8 to
+        ``refuse(record, error_type, message)``."""
+        rows = self.encode_rows(records, head, self.tail, self.loads, kafka_timestamp,
+                                *[c for _, c, _ in self.columns], rejected)
+        if self.surrogates_possible:
+            rows = self._utf8_only(rows, records, refuse)
+        return rows
+
+    def _utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
+        """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails
+        on every rerun); found by their offset, the line's third field."""
+        kept = []
+        by_offset = None
+        for line in rows:
+            try:
+                line.encode()
+            except UnicodeEncodeError:
+                by_offset = by_offset or {m.offset(): m for m in records}
+                refuse(by_offset[int(line.split("\t", 3)[2])], "unstorable", "a string holds "
+                       "an unpaired surrogate escape, which is not valid UTF-8")
+                continue
+            kept.append(line)
+        return kept
+
+    def explain(self, m) -> tuple[str, str]:
+        """Why a rejected record is not a result row (error_type, message); bad records are
+        rare, so this may be slow. The order of the checks is the Spark marking's
+        (transform.mark)."""
+        value = m.value()
+        if value is None:
+            return d.diagnose(d.NULL_VALUE, value, None, self.declared)
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return d.diagnose(d.INVALID_UTF8, value, None, self.declared)
+        try:
+            doc = self.loads(value)
+        except Exception:  # noqa: BLE001 - any parse failure is the record's
+            try:  # what orjson refuses but JSON allows (NaN) is explained, not accepted
+                doc = json.loads(value, parse_float=Decimal)
+            except RecursionError:
+                return d.TOO_DEEP
+            except ValueError:
+                return d.diagnose(d.PARSE, value, None, self.declared)
+        if type(doc) is not dict:
+            return d.diagnose(d.PARSE, value, None, self.declared)
+        typed = {}
+        for name, convert, _ in self.columns:
+            x = doc.get(name)
+            if x is None:
+                continue
+            try:
+                convert(x)
+                typed[name] = x
+            except WrongType:
+                if self.types[name] != "string":
+                    return d.diagnose(d.PARSE, value, json.dumps(typed, default=str),
+                                      self.declared)
+            except Unstorable as e:
+                return "unstorable", f"field '{name}' {e}"
+        for name, _, required in self.columns:
+            x = doc.get(name)
+            if x is None:
+                if required:
+                    return d.diagnose(d.MISSING + name, value, None, self.declared)
+            elif self.types[name] == "string" and type(x) is not str:
+                return d.diagnose(d.NOT_A_STRING + name, value, None, self.declared)
+        return "malformed_json", "value does not match the declared columns"

@@ -1,0 +1,50 @@
+"""The record formats: how a Kafka record's value becomes a result row, or the reason it
+cannot, chosen once per run by ``[sink] format``.
+
+A format is a class with the interface below, in its own module; adding one (Avro,
+Protobuf, Debezium) is a module and a line in FORMATS. The COPY wire encoding of its rows
+(copy_text.TEXT or copy_binary.BINARY) is the format's ``wire``: staging writes the rows'
+blobs with it and the publisher frames them for it. What every format shares (the guard
+that makes any failing record a dead letter, tombstones, the dead-letter line) is
+encode.Encoder's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from pipeline.formats.copy_binary import BinaryWire
+from pipeline.formats.copy_text import TextWire
+from pipeline.formats.json_format import JsonFormat
+from pipeline.formats.raw_format import RawFormat
+
+
+class RecordFormat(Protocol):
+    wire: TextWire | BinaryWire  # the COPY encoding of its rows
+
+    def __init__(self, columns: Sequence[tuple[str, str, bool]], run_id: int): ...
+
+    def rows(self, topic: str, partition: int, head: str, records, rejected: list,
+             refuse: Callable) -> list:
+        """The batch fast path: the result rows (each ending with ``run_id``) of the records
+        it can take. Each other record goes to ``rejected`` (``explain`` says why, later)
+        or, with its reason, to ``refuse(record, error_type, message)``. May raise
+        anything: the Encoder then takes the batch one record at a time."""
+        ...
+
+    def explain(self, m) -> tuple[str, str]:
+        """(error_type, message) of a record ``rows`` rejected; slow is fine."""
+        ...
+
+
+FORMATS: dict[str, type[RecordFormat]] = {"json": JsonFormat, "raw": RawFormat}
+
+
+def record_format(name: str) -> type[RecordFormat]:
+    return FORMATS[name]
+
+
+def binary_rows(fmt: str) -> bool:
+    """True when a format's result rows are COPY binary (raw), False for COPY text (json)."""
+    return FORMATS[fmt].wire.binary

@@ -1,0 +1,58 @@
+"""An upsert sink's tombstones: a record with a null value deletes the row its Kafka key
+names. The key is read as JSON, typed by the key columns' JSON value rules, so that a
+tombstone names exactly the row its key value was written with."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+
+from pipeline.formats.copy_text import Unstorable
+from pipeline.formats.json_values import WrongType
+
+_NOT_JSON = object()
+JSON_WHITESPACE = " \t\n\r"  # what JSON ignores around a value (RFC 8259), and so do keys
+
+
+class BadTombstone(ValueError):
+    """A null-valued record whose Kafka key cannot name the row to delete."""
+
+
+def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) -> list[str]:
+    """The business key of an upsert sink's tombstone, from its Kafka key, as COPY text
+    fields. ``columns``: (name, converter, declared type) of the key columns. The Kafka key
+    is a JSON object holding them (``{"order_id": 42}``); for a one-column key also a bare
+    JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``).
+    Whitespace around the key is insignificant in every form, as JSON has it around a
+    value: ``"42"\\n``, ``42\\n`` and ``42`` all name the row whose key is '42'."""
+    if key is None:
+        raise BadTombstone("has no Kafka key")
+    try:
+        as_text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadTombstone("has a Kafka key that is not UTF-8") from None
+    try:
+        doc = json.loads(as_text, parse_float=Decimal)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json allows
+        doc = _NOT_JSON
+    if type(doc) is not dict:
+        single_string = len(columns) == 1 and columns[0][2] == "string"
+        if len(columns) != 1 or (doc is _NOT_JSON and not single_string):
+            names = ", ".join(n for n, _, _ in columns)
+            raise BadTombstone(f"has a Kafka key that is not a JSON object with {names}")
+        if single_string and type(doc) is not str:
+            doc = as_text.strip(JSON_WHITESPACE)  # 42 (or null, or any text) names '42'
+        doc = {columns[0][0]: doc}
+    fields = []
+    for name, convert, declared in columns:
+        x = doc.get(name)
+        if x is None:
+            raise BadTombstone(f"has a Kafka key without '{name}'")
+        try:
+            fields.append(str(convert(x)))
+        except WrongType:
+            raise BadTombstone(f"has a Kafka key whose '{name}' is not a {declared}") from None
+        except Unstorable as e:
+            raise BadTombstone(f"has a Kafka key whose '{name}' {e}") from None
+    return fields

@@ -1,0 +1,112 @@
+"""The declared column types of ``[sink.columns]``, in one registry: for each, its Spark SQL
+type, its Postgres type, the JSON format's rule for a value of it and the row encoder's
+inlined form of that rule.
+
+config.py validates declarations against it, store/tables.py builds the SQLAlchemy types
+from its Postgres types, spark/transform.py takes its Spark types, executor/stage.py how
+Spark writes each Postgres type as COPY text, json_rows.py its inlined checks. A new
+column type is one entry here (and a new format's value rule, a new field). Plain Python:
+the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` is parsed here only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+from pipeline.formats import json_values as jv
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    declared: str  # as in the config, without " not null": 'long', 'decimal(12,2)'
+    spark: str  # Spark SQL's type (from_json's schema on the transform path)
+    pg: str  # Postgres's type, as DDL spells it (store.tables.ddl_type)
+    from_json: Callable  # a parsed JSON value -> its COPY text field; raises WrongType
+    # The row encoder's inlined from_json (json_rows.py): lines that leave x's COPY text
+    # in f{i} or raise; () = call from_json.
+    inline: tuple[str, ...] = ()
+    sum: str | None = None  # the declared type of sum(column); None: not a number
+    precision: int | None = None  # of a decimal
+    scale: int | None = None
+
+    @property
+    def exact_json(self) -> bool:
+        """A decimal wider than a double's 15 exact digits: its JSON is parsed exactly."""
+        return self.precision is not None and self.precision > 15
+
+
+def _integer_check(bits: int) -> tuple[str, ...]:
+    lo, hi = -(1 << (bits - 1)), 1 << (bits - 1)
+    return (f"if type(x) is not int or not {lo} <= x < {hi}: raise W", "f{i} = x")
+
+
+TYPES: dict[str, ColumnType] = {t.declared: t for t in (
+    ColumnType("string", "string", "text", jv.string, (
+        "if type(x) is not str: raise W",
+        # isalnum(): nothing to escape and no NUL, checked in C; otherwise text() decides.
+        "f{i} = x if x.isalnum() else text(x)")),
+    ColumnType("long", "bigint", "bigint", jv.integer(64), _integer_check(64), sum="long"),
+    ColumnType("int", "int", "integer", jv.integer(32), _integer_check(32), sum="long"),
+    ColumnType("double", "double", "double precision", jv.double, sum="double"),
+    ColumnType("boolean", "boolean", "boolean", jv.boolean, (
+        "f{i} = 't' if x is True else 'f' if x is False else c{i}(x)",)),
+    ColumnType("timestamp", "timestamp", "timestamp with time zone", jv.timestamp, (
+        # The usual shape is validated here and passed as written; others go to from_json.
+        "if type(x) is str and shape(x) is not None:",
+        "    fromiso(x)",
+        "    f{i} = x",
+        "else:",
+        "    f{i} = c{i}(x)")),
+    ColumnType("date", "date", "date", jv.date_),
+)}
+
+_DECIMAL = r"decimal\((\d{1,2}),(\d{1,2})\)"
+# A declared type (config.COLUMN_TYPE): group 1 the type, 2 and 3 a decimal's p and s.
+DECLARED = "(" + "|".join([*TYPES, _DECIMAL]) + ")"
+SPELLED = ", ".join(TYPES) + " or decimal(p,s)"  # for error messages
+
+
+@cache
+def decimal(precision: int, scale: int) -> ColumnType:
+    if precision > 15:  # parsed as Decimal (json_format.loader): the exact path
+        inline: tuple[str, ...] = ()
+    else:
+        # A float or int well inside the precision (no rounding can overflow it) is passed
+        # as Python writes it; Postgres rounds it half away from zero, as ROUND_HALF_UP does.
+        bound = 10 ** (precision - scale) - 1
+        inline = ("t = type(x)",
+                  f"f{{i}} = x if (t is float or t is int) and -{bound} < x < {bound} "
+                  "else c{i}(x)")
+    declared = f"decimal({precision},{scale})"
+    return ColumnType(declared, declared, f"numeric({precision},{scale})",
+                      jv.decimal(precision, scale), inline, sum=f"decimal(38,{scale})",
+                      precision=precision, scale=scale)  # a sum outgrows p
+
+
+def column_type(declared: str) -> ColumnType:
+    """The registry's entry of a declared type (config.Column.type); KeyError if unknown."""
+    t = TYPES.get(declared)
+    if t is not None:
+        return t
+    m = re.fullmatch(_DECIMAL, declared)
+    if m is None:
+        raise KeyError(f"unknown column type {declared!r}; use {SPELLED}")
+    return decimal(int(m.group(1)), int(m.group(2)))
+
+
+# How Spark writes a value of a Postgres type as COPY text (executor/stage.copy_field), for
+# the declared types and the fixed columns (coordinates, raw records, dead letters).
+HEX, TIMESTAMP, ESCAPED, PLAIN = "hex", "timestamp", "escaped", "plain"
+_COPY_FORMS = {"bytea": HEX, "timestamptz": TIMESTAMP, "timestamp with time zone": TIMESTAMP,
+               "text": ESCAPED, "jsonb": ESCAPED}
+
+
+def copy_form(pg_type: str) -> str:
+    """HEX (bytea's \\x input), TIMESTAMP (with an explicit UTC offset), ESCAPED (text:
+    backslash, tab, newline, carriage return) or PLAIN (numbers, booleans, dates: their
+    string form is COPY-safe already)."""
+    base = pg_type.replace(" NOT NULL", "").strip().lower()
+    return _COPY_FORMS.get(base, ESCAPED if base.startswith("text") else PLAIN)
