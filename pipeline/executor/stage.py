@@ -16,14 +16,12 @@ publishing transaction (pipeline/driver/publish.py): each row is written once in
 table, and Postgres parses COPY text far faster than ``INSERT ... SELECT`` copies rows.
 
 The executors connect with plain psycopg and import no SQLAlchemy: the driver hands them
-the staging table's COPY statement and column types (store.Store.staging_copy, from
+the staging table's COPY statement and column types (store.run.Run.staging_copy, from
 pipeline/store/tables.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
@@ -35,28 +33,6 @@ TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones
 # One blob's bytes at most (but for a single line larger than that): a bytea value, and a
 # COPY row, cannot pass 1 GB, and 10,000 records of 100 KB would.
 BLOB_BYTES = 64 << 20
-
-# Postgres truncates identifiers to 63 bytes: a longer staging name would be shared by two
-# runs and missed by the cleanup. 7 + 24 + 1 + 8 + 2 + 19 (any bigint run id) = 61 bytes.
-_NAME_CHARS = 24
-
-
-def staging_table(pipeline: str, run_id: int) -> str:
-    """The name of a run's staging table: the pipeline's name (cut short, for people) and a
-    digest of the whole name (so that pipelines sharing a long prefix never share one)."""
-    return f"{_staging_prefix(pipeline)}{run_id}"
-
-
-def staging_pattern(pipeline: str) -> str:
-    """A regular expression matching every staging table of this pipeline, including the
-    names that versions before bounded names used (``_stage_<name>_r<id>_blobs``)."""
-    return (rf"^{re.escape(_staging_prefix(pipeline))}\d+$"
-            rf"|^_stage_{re.escape(pipeline)}_r\d+_(rows|dead|blobs)$")
-
-
-def _staging_prefix(pipeline: str) -> str:
-    digest = hashlib.sha256(pipeline.encode()).hexdigest()[:8]
-    return f"_stage_{pipeline[:_NAME_CHARS]}_{digest}_r"
 
 
 def executor_connection(url: str):
@@ -104,7 +80,7 @@ def blob_writer(url: str, copy_sql: str, types: list[str], declared: list[tuple[
                 max_blob_bytes: int = BLOB_BYTES):
     """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches. Yields one
     summary row per task. ``copy_sql``, ``types``: the binary COPY into the run's staging
-    table and its column types (store.Store.staging_copy). ``declared``: the JSON sink's
+    table and its column types (store.run.Run.staging_copy). ``declared``: the JSON sink's
     (column, type) pairs, to explain bad records. A batch's lines of one kind go into as
     many blobs as ``max_blob_bytes`` needs."""
 
