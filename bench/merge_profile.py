@@ -36,6 +36,7 @@ from pipeline import sinks  # noqa: E402
 from pipeline.config import load_settings  # noqa: E402
 from pipeline.sinks import upsert as upsert_sink  # noqa: E402
 from pipeline.store import tables  # noqa: E402
+from pipeline.store.identifiers import identifiers  # noqa: E402
 from pipeline.store.run import Kind, Run  # noqa: E402
 
 SOURCE, LATEST = "_publish_rows", upsert_sink._LATEST  # the publisher's and the merge's temp tables
@@ -143,10 +144,10 @@ def on_conflict_statement(conn, settings, table: str, merge_sql: str, kind: str)
     return sql.SQL(
         "INSERT INTO {res} AS r ({cols}) {rows} ON CONFLICT ({key}) DO UPDATE SET {updates}, "
         "ingested_at = now() WHERE {newer}").format(
-        res=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, names)),
+        res=sql.Identifier(table), cols=identifiers(names),
         rows=sql.SQL(rows.replace("SELECT * FROM", "SELECT {} FROM".format(
             ", ".join(f"l.{sql.Identifier(n).as_string(conn)}" for n in names)), 1)),
-        key=sql.SQL(", ").join(map(sql.Identifier, key)),
+        key=identifiers(key),
         updates=sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
                                    for n in names if n not in key),
         newer=upsert_sink.newer("excluded", "r")).as_string(conn)
