@@ -1,4 +1,4 @@
-"""Where an upsert or aggregate publish spends its time: each statement of pipeline/sinks/merge.py,
+"""Where an upsert or aggregate publish spends its time: each statement of pipeline/sinks/,
 timed alone on a temp table of N rows shaped like a run's (no Kafka, no Spark).
 
     .venv/bin/python -m bench.merge_profile            # 2,000,000 rows
@@ -6,8 +6,8 @@ timed alone on a temp table of N rows shaped like a run's (no Kafka, no Spark).
 
 The rows are the bench's orders (pipeline.sample.order: order_id = i, customer c{i % 97},
 partition i % 4, offset i / 4), generated in SQL into the temp table the publisher fills by
-COPY (tables.record_batch), then merged by the product's own code (merge._upsert,
-merge.aggregate_sql) on a connection that times every statement: the first upsert of N new
+COPY (tables.record_batch), then merged by the product's own code (Upsert.merge,
+Aggregate.merge_sql) on a connection that times every statement: the first upsert of N new
 keys (ingest), the replay of the same rows (backfill: 0 rows change), the aggregate. Then
 alternatives to the upsert's statements (not the product's code), each in a transaction of
 its own that is rolled back. ``--explain`` adds EXPLAIN (ANALYZE, BUFFERS, WAL) of every
@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import psycopg
 from psycopg import sql
@@ -34,11 +33,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench.contenders import pipeline_config  # noqa: E402
 from bench.harness import DB, STAMP  # noqa: E402
+from pipeline import sinks  # noqa: E402
 from pipeline.config import load_settings  # noqa: E402
-from pipeline.sinks import merge  # noqa: E402
+from pipeline.sinks import upsert as upsert_sink  # noqa: E402
 from pipeline.store import tables  # noqa: E402
+from pipeline.store.identifiers import identifiers  # noqa: E402
+from pipeline.store.run import Kind, Run  # noqa: E402
 
-SOURCE, LATEST = "_publish_rows", merge._LATEST  # the publisher's and the merge's temp tables
+SOURCE, LATEST = "_publish_rows", upsert_sink._LATEST  # the publisher's and the merge's temp tables
 FILL = """INSERT INTO {src} (topic, "partition", "offset", kafka_timestamp, order_id, customer,
     amount, placed_at, run_id)
 SELECT 'bench', i % 4, i / 4, now(), i, 'c' || (i % 97), round(i * 1.25, 2),
@@ -75,7 +77,7 @@ def wal_since(conn, lsn: str) -> float:
 
 
 def label(statement: str) -> str:
-    """A statement of merge.py, named for the table."""
+    """A statement of a sink's merge, named for the table."""
     s = " ".join(statement.split())
     if s.startswith("SELECT pg_advisory"):
         return "merge lock: pg_advisory_xact_lock"
@@ -90,7 +92,7 @@ def label(statement: str) -> str:
     if "GROUP BY" in s:
         return "aggregate: INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE (add up)"
     target = s.split()[2].split(".")[-1].strip('"')
-    if s.startswith("DELETE") and target == merge._LATEST:
+    if s.startswith("DELETE") and target == LATEST:
         return "the rule across partitions: DELETE the older of a key's records"
     if s.startswith("DELETE"):
         return (f"DELETE FROM {target}" if target.endswith("_deleted")
@@ -118,11 +120,9 @@ def fill(conn, settings, n: int, run: int) -> float:
     return time.perf_counter() - t0
 
 
-def store_for(settings) -> SimpleNamespace:
-    """What merge.py reads of a Store."""
-    return SimpleNamespace(settings=settings, results=tables.results(settings.sink),
-                           pipeline=settings.name,
-                           t=lambda name: sql.Identifier(name))
+def sink_of(settings) -> sinks.Sink:
+    """The product's sink (its tables in the bench database's default schema, public)."""
+    return sinks.for_settings(settings)
 
 
 def show(title: str, log: list, total: float) -> None:
@@ -139,19 +139,19 @@ def statement(log: list[str], prefix: str) -> str:
 def on_conflict_statement(conn, settings, table: str, merge_sql: str, kind: str) -> str:
     """The product's MERGE as the INSERT ... ON CONFLICT DO UPDATE WHERE newer it replaced:
     the same rows (its USING subquery), the same newer rule."""
-    names = [c.name for c in tables.written(tables.results(settings.sink))]
+    names = [c.name for c in tables.written(sink_of(settings).results)]
     rows = merge_sql.split(" USING (", 1)[1].split(") AS l ON ", 1)[0]
     key = settings.sink.key
     return sql.SQL(
         "INSERT INTO {res} AS r ({cols}) {rows} ON CONFLICT ({key}) DO UPDATE SET {updates}, "
         "ingested_at = now() WHERE {newer}").format(
-        res=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, names)),
+        res=sql.Identifier(table), cols=identifiers(names),
         rows=sql.SQL(rows.replace("SELECT * FROM", "SELECT {} FROM".format(
             ", ".join(f"l.{sql.Identifier(n).as_string(conn)}" for n in names)), 1)),
-        key=sql.SQL(", ").join(map(sql.Identifier, key)),
+        key=identifiers(key),
         updates=sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
                                    for n in names if n not in key),
-        newer=merge.newer("excluded", "r")).as_string(conn)
+        newer=upsert_sink.newer("excluded", "r")).as_string(conn)
 
 
 def alternatives(conn, settings, table: str, statements: dict[str, list[str]]) -> dict:
@@ -196,7 +196,7 @@ def main(argv: list[str]) -> int:
     with psycopg.connect(DB) as conn:
         try:
             with conn.transaction():
-                for t in [*tables.sink_tables(upsert.sink), *tables.sink_tables(aggregate.sink)]:
+                for t in [*sink_of(upsert).tables, *sink_of(aggregate).tables]:
                     conn.execute(ddl(t))
             for title, kind, run in (("upsert, first run (every key new)", "ingest", 1),
                                      ("upsert replay (backfill of the same rows: 0 change)",
@@ -205,7 +205,8 @@ def main(argv: list[str]) -> int:
                 with conn.transaction():
                     filled = fill(conn, upsert, n, run)
                     t0 = time.perf_counter()
-                    merged = merge._upsert(store_for(upsert), timing, SOURCE, kind)
+                    merged = sink_of(upsert).merge(timing, SOURCE,
+                                                   Run(run, Kind(kind), up, "public"))
                 print(f"\n(temp table filled in {filled:.2f} s; rows written {merged.rows:,})")
                 show(title, timing.log, time.perf_counter() - t0)
                 statements[kind] = [text for text, *_ in timing.log]
@@ -213,7 +214,7 @@ def main(argv: list[str]) -> int:
             with conn.transaction():
                 fill(conn, aggregate, n, 1)
                 t0 = time.perf_counter()
-                timing.execute(merge.aggregate_sql(store_for(aggregate), SOURCE), (1,))
+                timing.execute(sink_of(aggregate).merge_sql(SOURCE), (1,))
             show("aggregate (97 groups)", timing.log, time.perf_counter() - t0)
 
             print("\nalternatives (each on a fresh temp table, rolled back):")

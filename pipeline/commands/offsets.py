@@ -140,18 +140,20 @@ def apply_offset_changes(store, changes: Sequence[OffsetChange], target: Target,
                          archive: dict[str, list[str]] | None = None) -> tuple[int, dict]:
     """Record the change as a run of kind 'offsets', then write it (archiving the rows of
     recreated topics in the same transaction). Caller holds the lock."""
+    from pipeline.store.run import Kind
+
     details = {"command": command, "to": str(target), "topic_ids": topic_ids or {},
                "changes": [{"topic": c.topic, "partition": c.partition, "old": c.old,
                             "new": c.new} for c in changes]}
-    run_id = store.start_run("offsets", [], details)
+    run = store.start_run(Kind.OFFSETS, [], details)
     try:
-        archived = store.set_offsets({(c.topic, c.partition): c.new for c in changes}, run_id,
+        archived = store.set_offsets({(c.topic, c.partition): c.new for c in changes}, run,
                                      topic_ids, archive)
     except BaseException as e:
-        store.fail_run(run_id, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
+        store.fail_run(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
                        getattr(e, "exit_code", 1), {})
         raise
-    return run_id, archived
+    return run.id, archived
 
 
 def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
@@ -197,14 +199,13 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
                 print_json({"run_id": None, "changes": []})
             return EXIT_OK
         rewound = [(c, span) for c in effective if (span := recounted(c))]
-        if settings.sink.mode == "aggregate" and rewound and not old_ids \
-                and store.results_hold_rows():
-            from pipeline.driver.job import aggregate_refuses
-
+        if rewound and not old_ids:
             c, (start, until) = rewound[0]
-            raise ConfigError(aggregate_refuses(
-                settings, f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new} "
-                          f"(re-reads offsets [{start}, {until}))"))
+            refused = store.sink.refuses_reread(
+                f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new} (re-reads "
+                f"offsets [{start}, {until}))")
+            if refused and store.results_hold_rows():
+                raise ConfigError(refused)
         if not confirm(f"change {len(effective)} stored offsets of pipeline "
                        f"'{settings.name}'?", args.yes):
             print("cancelled: nothing changed", file=out)

@@ -34,7 +34,7 @@ class LockHolder:
     session_started: datetime
     state: str
     state_since: datetime | None
-    family: str = "ingest"  # which of the pipeline's locks (store.Store.FAMILIES)
+    family: str = "ingest"  # which of the pipeline's locks (store/run.py, FAMILIES)
     run_id: int | None = None
     kind: str | None = None
     host: str | None = None
@@ -57,7 +57,7 @@ def lock_holders(store) -> list[LockHolder]:
         session = store.lock_session(family)
         if session is None or any(h.session_pid == session["session_pid"] for h in holders):
             continue  # an 'offsets' change holds both: one holder
-        run = store.running_run(store.kinds_of(family)) or {}
+        run = store.running_run(family) or {}
         holders.append(LockHolder(**session, family=family, run_id=run.get("run_id"),
                                   kind=run.get("kind"), host=run.get("host"),
                                   pid=run.get("pid"), run_started=run.get("started_at")))

@@ -18,10 +18,12 @@ from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.errors import ConfigError, DataError, PipelineError, Terminated
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
-from pipeline.sinks.merge import partitions_added
+from pipeline.sinks import for_settings as sink_of
+from pipeline.sinks.upsert import partitions_added
 from pipeline.spark import errors as spark_errors
 from pipeline.spark.launch import start_spark
 from pipeline.store import Store
+from pipeline.store.run import Kind, Run
 
 log = logging.getLogger("pipeline")
 
@@ -69,23 +71,21 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
                         gap, extra={"event": "plan.data_loss_skipped", **gap.as_dict()})
         for topic, (had, added) in partitions_added(stored, kafka).items():
             log.info("topic %s grew: partitions %s are new to the pipeline (it had read %s)%s",
-                     topic, added, had, "; an upsert key found in two partitions keeps its "
-                     "record with the latest Kafka timestamp" if settings.sink.mode == "upsert"
-                     else "", extra={"event": "plan.partitions_added", "topic": topic,
-                                     "added": added})
+                     topic, added, had, store.sink.growth_note(),
+                     extra={"event": "plan.partitions_added", "topic": topic, "added": added})
         faults.inject("after_plan")
         if dry_run:
             return RunResult("ingest", "planned", None, planned, lost)
         if plan.is_empty:
             # Nothing to read, no offset to move: no Spark, no write transaction.
-            run_id = store.record_noop("ingest", plan.partitions, timer.as_dict())
+            run_id = store.record_noop(Kind.INGEST, plan.partitions, timer.as_dict())
             seen.started(run_id)
             log.info("run %s: nothing new to read", run_id, extra={"event": "run.noop"})
             return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
-        run_id = store.start_run("ingest", plan.partitions, {"topic_ids": plan.topic_ids})
-        seen.started(run_id)
-        result = execute_ranges(settings, store, meta, run_id, "ingest", plan.ranges,
-                                plan.offset_updates, timer, signals, topic_ids=plan.topic_ids)
+        run = store.start_run(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
+        seen.started(run.id)
+        result = execute_ranges(settings, store, meta, run, plan.ranges, plan.offset_updates,
+                                timer, signals, topic_ids=plan.topic_ids)
         result.plan, result.lost = planned, lost
         return result
     finally:
@@ -152,11 +152,10 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
               signals: StopSignals | None, requested: dict | None, timer: Timer,
               seen: Seen, *, key: dict, restart: bool = False,
               dry_run: bool = False) -> BackfillResult:
-    if settings.sink.mode == "aggregate":
-        raise ConfigError(aggregate_refuses(settings, f"a {kind}"))
+    if refused := sink_of(settings).refuses_reread(f"a {kind}"):
+        raise ConfigError(refused)
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
-    reprocess = kind == "reprocess"
     try:
         store.check_schema()
         store.check_results_table()
@@ -200,10 +199,11 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
                            "sequence": {"id": plan.sequence, "key": plan.key, "chunk": i,
                                         "chunks": total, "ranges": [
                                             r.as_dict(count=False) for r in plan.ranges]}}
-                run_id = store.start_run(kind, chunk, details)
+                run = store.start_run(kind, chunk, details)
+                run_id = run.id
                 seen.started(run_id)
-                done = execute_ranges(settings, store, meta, run_id, kind, chunk, [], Timer(),
-                                      signals, overwrite=reprocess, topic_ids=topic_ids)
+                done = execute_ranges(settings, store, meta, run, chunk, [], Timer(), signals,
+                                      topic_ids=topic_ids)
             except BaseException as e:
                 # A stop can reach us after the chunk's COMMIT (e.g. while it mirrors).
                 committed = i - 1 + _chunk_committed(store, run_id)
@@ -312,25 +312,16 @@ def plan_backfill_chunks(settings: Settings, store: Store, kind: str,
     return BackfillPlan(uuid.uuid4().hex, key, asked, [], 0, chunks_of(asked))
 
 
-def aggregate_refuses(settings: Settings, what: str) -> str:
-    """Why an aggregate pipeline refuses to read a range twice."""
-    return (f"pipeline '{settings.name}' aggregates (sink.mode = 'aggregate'): its totals in "
-            f"{settings.sink.table} already count every committed record once, and {what} "
-            "would count them again; refused, nothing changed - to rebuild the totals from "
-            f"what Kafka still holds, empty {settings.sink.table} (TRUNCATE, as its owner) "
-            "and rewind with 'pipeline offsets set --to earliest'; to recount a range, keep "
-            "an append pipeline of the topic and derive the totals from it in SQL")
-
-
-def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: int, kind: str,
+def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                    ranges: Sequence[OffsetRange], offset_updates: Sequence[PlannedPartition],
-                   timer: Timer, signals: StopSignals | None, overwrite: bool = False,
+                   timer: Timer, signals: StopSignals | None,
                    topic_ids: dict[str, str] | None = None) -> RunResult:
     """Read and stage ``ranges``, then publish them with ``offset_updates``; ``topic_ids``:
     the Kafka topic IDs the ranges were planned on, checked again after the read."""
     signals = signals or StopSignals()
+    run_id, kind = run.id, str(run.kind)
     try:
-        store.create_staging(run_id)
+        store.create_staging(run)
         sc = None
         if ranges:
             sc = start_spark(settings)
@@ -339,10 +330,9 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
             log.info("Spark started in %.1f s", timer.stages["spark_start"],
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
         binary = not settings.sink.transform and binary_rows(settings.sink.format)
-        with Publisher(store, run_id, kind, ranges, overwrite=overwrite,
-                       binary=binary) as publisher:
+        with Publisher(store, run, ranges, binary=binary) as publisher:
             if sc is not None:
-                overlapped(lambda: stage(sc, settings, store, run_id, ranges),
+                overlapped(lambda: stage(sc, settings, run, ranges),
                            publisher.take, signals)
                 timer.lap("read_and_stage")
             # What one attempt of each task staged: a retried task is not counted twice.
@@ -371,25 +361,22 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
                 published = publisher.finish(offset_updates, timer.as_dict(), topic_ids)
         timer.lap("publish")
         log.info("run %s %s: published %d rows (%d deleted), %d dead letters from %d records; "
-                 "offsets %s", run_id, kind, published["rows_written"],
-                 published["rows_deleted"], published["dead_letters"],
-                 published["records_read"],
+                 "offsets %s", run_id, kind, published.rows_written,
+                 published.rows_deleted, published.dead_letters, published.records_read,
                  ", ".join(f"{u.range.topic}[{u.range.partition}] -> {u.range.until_offset}"
                            for u in offset_updates) or "unchanged",
-                 extra={"event": "publish.done", "records": published["records_read"],
-                        "rows": published["rows_written"],
-                        "rows_deleted": published["rows_deleted"],
-                        "dead_letters": published["dead_letters"],
-                        "offsets": [{"topic": u.range.topic, "partition": u.range.partition,
-                                     "from": u.range.from_offset,
-                                     "until": u.range.until_offset} for u in offset_updates],
+                 extra={"event": "publish.done", "records": published.records_read,
+                        "rows": published.rows_written,
+                        "rows_deleted": published.rows_deleted,
+                        "dead_letters": published.dead_letters,
+                        "offsets": [u.range.as_dict(count=False) for u in offset_updates],
                         "duration": timer.stages["publish"]})
     except BaseException as caught:
         e = signals.stop_error(caught)
         try:
             message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
-            store.fail_run(run_id, message, getattr(e, "exit_code", 1), timer.as_dict())
-            store.drop_staging(run_id)
+            store.fail_run(run, message, getattr(e, "exit_code", 1), timer.as_dict())
+            store.drop_staging(run)
         except Exception:  # noqa: BLE001 - the database may be the thing that failed
             log.debug("could not record the failure of run %s", run_id, exc_info=True)
         if e is caught:
@@ -400,32 +387,26 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run_id: in
         meta.mirror_offsets(settings.kafka.mirror_group,
                             {u.range.tp: u.range.until_offset for u in offset_updates})
     return RunResult(kind, "succeeded", run_id, [r.as_dict() for r in ranges],
-                     records_read=published["records_read"],
-                     rows_written=published["rows_written"],
-                     rows_deleted=published["rows_deleted"],
-                     dead_letters=published["dead_letters"],
-                     per_partition=published["per_partition"], timings=timer.as_dict())
+                     **published.counts(), timings=timer.as_dict())
 
 
-def stage(sc, settings: Settings, store: Store, run_id: int,
-          ranges: Sequence[OffsetRange]) -> None:
+def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
     """Executors read the planned ranges and store them as COPY text, one blob per batch,
     in this run's staging table; nothing is collected on the driver but one tiny summary
     row per task. The built-in sinks read with confluent-kafka inside Spark tasks
     (stage_ranges); a user transform gets Spark's Kafka source (stage_transformed)."""
-    sc.setJobGroup(f"run-{run_id}", f"{settings.name} run {run_id}: {describe(ranges)}",
+    sc.setJobGroup(f"run-{run.id}", f"{settings.name} run {run.id}: {describe(ranges)}",
                    interruptOnCancel=True)
     try:
         if settings.sink.transform:
-            stage_transformed(sc, settings, store, run_id, ranges)
+            stage_transformed(sc, settings, run, ranges)
         else:
-            stage_ranges(sc, settings, store, run_id, ranges)
+            stage_ranges(sc, settings, run, ranges)
     except Exception as e:
         raise classify_spark_error(e, settings, ranges) from None
 
 
-def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
-                 ranges: Sequence[OffsetRange]) -> None:
+def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
     """Big ranges split into read tasks (split.split_ranges), small ones packed into a few
     Spark tasks (split.pack_ranges): each task reads its ranges exactly with one consumer
     (consume.read_ranges), encodes them (encode.Encoder) and stages the lines in one
@@ -441,10 +422,10 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
     columns = tuple((c.name, c.type, c.required) for c in settings.sink.columns)
     stager = range_stager(RangeStageTask(
-        StagingTarget(store.url, *store.staging_copy(run_id)), reader, k.timeout_seconds,
-        EncoderSettings(settings.sink.format, columns, run_id,
+        StagingTarget(settings.database_url, *run.staging_copy()), reader, k.timeout_seconds,
+        EncoderSettings(settings.sink.format, columns, run.id,
                         settings.sink.key if settings.sink.deletes else ())))
-    log.info("run %s: %d read tasks for %s", run_id, len(tasks), describe(ranges),
+    log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})
     # One group per Spark partition: parallelize slices a list of n items into n partitions
@@ -452,8 +433,7 @@ def stage_ranges(sc, settings: Settings, store: Store, run_id: int,
     sc.parallelize(tasks, len(tasks)).mapPartitions(stager).collect()
 
 
-def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
-                      ranges: Sequence[OffsetRange]) -> None:
+def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
     """A user transform works on a DataFrame of the good rows: Spark's Kafka source reads
     once into the executors' cache (never the driver), Spark SQL parses and marks each
     record (transform.mark), and both outputs are staged from it."""
@@ -477,7 +457,7 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
     # never more partitions than the source made, and at least spark.min_partitions).
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
     records = records.coalesce(max(len(pack_ranges(split_ranges(ranges, slots), slots)), 1))
-    columns = tables.typed(tables.from_record(store.records))
+    columns = tables.typed(tables.from_record(tables.record_rows(settings.sink)))
     dead_columns = tables.typed(tables.DEAD_LETTER_FIELDS)
     cached = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -488,11 +468,11 @@ def stage_transformed(sc, settings: Settings, store: Store, run_id: int,
                               f"{settings.sink.table}; a transform must keep them")
         good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
                               F.lit(None).cast("string").alias("error_code"))
-        lines = line_frame(good, columns, dead_columns, run_id, F, dead=False).unionByName(
-            line_frame(dead, columns, dead_columns, run_id, F, rows=False))
+        lines = line_frame(good, columns, dead_columns, run.id, F, dead=False).unionByName(
+            line_frame(dead, columns, dead_columns, run.id, F, rows=False))
         declared = [(c.name, c.type) for c in settings.sink.columns]
         writer = blob_writer(LineStageTask(
-            StagingTarget(store.url, *store.staging_copy(run_id)), declared))
+            StagingTarget(settings.database_url, *run.staging_copy()), declared))
         lines.mapInArrow(writer, WRITER_SCHEMA).collect()
     finally:
         cached.unpersist()

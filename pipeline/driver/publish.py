@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
@@ -36,28 +37,44 @@ from pipeline.errors import ConfigError
 from pipeline.executor.stage import DEAD, ROW, TOMBSTONE
 from pipeline.formats import copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
-from pipeline.sinks.merge import merge
 from pipeline.store import Store, tables
+from pipeline.store.identifiers import identifiers
+from pipeline.store.run import Run
 
 _ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
 # The results key in a unique violation's detail: Kafka topic names hold no ", ".
 _KEY_DETAIL = re.compile(r'^Key \(topic, "?partition"?, "?offset"?\)=\((.+), (\d+), (\d+)\)')
 
 
+@dataclass(frozen=True)
+class Published:
+    """What a committed run published (Publisher.finish)."""
+
+    records_read: int
+    rows_written: int
+    rows_deleted: int  # an upsert sink's tombstones
+    dead_letters: int
+    per_partition: dict[str, dict[str, int]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # as stored in the run row
+
+    def counts(self) -> dict[str, Any]:
+        """The counts, by name (job.RunResult's fields): all but the stored timings."""
+        return {k: v for k, v in asdict(self).items() if k != "timings"}
+
+
 class Publisher:
     """``with Publisher(...) as pub: pub.take() ...; pub.staged(); pub.finish(...)``:
     finish() commits; leaving the context without it, or with an error, rolls back."""
 
-    def __init__(self, store: Store, run_id: int, kind: str, ranges: Sequence[OffsetRange],
-                 overwrite: bool = False, binary: bool = False):
+    def __init__(self, store: Store, run: Run, ranges: Sequence[OffsetRange],
+                 binary: bool = False):
         """``binary``: the staged result blobs are COPY binary tuples (registry.binary_rows),
         else COPY text lines."""
-        self.store, self.run_id, self.kind, self.binary = store, run_id, kind, binary
-        self.ranges, self.overwrite = list(ranges), overwrite
+        self.store, self.run, self.binary = store, run, binary
+        self.ranges = list(ranges)
         self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
-        self.staging = store.t(store.staging_name(run_id))
-        self.cols = sql.SQL(", ").join(
-            sql.Identifier(c.name) for c in tables.written(store.records))
+        self.staging = run.staging
+        self.cols = identifiers(c.name for c in tables.written(store.records))
         self.sink = store.settings.sink
         self.finished = False
         self.started = time.monotonic()
@@ -75,10 +92,10 @@ class Publisher:
         self.conn = self._tx.__enter__()
         try:
             store.set_timeouts(self.conn)
-            # An append sink copies straight into its keyed table when the planned ranges
-            # hold no row yet (the usual case); otherwise, and for the other modes, the rows
-            # go through a temp table and pipeline/sinks/merge.py.
-            self.direct = (self.sink.mode == "append" and not self.overwrite
+            # A sink that may (append) copies straight into its keyed table when the planned
+            # ranges hold no row yet (the usual case); otherwise the rows go through a temp
+            # table and the sink's merge (pipeline/sinks/).
+            self.direct = (store.sink.copies_directly(self.run)
                            and not store.ranges_hold_rows(self.ranges))
             target = store.t(store.results.name) if self.direct else sql.Identifier(_ROWS)
             if not self.direct:
@@ -157,10 +174,10 @@ class Publisher:
 
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
-               topic_ids: dict[str, str] | None = None) -> dict[str, Any]:
+               topic_ids: dict[str, str] | None = None) -> Published:
         """Everything after the read: the last blobs, the merge if needed, dead letters,
         the offsets compare-and-set and the run row, then COMMIT."""
-        store, conn, run_id = self.store, self.conn, self.run_id
+        store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
         staged = self.staged()
@@ -173,30 +190,29 @@ class Publisher:
             rows_written, rows_deleted = self._cur.rowcount, 0
             if any(v.get("deletes") for v in staged.values()):
                 self._tombstones()
-            if self.overwrite:
+            if run.overwrite:
                 store.clear_ranges(self.ranges)
             if not self.direct:
                 self._check_one_row_per_record()
-                merged = merge(store, conn, _ROWS, self.kind, run_id, self.overwrite)
+                merged = store.sink.merge(conn, _ROWS, run)
                 rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
             per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
             records_read = sum(sum(v.values()) for v in staged.values())
-            store.compare_and_set_offsets(run_id, offset_updates, topic_ids)
+            store.compare_and_set_offsets(run, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.
             publish = round(time.monotonic() - tail_started, 3)
             timings = {**timings, "publish": publish,
                        "total": round(timings.get("total", 0) + publish, 3)}
-            store.succeed_run(run_id, records_read=records_read, rows_written=rows_written,
+            store.succeed_run(run, records_read=records_read, rows_written=rows_written,
                               dead_letters=dead_written, per_partition=per_partition,
                               timings=timings, rows_deleted=rows_deleted)
-            store.drop_staging(run_id)
+            store.drop_staging(run)
         self.finished = True
         self._tx.__exit__(None, None, None)  # COMMIT: from here on, the run is published
-        return {"records_read": records_read, "rows_written": rows_written,
-                "rows_deleted": rows_deleted, "dead_letters": dead_written,
-                "per_partition": per_partition, "timings": timings}
+        return Published(records_read, rows_written, rows_deleted, dead_written,
+                         per_partition, timings)
 
     # ---- a transform's rows: one per Kafka record -------------------------------------
     def _two_rows(self, topic: str, partition: int, offset: int, rows: str) -> ConfigError:
@@ -205,7 +221,7 @@ class Publisher:
             f"{topic}[{partition}] offset {offset}; the results table {self.sink.table} holds "
             "one row per Kafka record (keyed by topic, partition, offset): make the transform "
             "return at most one row per input row (keep several values in an array column), "
-            f"then rerun; run {self.run_id} rolled back, nothing committed")
+            f"then rerun; run {self.run.id} rolled back, nothing committed")
 
     def _check_one_row_per_record(self) -> None:
         """Before the merge: a transform's second row for an offset would be dropped by
@@ -244,7 +260,7 @@ class Publisher:
 
     def _tombstones(self) -> None:
         """An upsert sink's tombstones, into the rows' temp table (flagged _tombstone)."""
-        cols = sql.SQL(", ").join(map(sql.Identifier, tables.tombstone_columns(self.sink)))
+        cols = identifiers(tables.tombstone_columns(self.sink))
         with self.conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
                 sql.Identifier(_ROWS), cols)) as cp, self._reader.begin():
             self._stream(TOMBSTONE, self.parts, cp)
@@ -254,9 +270,9 @@ class Publisher:
             return 0
         store, conn = self.store, self.conn
         store.run(CreateTable(tables.dead_letter_batch(_DEAD)))
-        fields = sql.SQL(", ").join(sql.Identifier(c.name) for c in tables.DEAD_LETTER_FIELDS)
+        fields = identifiers(c.name for c in tables.DEAD_LETTER_FIELDS)
         with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
                 sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
             self._stream(DEAD, self.parts, cp)
-        return conn.execute(store.merge_dead_letters_sql(_DEAD, self.overwrite),
-                            (store.pipeline, self.run_id)).rowcount
+        return conn.execute(store.merge_dead_letters_sql(_DEAD, self.run.overwrite),
+                            (store.pipeline, self.run.id)).rowcount

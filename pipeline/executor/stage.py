@@ -17,13 +17,11 @@ table, and Postgres parses COPY text far faster than ``INSERT ... SELECT`` copie
 
 The executors connect with plain psycopg and import no SQLAlchemy: the driver hands each
 task a frozen spec (executor/task.py) with the staging table's COPY statement and column
-types (store.Store.staging_copy, from pipeline/store/tables.py).
+types (store.run.Run.staging_copy, from pipeline/store/tables.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -35,27 +33,6 @@ ROW = "r"  # a blob of result rows
 DEAD = "d"  # a blob of dead-letter rows
 TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones)
 
-# Postgres truncates identifiers to 63 bytes: a longer staging name would be shared by two
-# runs and missed by the cleanup. 7 + 24 + 1 + 8 + 2 + 19 (any bigint run id) = 61 bytes.
-_NAME_CHARS = 24
-
-
-def staging_table(pipeline: str, run_id: int) -> str:
-    """The name of a run's staging table: the pipeline's name (cut short, for people) and a
-    digest of the whole name (so that pipelines sharing a long prefix never share one)."""
-    return f"{_staging_prefix(pipeline)}{run_id}"
-
-
-def staging_pattern(pipeline: str) -> str:
-    """A regular expression matching every staging table of this pipeline, including the
-    names that versions before bounded names used (``_stage_<name>_r<id>_blobs``)."""
-    return (rf"^{re.escape(_staging_prefix(pipeline))}\d+$"
-            rf"|^_stage_{re.escape(pipeline)}_r\d+_(rows|dead|blobs)$")
-
-
-def _staging_prefix(pipeline: str) -> str:
-    digest = hashlib.sha256(pipeline.encode()).hexdigest()[:8]
-    return f"_stage_{pipeline[:_NAME_CHARS]}_{digest}_r"
 
 
 def executor_connection(url: str):

@@ -1,7 +1,8 @@
 """The columns of every table the pipeline writes, in one place: SQLAlchemy ``Table``s.
 
-The fixed tables (offsets, runs, dead letters and their archive), a pipeline's results
-table (from ``[sink]``) and a run's staging table. The DDL the driver emits, the COPY column
+The fixed tables (offsets, runs, dead letters and their archive), the record rows a run
+stages (from ``[sink]``; each mode's own tables are in pipeline/sinks/) and a run's staging
+table. The DDL the driver emits, the COPY column
 lists, the dead-letter fields the executors stage, and the schema checks are derived from
 these. ``sql/*.sql`` stays the applied history that ``init-db`` runs;
 tests/integration/test_tables.py reflects a freshly initialised database and compares it
@@ -25,7 +26,6 @@ from sqlalchemy import (
     Integer,
     MetaData,
     Numeric,
-    PrimaryKeyConstraint,
     Table,
     Text,
     func,
@@ -150,7 +150,8 @@ def sink_type(declared: str) -> TypeEngine:
 
 def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
     """One row per record, keyed by its coordinates: what the executors stage (in this
-    column order, run_id last) whatever the mode, and an append sink's results table. The
+    column order, run_id last) whatever the mode, and an append sink's results table
+    (each mode's results table: pipeline/sinks/). The
     raw format keeps the record as it is, the JSON format the declared columns."""
     if sink.format == "raw":
         body = [Column("key", BYTEA), Column("value", BYTEA), Column("headers", JSONB),
@@ -165,35 +166,7 @@ def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
         Column("ingested_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
 
 
-_COORDINATES = ("topic", "partition", "offset")
-
-
-def results(sink: SinkSettings) -> Table:
-    """The results table ``sink.table`` of the sink's mode.
-
-    append: ``record_rows``. upsert: the same columns keyed by the business key; topic,
-    partition and offset say which record the row is (it replaces the row only from a newer
-    offset). aggregate: the group_by columns as the key, one column per aggregate, the run
-    that last changed the group and when."""
-    if sink.mode == "append":
-        return record_rows(sink, sink.table)
-    if sink.mode == "upsert":
-        rows = record_rows(sink)
-        return Table(
-            sink.table, MetaData(schema=SCHEMA),
-            *[Column(c.name, c.type, nullable=c.name not in _COORDINATES and c.nullable,
-                     server_default=c.server_default, autoincrement=False)
-              for c in rows.columns],
-            PrimaryKeyConstraint(*sink.key, name=f"{sink.table}_pkey"))
-    declared = {c.name: c for c in sink.columns}
-    return Table(
-        sink.table, MetaData(schema=SCHEMA), *_business_key(sink),
-        *[Column(a.name, aggregate_type(a, declared)) for a in sink.aggregates],
-        Column("run_id", BigInteger, nullable=False),
-        Column("updated_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
-
-
-def _business_key(sink: SinkSettings) -> list[Column]:
+def business_key(sink: SinkSettings) -> list[Column]:
     """The key columns (an upsert's key, an aggregate's group_by), typed as declared."""
     declared = {c.name: c.type for c in sink.columns}
     return [_key(k, sink_type(declared[k])) for k in sink.key]
@@ -210,27 +183,9 @@ def aggregate_type(a, declared) -> TypeEngine:
     return sink_type(kind)
 
 
-def deleted(sink: SinkSettings) -> Table:
-    """An upsert sink's tombstones that deleted (or would have deleted) a key: which record
-    did, so that an older record of that key, replayed by a backfill, cannot bring the row
-    back. A newer record of the key removes its tombstone."""
-    return Table(
-        f"{sink.table}_deleted", MetaData(schema=SCHEMA), *_business_key(sink),
-        Column("topic", Text, nullable=False), Column("partition", Integer, nullable=False),
-        Column("offset", BigInteger, nullable=False),
-        Column("kafka_timestamp", TIMESTAMPTZ),
-        Column("run_id", BigInteger, nullable=False),
-        Column("deleted_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
-
-
-def sink_tables(sink: SinkSettings) -> list[Table]:
-    """Every table init-db creates for a sink."""
-    return [results(sink)] + ([deleted(sink)] if sink.mode == "upsert" else [])
-
-
 def record_batch(sink: SinkSettings, name: str) -> Table:
     """A temp table (dropped at COMMIT) that takes a run's staged rows before they are
-    merged (pipeline/sinks/merge.py): ``record_rows`` without constraints, and for an upsert sink
+    merged (pipeline/sinks/): ``record_rows`` without constraints, and for an upsert sink
     whose tombstones delete, ``_tombstone`` (its tombstone lines end in 't')."""
     rows = record_rows(sink)
     return Table(name, MetaData(), *[Column(c.name, c.type) for c in written(rows)],

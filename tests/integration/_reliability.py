@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.config import Settings
-from pipeline.executor.stage import staging_table
+from pipeline.store.run import staging_table
 from tests.helpers import ROOT, init_db, query, unique  # noqa: F401 - init_db re-exported
 
 

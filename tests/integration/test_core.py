@@ -19,10 +19,10 @@ from pipeline.driver.job import execute_ranges, run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import Timer
 from pipeline.errors import ConflictError, DataError
-from pipeline.executor.stage import staging_table
 from pipeline.plan.offsets import plan_ranges
 from pipeline.spark.session import connector_jars
 from pipeline.store import Store
+from pipeline.store.run import staging_table
 from tests.helpers import (
     BOOTSTRAP,
     ROOT,
@@ -166,10 +166,10 @@ def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_se
     rows_before = result_keys(s.sink.table)
 
     store.lock_or_fail()
-    run_id = store.start_run("ingest", stale.partitions)
+    run = store.start_run("ingest", stale.partitions)
+    run_id = run.id
     with pytest.raises(ConflictError, match=r"another run already published \[0, \d+\)"):
-        execute_ranges(s, store, meta, run_id, "ingest", stale.ranges, stale.offset_updates,
-                       Timer(), None)
+        execute_ranges(s, store, meta, run, stale.ranges, stale.offset_updates, Timer(), None)
     store.close()
 
     assert result_keys(s.sink.table) == rows_before

@@ -19,7 +19,7 @@ from confluent_kafka.admin import NewPartitions
 from pipeline.config import load_settings
 from pipeline.driver.job import run_backfill, run_ingest
 from pipeline.plan.offsets import OffsetRange
-from pipeline.sinks import merge
+from pipeline.sinks import upsert
 from tests.helpers import (
     BOOTSTRAP,
     admin,
@@ -101,7 +101,7 @@ RECORDS = [("a", "t", 0, 5, 100), ("b", "t", 0, 6, 50), ("c", "t", 1, 0, 100),
 
 
 def test_the_rule_orders_any_two_records_of_a_key_in_postgres():
-    """merge.newer evaluated by Postgres on every pair: within a partition the offset (b
+    """upsert.newer evaluated by Postgres on every pair: within a partition the offset (b
     after a, though stamped earlier; d after c, though it has no timestamp), across
     partitions the timestamp (a after f), equal timestamps the higher partition (c after
     a), then the topic (e after a); no timestamp is older than any (a after d). Of any two
@@ -112,7 +112,7 @@ def test_the_rule_orders_any_two_records_of_a_key_in_postgres():
         for n, t, p, o, ts in RECORDS)
     cols = '(name, topic, "partition", "offset", kafka_timestamp)'
     pairs = {(x, y): is_newer for x, y, is_newer in query(
-        f"SELECT l.name, r.name, {merge.newer('l', 'r').as_string(None)} "
+        f"SELECT l.name, r.name, {upsert.newer('l', 'r').as_string(None)} "
         f"FROM (VALUES {values}) AS l{cols}, (VALUES {values}) AS r{cols} "
         "WHERE l.name <> r.name")}
     assert {x + y for (x, y), is_newer in pairs.items() if is_newer} >= {

@@ -89,7 +89,7 @@ def committed(settings, topic: str) -> dict[int, int]:
 
 
 def newest_per_key(records) -> dict:
-    """The upsert rule, recomputed apart from pipeline/sinks/merge.py (docs/reliability.md,
+    """The upsert rule, recomputed apart from pipeline/sinks/upsert.py (docs/reliability.md,
     "Upsert across partitions"): of one key's records, within a partition the higher offset
     is newer; across partitions the later Kafka timestamp, then the higher partition.
     ``records``: (key, partition, offset, timestamp, ...) of one topic -> key -> record."""

@@ -14,6 +14,7 @@ from pipeline.formats.encode import Encoder
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import plan_ranges
 from pipeline.store import Store, tables
+from pipeline.store.run import Run
 from tests.helpers import (
     create_topic,
     init_cli,
@@ -31,12 +32,12 @@ from tests.helpers import (
 TRANSFORMS = "tests.integration.transforms.orders"
 
 
-def stage_as(store: Store, run_id: int, writers: list[dict], blobs: list[tuple]) -> None:
+def stage_as(store: Store, run: Run, writers: list[dict], blobs: list[tuple]) -> None:
     """Write ``blobs`` (topic, partition, n, lo, hi, blob) into a run's staging table once per
     writer, as a Spark task would (same COPY, same column types); a writer names its
     identity columns (part, attempt, task). Only the columns the table has are written."""
-    copy_sql, types = store.staging_copy(run_id)
-    columns = [c.name for c in tables.staging(store.staging_name(run_id)).columns]
+    copy_sql, types = run.staging_copy()
+    columns = [c.name for c in tables.staging(run.staging_name).columns]
     have = [(c, t) for c, t in zip(columns, types, strict=True)]
     with psycopg.connect(store.url) as conn, conn.cursor() as cur, cur.copy(copy_sql) as copy:
         copy.set_types(types)
@@ -59,10 +60,10 @@ def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack
     plan = plan_ranges(store.load_offsets(), KafkaMeta(s.kafka).topic_offsets([topic]))
     (r,) = plan.ranges
     store.lock_or_fail()
-    run_id = store.start_run("ingest", plan.partitions)
-    store.create_staging(run_id)
+    run = store.start_run("ingest", plan.partitions)
+    store.create_staging(run)
     encoder = Encoder(s.sink.format, [(c.name, c.type, c.required) for c in s.sink.columns],
-                      run_id)
+                      run.id)
     reader = reader_config(s.kafka.client_config(), s.kafka.isolation_level, "t-reader")
     blobs = []
     for records in read_range(reader, r, s.kafka.timeout_seconds):
@@ -72,15 +73,15 @@ def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack
                       b"".join(rows) if encoder.binary else "".join(rows).encode()))
     first_stage, second_stage = {"part": 0, "attempt": 0, "task": 3}, \
         {"part": 0, "attempt": 0, "task": 7}
-    stage_as(store, run_id, [first_stage, second_stage], blobs)
+    stage_as(store, run, [first_stage, second_stage], blobs)
 
-    with Publisher(store, run_id, "ingest", plan.ranges,
+    with Publisher(store, run, plan.ranges,
                    binary=binary_rows(s.sink.format)) as publisher:
         publisher.take()
         published = publisher.finish(plan.offset_updates, {})
     store.close()
 
-    assert published["records_read"] == 10 and published["rows_written"] == 10
+    assert published.records_read == 10 and published.rows_written == 10
     assert result_keys(s.sink.table) == [(topic, 0, o) for o in range(10)]
     assert stored_offsets(s.name) == {(topic, 0): 10}
 

@@ -1,17 +1,19 @@
 """[sink] mode = append | upsert | aggregate, without Kafka, Spark or Postgres: the config
-rules, the tables each mode gets, the tombstone lines the encoder makes, and the merge SQL."""
+rules, the tables each mode gets, the tombstone lines the encoder makes, the merge SQL, and
+what each mode's strategy (pipeline/sinks/) allows."""
 
 import pytest
-from psycopg import sql
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateTable
 
+from pipeline import sinks
 from pipeline.config import Aggregate, parse_settings
 from pipeline.errors import ConfigError
 from pipeline.formats.encode import Encoder
 from pipeline.plan.offsets import PartitionOffsets
-from pipeline.sinks import merge
+from pipeline.sinks import upsert as upsert_sink
 from pipeline.store import tables
+from pipeline.store.run import Kind, Run
 from tests.unit.test_encode import Record
 
 COLS = {"region": "string", "order_id": "long", "amount": "decimal(12,2)",
@@ -23,7 +25,7 @@ def settings(columns=None, **sink):
     return parse_settings({
         "pipeline": {"name": "p1"},
         "kafka": {"bootstrap_servers": "h:9092", "topics": ["t"]},
-        "database": {"url": "postgresql://u:pw@h/db"},
+        "database": {"url": "postgresql://u:pw@h/db", "schema": "sch"},
         "sink": {"format": "json", "table": "orders",
                  "columns": COLS if columns is None else columns, **sink},
     }, environ={})
@@ -42,6 +44,10 @@ def ddl(table) -> str:
 
 def agg(**aggregates):
     return settings(mode="aggregate", group_by=["region"], aggregates=aggregates).sink
+
+
+def sink_of(**sink) -> sinks.Sink:
+    return sinks.for_settings(settings(**sink))
 
 
 # ---- config ------------------------------------------------------------------------------
@@ -137,7 +143,7 @@ def test_a_column_named_like_a_mode_column_is_a_config_error(columns, sink):
 
 # ---- tables ------------------------------------------------------------------------------
 def test_upsert_results_are_keyed_by_the_business_key_with_no_serial():
-    table = tables.results(settings(mode="upsert", key=["order_id", "region"]).sink)
+    table = sink_of(mode="upsert", key=["order_id", "region"]).results
     assert [c.name for c in table.primary_key] == ["order_id", "region"]
     for name in ("topic", "partition", "offset", "order_id", "region", "run_id"):
         assert not table.c[name].nullable, name
@@ -147,18 +153,16 @@ def test_upsert_results_are_keyed_by_the_business_key_with_no_serial():
 
 
 def test_a_lone_integer_upsert_key_is_not_made_a_serial():
-    sink = settings(mode="upsert", key=["order_id"]).sink
-    for table in tables.sink_tables(sink):
+    for table in sink_of(mode="upsert", key=["order_id"]).tables:
         assert "SERIAL" not in ddl(table).upper(), table.name
         assert [c.name for c in table.primary_key] == ["order_id"]
 
 
 def test_aggregate_results_are_keyed_by_group_by_with_aggregate_types():
-    sink = settings(mode="aggregate", group_by=["region", "order_id"], aggregates={
+    table = sink_of(mode="aggregate", group_by=["region", "order_id"], aggregates={
         "n": "count", "total": "sum(amount)", "items": "sum(qty)", "top": "max(amount)",
         "first": "min(placed_at)", "points": "sum(score)", "low": "min(note)",
-        "many": "sum(units)", "few": "min(units)"}).sink
-    table = tables.results(sink)
+        "many": "sum(units)", "few": "min(units)"}).results
     assert [c.name for c in table.primary_key] == ["region", "order_id"]
     assert [c.name for c in table.columns] == ["region", "order_id", "n", "total", "items",
                                                "top", "first", "points", "low", "many", "few",
@@ -173,15 +177,16 @@ def test_aggregate_results_are_keyed_by_group_by_with_aggregate_types():
 
 
 def test_only_an_upsert_sink_gets_a_deleted_table():
-    assert [t.name for t in tables.sink_tables(settings().sink)] == ["orders"]
-    assert [t.name for t in tables.sink_tables(agg(n="count"))] == ["orders"]
+    assert [t.name for t in sink_of().tables] == ["orders"]
+    assert [t.name for t in sink_of(mode="aggregate", group_by=["region"],
+                                    aggregates={"n": "count"}).tables] == ["orders"]
     for tombstones in ("delete", "dead_letter"):
-        sink = settings(mode="upsert", key=["region"], tombstones=tombstones).sink
-        assert [t.name for t in tables.sink_tables(sink)] == ["orders", "orders_deleted"]
+        sink = sink_of(mode="upsert", key=["region"], tombstones=tombstones)
+        assert [t.name for t in sink.tables] == ["orders", "orders_deleted"]
 
 
 def test_the_deleted_table_holds_the_key_and_the_deleting_record():
-    deleted = tables.deleted(settings(mode="upsert", key=["region", "order_id"]).sink)
+    deleted = sink_of(mode="upsert", key=["region", "order_id"]).deleted
     assert [c.name for c in deleted.primary_key] == ["region", "order_id"]
     assert [c.name for c in tables.written(deleted)] == [
         "region", "order_id", "topic", "partition", "offset", "kafka_timestamp", "run_id"]
@@ -279,7 +284,7 @@ def test_newer_is_the_offset_within_a_partition_and_the_timestamp_across():
     """One rule for every kind of run (before: an ingest took any record of another
     partition, a backfill none); across partitions the later timestamp, then the higher
     partition, then the topic, so two partitions never tie; a NULL timestamp is oldest."""
-    assert merge.newer("l", "r").as_string(None) == (
+    assert upsert_sink.newer("l", "r").as_string(None) == (
         '(CASE WHEN "l".topic = "r".topic AND "l".partition = "r".partition '
         'THEN "l"."offset" > "r"."offset" '
         'ELSE (coalesce("l".kafka_timestamp, \'-infinity\'), "l".partition, "l".topic) > '
@@ -291,26 +296,17 @@ def test_partitions_added_names_the_topics_that_grew():
         return [PartitionOffsets(topic, p, 0, 0) for p in range(n)]
 
     stored = {("a", 0): 5, ("a", 1): 3, ("b", 0): 1}
-    assert merge.partitions_added(stored, kafka("a", 4) + kafka("b", 1) + kafka("c", 2)) == {
+    added = upsert_sink.partitions_added
+    assert added(stored, kafka("a", 4) + kafka("b", 1) + kafka("c", 2)) == {
         "a": ([0, 1], [2, 3])}  # c: never read yet, so not grown
-    assert merge.partitions_added({}, kafka("a", 2)) == {}
-
-
-class FakeStore:
-    """What the SQL builders use of a Store: settings, results and t()."""
-
-    def __init__(self, s):
-        self.settings, self.results = s, tables.results(s.sink)
-
-    def t(self, name):
-        return sql.SQL("{}.{}").format(sql.Identifier("sch"), sql.Identifier(name))
+    assert added({}, kafka("a", 2)) == {}
 
 
 def test_aggregates_add_sums_and_counts_and_keep_the_extremes():
     s = settings(mode="aggregate", group_by=["region"], aggregates={
         "n": "count", "paid_n": "count(paid)", "total": "sum(amount)",
         "lo": "min(amount)", "hi": "max(placed_at)"})
-    text = merge.aggregate_sql(FakeStore(s), "src").as_string(None)
+    text = sinks.for_settings(s).merge_sql("src").as_string(None)
     assert text.startswith('INSERT INTO "sch"."orders" AS g ("region", "n", "paid_n", '
                            '"total", "lo", "hi", run_id) SELECT "region", count(*), '
                            'count("paid"), sum("amount"), min("amount"), max("placed_at"), '
@@ -324,9 +320,69 @@ def test_aggregates_add_sums_and_counts_and_keep_the_extremes():
 
 
 def test_append_keeps_rows_or_replaces_them_on_reprocess_by_coordinates():
-    store = FakeStore(settings())
-    keep = merge.append_sql(store, "src", overwrite=False).as_string(None)
+    sink = sink_of()
+    keep = sink.merge_sql("src", overwrite=False).as_string(None)
     assert keep.endswith('ON CONFLICT ("topic", "partition", "offset") DO NOTHING')
-    redo = merge.append_sql(store, "src", overwrite=True).as_string(None)
+    redo = sink.merge_sql("src", overwrite=True).as_string(None)
     assert 'DISTINCT ON ("topic", "partition", "offset")' in redo
     assert '"amount" = EXCLUDED."amount"' in redo and '"offset" = EXCLUDED' not in redo
+
+
+# ---- the strategies ----------------------------------------------------------------------
+UPSERT = {"mode": "upsert", "key": ["order_id"]}
+AGGREGATE = {"mode": "aggregate", "group_by": ["region"], "aggregates": {"n": "count"}}
+
+
+def a_run(kind):
+    return Run(7, Kind(kind), "p1", "sch")
+
+
+def test_each_mode_is_its_own_strategy_chosen_once_from_the_settings():
+    assert type(sink_of()) is sinks.Append
+    assert type(sink_of(**UPSERT)) is sinks.Upsert
+    assert type(sink_of(**AGGREGATE)) is sinks.Aggregate
+    assert set(sinks.MODES) == {"append", "upsert", "aggregate"}
+    assert sink_of().t("orders").as_string(None) == '"sch"."orders"'
+
+
+def test_only_an_append_sink_copies_straight_into_its_table_and_never_on_reprocess():
+    assert sink_of().copies_directly(a_run("ingest"))
+    assert sink_of().copies_directly(a_run("backfill"))
+    assert not sink_of().copies_directly(a_run("reprocess"))
+    for sink in (sink_of(**UPSERT), sink_of(**AGGREGATE)):
+        assert not sink.copies_directly(a_run("ingest"))
+
+
+def test_only_an_aggregate_refuses_to_read_committed_records_again():
+    assert sink_of().refuses_reread("a backfill") is None
+    assert sink_of(**UPSERT).refuses_reread("a backfill") is None
+    why = sink_of(**AGGREGATE).refuses_reread("a backfill")
+    assert "pipeline 'p1' aggregates" in why and "a backfill would count them again" in why
+    assert "TRUNCATE" in why and "orders" in why and "\n" not in why
+
+
+class Recorder:
+    """A psycopg connection that records what it is asked to run."""
+
+    def __init__(self):
+        self.statements = []
+
+    def execute(self, query, params=None):
+        self.statements.append((query.as_string(None), params))
+
+
+@pytest.mark.parametrize("sink, archived, drops", [
+    ({}, 5, []),
+    (UPSERT, 5, ['DELETE FROM "sch"."orders_deleted" WHERE topic = %s']),
+    (AGGREGATE, 0, []),
+], ids=["append", "upsert", "aggregate"])
+def test_a_recreated_topic_archives_rows_but_an_aggregates_totals_stay(sink, archived, drops):
+    conn, called = Recorder(), []
+    moved = sink_of(**sink).archive_recreated(conn, "t", lambda: called.append(1) or 5)
+    assert moved == archived and called == ([1] if archived else [])
+    assert conn.statements == [(d, ("t",)) for d in drops]
+
+
+def test_only_an_upsert_sink_has_a_note_on_partitions_that_moved_keys():
+    assert sink_of().growth_note() == "" and sink_of(**AGGREGATE).growth_note() == ""
+    assert "latest Kafka timestamp" in sink_of(**UPSERT).growth_note()

@@ -2,7 +2,7 @@
 
 import re
 
-from pipeline.executor.stage import staging_pattern, staging_table
+from pipeline.store.run import staging_pattern, staging_table
 
 LONGEST = "p" * 48  # config.IDENTIFIER allows 48 characters
 MAX_RUN_ID = 2**63 - 1  # pipeline_runs.run_id is a bigint

@@ -3,6 +3,7 @@ derives from the Table definitions must match the fields of the lines encode.py 
 
 import struct
 
+from pipeline import sinks
 from pipeline.config import Column, SinkSettings
 from pipeline.store import tables
 from tests.unit.test_encode import COLUMNS, Record
@@ -10,12 +11,16 @@ from tests.unit.test_encode import COLUMNS, Record
 SINK = SinkSettings("json", "orders", columns=tuple(Column(n, t, r) for n, t, r in COLUMNS))
 
 
+def results(sink: SinkSettings):
+    return sinks.for_sink(sink, "public", "p").results
+
+
 def test_a_json_row_has_one_field_per_written_column_in_table_order():
     from pipeline.formats.encode import Encoder
 
     rows, _, _ = Encoder("json", COLUMNS, 42).encode("orders", 3, [Record(
         17, b'{"order_id": 1, "customer": "c", "amount": 2.5}')])
-    written = [c.name for c in tables.written(tables.results(SINK))]
+    written = [c.name for c in tables.written(results(SINK))]
     assert written == ["topic", "partition", "offset", "kafka_timestamp", "order_id",
                        "customer", "amount", "placed_at", "run_id"]
     assert len(rows[0].rstrip("\n").split("\t")) == len(written)
@@ -25,7 +30,7 @@ def test_a_raw_row_is_one_binary_tuple_of_the_written_columns():
     from pipeline.formats.encode import Encoder
 
     rows, _, _ = Encoder("raw", (), 42).encode("orders", 3, [Record(17, b"v", k=b"k")])
-    written = tables.written(tables.results(SinkSettings("raw", "raw_orders")))
+    written = tables.written(results(SinkSettings("raw", "raw_orders")))
     assert [c.name for c in written] == ["topic", "partition", "offset", "key", "value",
                                          "headers", "kafka_timestamp", "run_id"]
     assert struct.unpack(">h", rows[0][:2])[0] == len(written)  # COPY binary field count
@@ -42,7 +47,7 @@ def test_a_dead_letter_line_has_one_field_per_dead_letter_field():
 
 
 def test_the_results_table_takes_the_declared_types_and_nullability():
-    table = tables.results(SINK)
+    table = results(SINK)
     assert tables.typed(tables.from_record(table))[3:] == [
         ("kafka_timestamp", "timestamp with time zone"), ("order_id", "bigint"),
         ("customer", "text"), ("amount", "numeric(12,2)"),
@@ -53,14 +58,15 @@ def test_the_results_table_takes_the_declared_types_and_nullability():
 
 
 def test_the_executors_import_no_sqlalchemy():
-    """They get the staging COPY as a string (Store.staging_copy): importing SQLAlchemy in
-    every Python worker would cost a quarter of a second each."""
+    """They get the staging COPY as a string (Run.staging_copy): importing SQLAlchemy in
+    every Python worker would cost a quarter of a second each. Nor does the run module
+    (pipeline.store.run: the staging table's name)."""
     import subprocess
     import sys
 
     code = ("import sys, pipeline.executor.stage, pipeline.formats.encode, "
             "pipeline.executor.consume, pipeline.formats.json_diagnose, "
-            "pipeline.formats.types;"
+            "pipeline.formats.types, pipeline.store.run;"
             "print(any(m.startswith('sqlalchemy') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()

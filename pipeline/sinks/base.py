@@ -1,0 +1,84 @@
+"""What a sink mode is: one small interface, one module per mode (append.py, upsert.py,
+aggregate.py), chosen once from the settings (``pipeline.sinks.for_settings``).
+
+A sink owns what differs between modes: its tables, how a run's rows land in them (the
+merge, inside the publishing transaction of pipeline/driver/publish.py), whether rows may be
+copied straight into the results table, what happens to its rows when a topic is recreated,
+and what it refuses. Exactly once comes from the transaction, not from here: a merge commits
+with the offsets' compare-and-set or not at all (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import psycopg
+from psycopg import sql
+from sqlalchemy import Table
+
+from pipeline.config import SinkSettings
+from pipeline.store import tables
+from pipeline.store.identifiers import qualified
+from pipeline.store.run import Run
+
+
+@dataclass(frozen=True)
+class Merged:
+    rows: int  # rows inserted or updated (append, upsert) / groups changed (aggregate)
+    deleted: int = 0  # rows deleted by tombstones (upsert)
+
+
+class Sink(ABC):
+    """A pipeline's results, per ``[sink] mode``."""
+
+    mode: str
+
+    def __init__(self, sink: SinkSettings, schema: str, pipeline: str):
+        self.settings, self.schema, self.pipeline = sink, schema, pipeline
+
+    def t(self, name: str) -> sql.Identifier:
+        """A table of this sink, schema-qualified."""
+        return qualified(self.schema, name)
+
+    @cached_property
+    def records(self) -> Table:
+        """One row per record: what the executors stage, whatever the mode."""
+        return tables.record_rows(self.settings)
+
+    @cached_property
+    @abstractmethod
+    def results(self) -> Table:
+        """The results table ``sink.table``."""
+
+    @property
+    def tables(self) -> list[Table]:
+        """Every table init-db creates for the sink."""
+        return [self.results]
+
+    def copies_directly(self, run: Run) -> bool:
+        """May the run's rows be copied straight into the results table (when the planned
+        ranges hold no row yet)? Else they go through a temp table and ``merge``."""
+        return False
+
+    @abstractmethod
+    def merge(self, conn: psycopg.Connection, source: str, run: Run) -> Merged:
+        """Merge the run's rows (temp table ``source``, tables.record_batch) into the
+        results table."""
+
+    def archive_recreated(self, conn: psycopg.Connection, topic: str,
+                          archive_results: Callable[[], int]) -> int:
+        """A recreated topic's rows (its offsets are reused by the new topic): moved to the
+        archive by ``archive_results``; returns how many."""
+        return archive_results()
+
+    def refuses_reread(self, what: str) -> str | None:
+        """Why the sink refuses ``what`` (a backfill, a rewind) that reads committed records
+        again; None: it does not."""
+        return None
+
+    def growth_note(self) -> str:
+        """What a topic that grew partitions means for this sink (job.py logs it)."""
+        return ""

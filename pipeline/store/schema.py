@@ -1,0 +1,133 @@
+"""The pipeline's schema: ``init-db`` (the migrations, then the sink's tables) and the checks
+a run makes before it reads anything (every table there; the sink's tables take the rows
+this config writes)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+from sqlalchemy import Table, inspect
+from sqlalchemy.exc import CompileError, SAWarning
+from sqlalchemy.schema import CreateTable
+
+from pipeline.errors import ConfigError
+from pipeline.store import tables
+from pipeline.store.locks import LOCK_CLASS
+from pipeline.store.session import Session
+from pipeline.store.tables import offsets
+
+# The migrations ship inside the package (pipeline/sql links to the repository's sql/), so a
+# wheel installed anywhere applies them; in a checkout the link leads to the same files.
+SQL_DIR = importlib.resources.files("pipeline") / "sql"
+
+
+def migrations() -> list:
+    """The schema scripts in the order they apply (sql/NNN_*.sql)."""
+    return sorted((p for p in SQL_DIR.iterdir() if p.name.endswith(".sql")),
+                  key=lambda p: p.name)
+
+
+class Schema(Session):
+    def init_db(self) -> list[str]:
+        applied = []
+        with self.transaction() as conn:
+            # Serialize concurrent init-db calls; IF NOT EXISTS alone races.
+            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(self.schema))
+            for path in migrations():  # scripts: psycopg runs them whole
+                conn.execute(path.read_text().replace("{schema}", f'"{self.settings.schema}"'))
+                applied.append(path.name)
+            for table in self.sink_tables:
+                self.session.execute(CreateTable(table, if_not_exists=True))
+                applied.append(f"{self.sink.mode} table {self.settings.schema}.{table.name}")
+        return applied
+
+    def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The live columns of the tables ``names`` that exist (one catalog query). It takes
+        a share lock on each table (pg_get_expr of the defaults): a lock held elsewhere (a
+        DBA's ALTER) is waited for as long as the publishing transaction would wait."""
+        with self.transaction() as conn, warnings.catch_warnings():
+            self.set_timeouts(conn)
+            # A column of a type SQLAlchemy does not know (an extension's) is reflected as
+            # NullType with a warning; only its nullability and default are looked at.
+            warnings.simplefilter("ignore", SAWarning)
+            found = inspect(self.session).get_multi_columns(
+                schema=self.settings.schema, filter_names=list(names))
+        return {name: columns for (_, name), columns in found.items()}
+
+    def check_schema(self) -> None:
+        """Every table of pipeline/store/tables.py is there, with every column it declares."""
+        fixed = list(tables.metadata.tables.values())
+        live = self._reflect([t.name for t in fixed + self.sink_tables])
+        if offsets.name not in live or any(t.name not in live for t in self.sink_tables):
+            raise ConfigError(f"tables missing in schema {self.settings.schema}: run "
+                              f"'pipeline init-db --config {self.settings.source}' first")
+        missing = [t.name for t in fixed if t.name not in live] + [
+            f"{t.name}.{c.name}" for t in fixed if t.name in live for c in t.columns
+            if c.name not in {col["name"] for col in live[t.name]}]
+        if missing:
+            raise ConfigError(f"schema {self.settings.schema} is older than this version (no "
+                              f"{', '.join(missing)}): run 'pipeline init-db --config "
+                              f"{self.settings.source}' to upgrade it (keeps all data)")
+
+    def check_results_table(self) -> None:
+        """The sink's tables must take the rows this config writes: compared before anything
+        is read, so that drift is one clear error, not a COPY that fails after the whole
+        read on every run. Extra columns are fine if they may stay NULL or have a default;
+        the key must be the mode's (ON CONFLICT needs it)."""
+        live = self._reflect([t.name for t in self.sink_tables])
+        with self.transaction():
+            keys = inspect(self.session).get_multi_pk_constraint(
+                schema=self.settings.schema, filter_names=[t.name for t in self.sink_tables])
+        for table in self.sink_tables:
+            have = {c["name"]: c for c in live.get(table.name, [])}
+            key = keys.get((self.settings.schema, table.name), {}).get("constrained_columns", [])
+            self._check_table(table, have, key)
+
+    def _check_table(self, table: Table, have: dict[str, dict], key: list[str]) -> None:
+        name = f'"{self.settings.schema}"."{table.name}"'
+        want_key = [c.name for c in table.primary_key]
+        if have and key != want_key:
+            raise ConfigError(
+                f"table {name} is keyed by ({', '.join(key) or 'nothing'}), sink.mode = "
+                f"'{self.sink.mode}' of {self.settings.source} needs the key "
+                f"({', '.join(want_key)}): point sink.table at a new table and run 'pipeline "
+                "init-db', or rebuild this one by hand; nothing was read")
+        want = tables.written(table)
+        fixes = []
+        for column in want:
+            cname, pg_type = column.name, tables.ddl_type(column.type)
+            col = sql.Identifier(cname).as_string(self.conn)
+            if cname not in have:
+                fixes.append((f"column {cname} is missing", f"ADD COLUMN {col} {pg_type}"))
+            elif _type_name(have[cname]["type"]) != pg_type:
+                fixes.append((f"column {cname} is {_type_name(have[cname]['type'])}, the "
+                              f"config writes {pg_type}", f"ALTER COLUMN {col} TYPE {pg_type}"))
+            elif not have[cname]["nullable"] and column.nullable:
+                fixes.append((f"column {cname} is NOT NULL, the config allows nulls",
+                              f"ALTER COLUMN {col} DROP NOT NULL"))
+        written = {c.name for c in want}
+        for cname, c in have.items():
+            if not c["nullable"] and c["default"] is None and cname not in written:
+                fixes.append((f"column {cname} is NOT NULL without a default and the pipeline "
+                              "does not write it",
+                              f"ALTER COLUMN {sql.Identifier(cname).as_string(self.conn)} "
+                              "DROP NOT NULL"))
+        if fixes:
+            raise ConfigError(
+                f"results table {name} does not match [sink] of {self.settings.source}: "
+                + "; ".join(why for why, _ in fixes) + f" - run 'ALTER TABLE {name} "
+                + ", ".join(fix for _, fix in fixes) + "' or change [sink.columns]; "
+                "nothing was read")
+
+
+def _type_name(type_) -> str:
+    """A reflected column type as Postgres DDL spells it (tables.ddl_type)."""
+    try:
+        return tables.ddl_type(type_)
+    except CompileError:  # NullType: a type SQLAlchemy does not know
+        return "a type unknown to the pipeline"
