@@ -89,7 +89,7 @@ def resolve_backfill(settings: Settings, meta, topic: str, partitions: Sequence[
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.driver.job import run_backfill
+    from pipeline.driver.backfill import run_backfill
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.driver.report import describe
     from pipeline.driver.signals import StopSignals

@@ -1,13 +1,13 @@
 """One run, start to end: lock, plan, read, stage, publish, report.
 
-Every entry point (CLI, spark-submit, Airflow) ends up here.
+Every entry point (CLI, spark-submit, Airflow) ends up here; a backfill is a sequence of these
+runs (driver/backfill.py).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from pipeline import faults
 from pipeline.config import Settings
@@ -15,10 +15,9 @@ from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
 from pipeline.driver.signals import StopSignals, overlapped
-from pipeline.errors import ConfigError, DataError, PipelineError, Terminated
+from pipeline.errors import ConfigError, DataError
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
-from pipeline.sinks import for_settings as sink_of
 from pipeline.sinks.upsert import partitions_added
 from pipeline.spark import errors as spark_errors
 from pipeline.spark.launch import start_spark
@@ -90,226 +89,6 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         return result
     finally:
         store.close()
-
-
-@dataclass
-class BackfillResult(RunResult):
-    """A backfill or reprocess: a sequence of bounded runs (chunks), summed up. ``run_id``
-    is the last chunk's run, ``plan`` every range asked for."""
-    sequence: str | None = None  # the sequence's id, in each chunk run's details
-    resumed: int = 0  # chunks an earlier, interrupted invocation of it had committed
-    chunks: list = field(default_factory=list)  # per chunk: chunk, of, run_id, ranges, counts
-
-
-@dataclass(frozen=True)
-class BackfillPlan:
-    """What a backfill will do: the ranges asked for, cut into chunks of one transaction
-    each (offsets.chunk_ranges); on a rerun, only what its interrupted sequence left."""
-    sequence: str
-    key: dict  # what makes a rerun "the same backfill" (details.sequence.key)
-    ranges: list[OffsetRange]
-    done: list[OffsetRange]  # committed by an earlier invocation of this sequence
-    done_chunks: int
-    chunks: list[list[OffsetRange]]
-
-    @property
-    def total_chunks(self) -> int:
-        return self.done_chunks + len(self.chunks)
-
-    def chunk_dicts(self) -> list[dict]:
-        return [{"chunk": self.done_chunks + i, "of": self.total_chunks,
-                 "ranges": [r.as_dict() for r in chunk],
-                 "offsets": sum(r.count for r in chunk)}
-                for i, chunk in enumerate(self.chunks, start=1)]
-
-
-def run_backfill(settings: Settings, ranges: Sequence[OffsetRange], *, reprocess: bool = False,
-                 signals: StopSignals | None = None, requested: dict | None = None,
-                 resume_key: dict | None = None, restart: bool = False,
-                 dry_run: bool = False) -> BackfillResult:
-    """Re-read explicit ranges; results are written idempotently (or replaced with
-    reprocess); the stored offsets do not move. ``requested``: what the operator asked
-    for (offsets or times), kept in the run rows' details. No metrics: they describe the
-    scheduled ingest (a backfill is in pipeline_runs).
-
-    The ranges run as a sequence of bounded transactions, each within the caps of an
-    ingest run (kafka.max_records_per_partition / max_records_per_run): one run row,
-    staging table and publish per chunk, all under the backfill lock. A rerun with the
-    same ``resume_key`` (default: the ranges) after an interruption resumes with what
-    that sequence has not committed (``restart``: from the beginning). ``dry_run``: the
-    plan only, no lock, no Spark, nothing written."""
-    timer, seen = Timer(), Seen()
-    kind = "reprocess" if reprocess else "backfill"
-    key = resume_key if resume_key is not None else {
-        "ranges": [r.as_dict(count=False) for r in sorted(ranges)]}
-    with reported(settings, kind, timer, seen, export_metrics=False, dry_run=dry_run):
-        seen.result = _backfill(settings, ranges, kind, signals, requested, timer, seen,
-                                key=key, restart=restart, dry_run=dry_run)
-    return seen.result
-
-
-def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
-              signals: StopSignals | None, requested: dict | None, timer: Timer,
-              seen: Seen, *, key: dict, restart: bool = False,
-              dry_run: bool = False) -> BackfillResult:
-    if refused := sink_of(settings).refuses_reread(f"a {kind}"):
-        raise ConfigError(refused)
-    meta = KafkaMeta(settings.kafka)
-    store = Store(settings)
-    try:
-        store.check_schema()
-        store.check_results_table()
-        if not dry_run:
-            # One lock for the whole sequence: no second backfill between two chunks.
-            store.lock_or_fail(kind, families=("backfill",))
-            store.abandon_stale_runs(("backfill",))
-        topics = sorted({r.topic for r in ranges})
-        topic_ids = meta.topic_ids(topics)
-        # Rows of a recreated topic that was not reset would mix two topics' records.
-        check_topic_ids(store.load_topic_ids(topics), topic_ids,
-                        f"this pipeline's offsets and rows of '{'/'.join(topics)}'")
-        plan = plan_backfill_chunks(settings, store, kind, ranges, key, restart)
-        timer.lap("plan")
-        log.info("%s plan: %s in %d transactions%s", kind, describe(plan.ranges),
-                 plan.total_chunks, f" ({plan.done_chunks} committed before, resuming "
-                 f"sequence {plan.sequence})" if plan.done_chunks else "",
-                 extra={"event": "backfill.plan", "sequence": plan.sequence,
-                        "chunks": plan.total_chunks, "resumed": plan.done_chunks,
-                        "ranges": [r.as_dict() for r in plan.ranges],
-                        "offsets": sum(r.count for r in plan.ranges)})
-        planned = [r.as_dict() for r in plan.ranges]
-        if dry_run:
-            return BackfillResult(kind, "planned", None, planned, sequence=plan.sequence,
-                                  resumed=plan.done_chunks, chunks=plan.chunk_dicts())
-        signals = signals or StopSignals()
-        # A request that resolved to no offsets still leaves its (empty) run row.
-        todo = plan.chunks or [[]]
-        total = plan.done_chunks + len(todo)
-        result = BackfillResult(kind, "succeeded", None, planned, sequence=plan.sequence,
-                                resumed=plan.done_chunks)
-        for i, chunk in enumerate(todo, start=plan.done_chunks + 1):
-            run_id = None
-            try:
-                signals.check()  # a stop between two chunks: what committed stays
-                log.info("%s chunk %d/%d: %s", kind, i, total, describe(chunk),
-                         extra={"event": "backfill.chunk", "chunk": i, "chunks": total,
-                                "ranges": [r.as_dict() for r in chunk]})
-                details = {"topic_ids": topic_ids,
-                           **({"requested": requested} if requested else {}),
-                           "sequence": {"id": plan.sequence, "key": plan.key, "chunk": i,
-                                        "chunks": total, "ranges": [
-                                            r.as_dict(count=False) for r in plan.ranges]}}
-                run = store.start_run(kind, chunk, details)
-                run_id = run.id
-                seen.started(run_id)
-                done = execute_ranges(settings, store, meta, run, chunk, [], Timer(), signals,
-                                      topic_ids=topic_ids)
-            except BaseException as e:
-                # A stop can reach us after the chunk's COMMIT (e.g. while it mirrors).
-                committed = i - 1 + _chunk_committed(store, run_id)
-                if committed == 0:  # nothing of the sequence committed: the error as it is
-                    raise
-                stopped = _sequence_stopped(e, kind, committed, total)
-                if stopped is e:
-                    raise
-                raise stopped from e
-            result.run_id = done.run_id
-            for name in ("records_read", "rows_written", "rows_deleted", "dead_letters"):
-                setattr(result, name, getattr(result, name) + getattr(done, name))
-            for tp, counts in done.per_partition.items():
-                merged = result.per_partition.setdefault(tp, {})
-                for what, n in counts.items():
-                    merged[what] = merged.get(what, 0) + n
-            result.chunks.append({"chunk": i, "of": total, "run_id": done.run_id,
-                                  "ranges": done.plan, "records_read": done.records_read,
-                                  "rows_written": done.rows_written,
-                                  "rows_deleted": done.rows_deleted,
-                                  "dead_letters": done.dead_letters})
-            log.info("%s chunk %d/%d committed: run %s, %d records, %d rows written, %d dead "
-                     "letters (%s)", kind, i, total, done.run_id, done.records_read,
-                     done.rows_written, done.dead_letters, describe(chunk),
-                     extra={"event": "backfill.chunk_done", "chunk": i, "chunks": total,
-                            "records": done.records_read, "rows": done.rows_written,
-                            "dead_letters": done.dead_letters})
-        result.timings = timer.as_dict()
-        return result
-    finally:
-        store.close()
-
-
-def _chunk_committed(store: Store, run_id: int | None) -> int:
-    """1 if the chunk run ``run_id`` published (its row says succeeded), else 0."""
-    from psycopg import sql
-
-    if run_id is None:
-        return 0
-    try:
-        row = store.execute(sql.SQL("SELECT status FROM {} WHERE run_id = %s").format(
-            store.t("pipeline_runs")), (run_id,)).fetchone()
-    except Exception:  # noqa: BLE001 - the database may be what failed: claim nothing
-        return 0
-    return int(row is not None and row[0] == "succeeded")
-
-
-def _sequence_stopped(e: BaseException, kind: str, committed: int, total: int
-                      ) -> BaseException:
-    """A chunk failed, or a stop came, after chunks of the sequence committed: the same
-    error (same exit code), saying what is kept and how to go on."""
-    if committed >= total:
-        note = f"all {total} {kind} chunks are committed"
-    else:
-        note = (f"{kind} chunks 1-{committed} of {total} are committed and kept; rerun the "
-                f"same command to resume at chunk {committed + 1}")
-    log.warning("%s stopped after %d of %d chunks: %s", kind, committed, total, note,
-                extra={"event": "backfill.stopped", "committed": committed, "chunks": total})
-    if isinstance(e, Terminated):  # not "nothing committed": the chunks before it did
-        return Terminated(f"{e.message.split(';')[0]}; {note}")
-    if isinstance(e, PipelineError):
-        return type(e)(f"{e.message}; {note}")
-    return e
-
-
-def plan_backfill_chunks(settings: Settings, store: Store, kind: str,
-                         ranges: Sequence[OffsetRange], key: dict,
-                         restart: bool = False) -> BackfillPlan:
-    """Chunks for ``ranges``; or, when the newest sequence of this ``kind`` and ``key``
-    did not finish (killed, stopped, failed), the chunks of what it has not committed
-    (its committed chunk runs are in pipeline_runs: status succeeded, details.sequence).
-    A finished sequence, or ``restart``, starts a new one."""
-    import json
-    import uuid
-
-    from psycopg import sql
-
-    from pipeline.plan.offsets import chunk_ranges, subtract_ranges
-
-    k = settings.kafka
-
-    def chunks_of(todo: Sequence[OffsetRange]) -> list[list[OffsetRange]]:
-        return chunk_ranges(todo, max_records_per_partition=k.max_records_per_partition,
-                            max_records_per_run=k.max_records_per_run)
-
-    runs = store.t("pipeline_runs")
-    row = None if restart else store.execute(sql.SQL(
-        "SELECT details->'sequence' FROM {} WHERE pipeline = %s AND kind = %s "
-        "AND details->'sequence'->'key' = %s::jsonb ORDER BY run_id DESC LIMIT 1")
-        .format(runs), (store.pipeline, kind, json.dumps(key))).fetchone()
-    if row is not None:
-        sequence = row[0]
-        asked = [OffsetRange(d["topic"], d["partition"], d["from"], d["until"])
-                 for d in sequence["ranges"]]
-        committed = [p for (p,) in store.execute(sql.SQL(
-            "SELECT planned FROM {} WHERE pipeline = %s AND kind = %s AND status = "
-            "'succeeded' AND details->'sequence'->>'id' = %s ORDER BY run_id").format(runs),
-            (store.pipeline, kind, sequence["id"])).fetchall()]
-        done = [OffsetRange(d["topic"], d["partition"], d["from"], d["until"])
-                for planned in committed for d in planned]
-        left = subtract_ranges(asked, done)
-        if left and committed:
-            return BackfillPlan(sequence["id"], key, asked, done, len(committed),
-                                chunks_of(left))
-    asked = sorted(r for r in ranges if r.count > 0)
-    return BackfillPlan(uuid.uuid4().hex, key, asked, [], 0, chunks_of(asked))
 
 
 def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
@@ -441,7 +220,6 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from pipeline.errors import ConfigError
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer, line_frame
     from pipeline.executor.task import LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges

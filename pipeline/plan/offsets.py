@@ -47,6 +47,11 @@ class OffsetRange:
             d["offsets"] = self.count
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OffsetRange:
+        """The range back from ``as_dict``'s shape (a run row's planned ranges)."""
+        return cls(d["topic"], d["partition"], d["from"], d["until"])
+
 
 @dataclass(frozen=True)
 class PartitionOffsets:

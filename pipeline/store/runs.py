@@ -77,6 +77,27 @@ class RunRows(Staging):
         return stale
 
 
+    def run_status(self, run_id: int) -> str | None:
+        return self.run(select(runs.c.status).where(runs.c.run_id == run_id)).scalar()
+
+    def last_sequence(self, kind: Kind | str, key: dict) -> dict | None:
+        """details.sequence of the newest run of ``kind`` in a backfill sequence with
+        this ``key`` (what makes a rerun "the same backfill"), or None."""
+        return self.run(
+            select(runs.c.details["sequence"])
+            .where(runs.c.pipeline == self.pipeline, runs.c.kind == str(Kind(kind)),
+                   runs.c.details["sequence"]["key"] == literal(key, JSONB))
+            .order_by(runs.c.run_id.desc()).limit(1)).scalar()
+
+    def sequence_committed(self, kind: Kind | str, sequence_id: str) -> list[list[dict]]:
+        """The planned ranges of each chunk run of a sequence that published, in order."""
+        return list(self.run(
+            select(runs.c.planned)
+            .where(runs.c.pipeline == self.pipeline, runs.c.kind == str(Kind(kind)),
+                   runs.c.status == "succeeded",
+                   runs.c.details["sequence"]["id"].astext == sequence_id)
+            .order_by(runs.c.run_id)).scalars())
+
 def ranges_json(planned: Sequence[PlannedPartition] | Sequence[OffsetRange]) -> list[dict]:
     """pipeline_runs.planned: the ranges, in the shape run rows store."""
     return [(p.range if isinstance(p, PlannedPartition) else p).as_dict(count=False)

@@ -16,7 +16,8 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from pipeline.cli import main as cli_main
-from pipeline.driver.job import run_backfill, run_ingest
+from pipeline.driver.backfill import run_backfill
+from pipeline.driver.job import run_ingest
 from pipeline.errors import ConfigError, DataError, TransientError
 from pipeline.plan.offsets import OffsetRange
 from pipeline.store import Store

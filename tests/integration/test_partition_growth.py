@@ -17,7 +17,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewPartitions
 
 from pipeline.config import load_settings
-from pipeline.driver.job import run_backfill, run_ingest
+from pipeline.driver.backfill import run_backfill
+from pipeline.driver.job import run_ingest
 from pipeline.plan.offsets import OffsetRange
 from pipeline.sinks import upsert
 from tests.helpers import (

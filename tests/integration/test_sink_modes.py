@@ -15,7 +15,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pipeline import faults
 from pipeline.config import load_settings
-from pipeline.driver.job import run_backfill, run_ingest
+from pipeline.driver.backfill import run_backfill
+from pipeline.driver.job import run_ingest
 from pipeline.errors import ConfigError, DataError
 from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (

@@ -11,7 +11,8 @@ import logging
 import pytest
 
 from pipeline import faults
-from pipeline.driver.job import run_backfill, run_ingest
+from pipeline.driver.backfill import run_backfill
+from pipeline.driver.job import run_ingest
 from pipeline.plan.offsets import OffsetRange
 from tests.helpers import BOOTSTRAP, produce_orders, run_cli
 from tests.integration._reliability import (
