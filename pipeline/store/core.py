@@ -7,7 +7,7 @@ per concern (composed here so that callers hold one object):
 - runs.py, staging.py: run rows and a run's staging table (the Run itself: run.py)
 - offsets.py, archive.py: the stored offsets, and a recreated topic's archive
 - results.py: the publishing transaction's statements besides the sink's merge
-- queries.py: what the operator commands read
+- queries.py: what the operator commands read; verify.py: what `pipeline verify` reads
 
 Every column list comes from pipeline/store/tables.py or the sink (pipeline/sinks/).
 Nothing here runs on the executors.
@@ -21,9 +21,10 @@ from pipeline.store.queries import Queries
 from pipeline.store.results import Results
 from pipeline.store.runs import RunRows
 from pipeline.store.schema import Schema
+from pipeline.store.verify import Verification
 
 
-class Store(Schema, Locks, RunRows, Offsets, Results, Queries):
+class Store(Schema, Locks, RunRows, Offsets, Results, Queries, Verification):
     """The driver's one session; it holds the pipeline's run lock while it is open."""
 
     def __enter__(self) -> Store:

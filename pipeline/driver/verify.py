@@ -1,0 +1,204 @@
+"""``pipeline verify`` on the driver: re-read every range the pipeline published from Kafka
+(the pipeline's isolation level, read_committed by default) and reconcile it with the
+results and dead-letter tables, partition by partition.
+
+The run rows and the tables are read in one REPEATABLE READ snapshot, so a run publishing
+meanwhile is either wholly seen or not at all. Kafka is read a batch at a time and the
+tables a page at a time; the pure merge (driver/reconcile.py) keeps only counts and the
+first mismatching offsets, so memory does not grow with the ranges."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+from pipeline.config import Settings
+from pipeline.driver.reconcile import KEEP, Findings, clip, published, reconcile, retained
+from pipeline.errors import ConfigError, DataError, PipelineError, TransientError
+from pipeline.plan.offsets import OffsetRange, PartitionOffsets
+
+log = logging.getLogger(__name__)
+
+NO_END = 2**63 - 1  # Postgres bigint's maximum: "no --to"
+PROGRESS_EVERY = 1_000_000  # records between progress lines inside one partition
+
+
+@dataclass
+class Filters:
+    topic: str | None = None
+    partition: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None  # exclusive
+
+    def window(self, topic: str, partition: int) -> OffsetRange:
+        return OffsetRange(topic, partition, self.from_offset or 0,
+                           NO_END if self.to_offset is None else self.to_offset)
+
+
+@dataclass
+class PartitionReport:
+    topic: str
+    partition: int
+    ranges: list[dict] = field(default_factory=list)  # the published ranges verified
+    expected: int = 0
+    rows: int = 0
+    dead_letters: int = 0
+    missing: int = 0
+    unexpected: int = 0
+    duplicates: int = 0
+    unpublished: int = 0  # rows or dead letters no succeeded run's range covers
+    not_verifiable: list[dict] = field(default_factory=list)  # {from, until, why}
+    mismatches: list[dict] = field(default_factory=list)  # the first few: {offset, kind, ...}
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.duplicates or self.unpublished)
+
+    def add(self, f: Findings) -> None:
+        for name in ("expected", "rows", "dead_letters", "missing", "unexpected",
+                     "duplicates"):
+            setattr(self, name, getattr(self, name) + getattr(f, name))
+        for kind, offsets, what in (
+                ("missing", f.missing_offsets, "a record in Kafka, in neither table"),
+                ("unexpected", f.unexpected_offsets, "in a table, but no record in Kafka "
+                 "(a forged row, or an aborted, compacted or transaction-marker offset)"),
+                ("duplicate", f.duplicate_offsets, "in both the results and the dead-letter "
+                 "table")):
+            for o in offsets:
+                self.mismatch(o, kind, what)
+
+    def mismatch(self, offset: int, kind: str, what: str) -> None:
+        if len(self.mismatches) < KEEP:
+            self.mismatches.append({"topic": self.topic, "partition": self.partition,
+                                    "offset": offset, "kind": kind, "what": what})
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass
+class VerifyReport:
+    pipeline: str
+    partitions: list[PartitionReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.partitions)
+
+    def first_mismatches(self, n: int = 5) -> list[dict]:
+        return [m for p in self.partitions for m in p.mismatches][:n]
+
+    def as_dict(self) -> dict:
+        return {"pipeline": self.pipeline, "ok": self.ok,
+                "partitions": [p.as_dict() for p in self.partitions]}
+
+
+def check_supported(settings: Settings) -> None:
+    if settings.sink.mode != "append":
+        raise ConfigError(
+            f"pipeline '{settings.name}': verify covers append sinks for now (this sink is "
+            f"sink.mode = '{settings.sink.mode}': its rows are state recomputed from many "
+            "records, not one row per offset)")
+    if settings.sink.transform:
+        raise ConfigError(
+            f"pipeline '{settings.name}': verify covers append sinks without a "
+            "[sink] transform for now (a transform may filter records out, so a record in "
+            "neither table is not proof of a loss)")
+
+
+def run_verify(settings: Settings, filters: Filters) -> VerifyReport:
+    from pipeline.driver.kafka_meta import KafkaMeta
+    from pipeline.executor.consume import reader_config
+    from pipeline.store import Store
+
+    check_supported(settings)
+    k = settings.kafka
+    reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
+    meta = KafkaMeta(k)
+    reports = []
+    with Store(settings) as store:
+        store.check_schema()
+        with store.snapshot():
+            plans = store.published_plans()
+            ranges = published([p for _, p in plans], store.archiving_runs(),
+                               [run_id for run_id, _ in plans])
+            selected = {tp: rs for tp, rs in ranges.items()
+                        if filters.topic in (None, tp[0])
+                        and filters.partition in (None, tp[1])}
+            held = kafka_offsets(meta, sorted({t for t, _ in selected}))
+            for i, ((topic, partition), rs) in enumerate(selected.items(), 1):
+                report = verify_partition(store, reader, k.timeout_seconds, topic, partition,
+                                          rs, filters, held.get((topic, partition)))
+                reports.append(report)
+                log.info("verify %s[%d] (%d/%d): %d records, %d rows, %d dead letters: %s",
+                         topic, partition, i, len(selected), report.expected, report.rows,
+                         report.dead_letters, "match" if report.ok else "MISMATCH",
+                         extra={"event": "verify.partition", "topic": topic,
+                                "partition": partition, "ok": report.ok})
+    return VerifyReport(settings.name, reports)
+
+
+def kafka_offsets(meta, topics: list[str]) -> dict[tuple[str, int], PartitionOffsets | None]:
+    """Each partition's earliest and latest offsets; a topic gone from Kafka holds none."""
+    out: dict[tuple[str, int], PartitionOffsets | None] = {}
+    for topic in topics:
+        try:
+            out.update({(o.topic, o.partition): o for o in meta.topic_offsets([topic])})
+        except DataError:  # the topic no longer exists: nothing of it can be verified
+            continue
+    return out
+
+
+def verify_partition(store, reader: dict, timeout: float, topic: str, partition: int,
+                     ranges: list[OffsetRange], filters: Filters,
+                     held: PartitionOffsets | None) -> PartitionReport:
+    from pipeline.store.tables import dead_letters
+
+    report = PartitionReport(topic, partition)
+    window = filters.window(topic, partition)
+    in_window = list(clip(ranges, window.from_offset, window.until_offset))
+    for r in in_window:
+        report.ranges.append(r.as_dict(count=False))
+        if held is None:
+            report.not_verifiable.append({**r.as_dict(count=False),
+                                          "why": "partition no longer in Kafka"})
+            continue
+        deleted, kept = retained(r, held.earliest)
+        if deleted:
+            report.not_verifiable.append({**deleted.as_dict(count=False),
+                                          "why": "deleted by retention"})
+        if kept:
+            # Past the log's end (a truncated log) Kafka returns nothing: rows there are
+            # unexpected, which is what they are.
+            readable = OffsetRange(topic, partition, kept.from_offset,
+                                   max(kept.from_offset, min(kept.until_offset, held.latest)))
+            report.add(reconcile(kept, records(reader, readable, timeout),
+                                 store.offsets_in(store.results, kept),
+                                 store.offsets_in(dead_letters, kept)))
+    for table, what in ((store.results, "a result row"), (dead_letters, "a dead letter")):
+        count, first = store.outside(table, window, in_window, KEEP)
+        report.unpublished += count
+        for o in first:
+            report.mismatch(o, "unpublished", f"{what} at an offset no succeeded run "
+                            "published")
+    return report
+
+
+def records(reader: dict, r: OffsetRange, timeout: float) -> Iterator[int]:
+    """The offsets of the records Kafka returns for ``r``, a batch at a time."""
+    from pipeline.executor.consume import read_range
+    from pipeline.executor.task_errors import Kind, TaskError
+
+    seen = 0
+    try:
+        for batch in read_range(reader, r, timeout):
+            for m in batch:
+                yield m.offset()
+            before, seen = seen, seen + len(batch)
+            if seen // PROGRESS_EVERY > before // PROGRESS_EVERY:
+                log.info("verify %s: %d records read", r, seen)
+    except TaskError as e:
+        error: type[PipelineError] = {Kind.CONFIG: ConfigError, Kind.PERMANENT: DataError
+                                      }.get(e.kind, TransientError)
+        raise error(f"verify: {e.message}") from None
