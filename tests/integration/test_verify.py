@@ -1,0 +1,130 @@
+"""pipeline verify on the real stack: an exact pipeline verifies clean, a deleted row and a
+forged row are named with their coordinates (exit 3), and a transactional topic's aborted
+records and markers are skipped offsets, not mismatches. In-process on the shared
+SparkSession; the command through pipeline.cli.main."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from pipeline.cli import main as cli_main
+from pipeline.driver.job import run_ingest
+from pipeline.driver.verify import Filters, run_verify
+from pipeline.errors import EXIT_DATA, EXIT_OK
+from tests.helpers import (
+    BOOTSTRAP,
+    TEST_DB_URL,
+    create_topic,
+    make_settings,
+    produce,
+    query,
+    toml_config,
+    unique,
+)
+from tests.integration._reliability import init_db
+from tests.integration.test_bad_input import order
+
+
+@pytest.fixture(scope="module")
+def pipeline(spark, tmp_path_factory):
+    """Two partitions, good records and dead letters, ingested by two runs."""
+    topic = create_topic(unique("verify"), 2)
+    produce(topic, [(b"k", order(i)) for i in range(20)], partition=0)
+    produce(topic, [(b"k", order(i)) for i in range(5)] + [(b"k", b"{bad")] * 3, partition=1)
+    s = init_db(make_settings(unique("verify"), [topic]))
+    run_ingest(s)
+    produce(topic, [(b"k", order(i)) for i in range(20, 30)], partition=0)
+    run_ingest(s)
+    config = tmp_path_factory.mktemp("verify") / "verify.toml"
+    config.write_text(toml_config(s.name, [topic], db_url=s.database_url))
+    return s, topic, config
+
+
+def execute(statement: str, params=None) -> None:
+    """A statement that returns no rows, as the tables' owner (a person tampering)."""
+    with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
+        conn.execute(statement, params)
+
+
+def verify(config, *args: str, capsys) -> tuple[int, str, str]:
+    code = cli_main(["verify", "--config", str(config), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_an_exact_pipeline_verifies_clean(pipeline, capsys):
+    s, topic, config = pipeline
+    code, out, err = verify(config, "--json", capsys=capsys)
+    assert code == EXIT_OK, err
+    report = json.loads(out)
+    assert report["ok"]
+    by_p = {p["partition"]: p for p in report["partitions"]}
+    assert (by_p[0]["expected"], by_p[0]["rows"], by_p[0]["dead_letters"]) == (30, 30, 0)
+    assert (by_p[1]["expected"], by_p[1]["rows"], by_p[1]["dead_letters"]) == (8, 5, 3)
+    code, out, _ = verify(config, "--topic", topic, "--partition", "0", "--from", "5",
+                          "--to", "12", capsys=capsys)
+    assert code == EXIT_OK and "verified: the tables match Kafka on 1 partition" in out
+
+
+def test_a_deleted_row_and_a_forged_row_are_named_and_exit_3(pipeline, capsys):
+    s, topic, config = pipeline
+    table = s.sink.table
+    saved = query(f'SELECT * FROM {table} WHERE topic = %s AND "partition" = 0 '
+                  'AND "offset" = 7', (topic,))
+    execute(f'DELETE FROM {table} WHERE topic = %s AND "partition" = 0 AND "offset" = 7',
+          (topic,))
+    # Rows at offsets Kafka does not have and no run published (partition 0 holds
+    # offsets 0-29, partition 1 offsets 0-7).
+    for p, o in ((0, 1000), (1, 8)):
+        execute(f'INSERT INTO {table} (topic, "partition", "offset", order_id, customer, '
+                "run_id) VALUES (%s, %s, %s, 1, 'forged', 0)", (topic, p, o))
+    try:
+        code, out, err = verify(config, capsys=capsys)
+        assert code == EXIT_DATA
+        assert f"{topic}[0] offset 7: missing" in out
+        assert f"{topic}[0] offset 7: missing" in err  # the one error line names it too
+        assert f"{topic}[0] offset 1000: unpublished" in out
+        assert "MISMATCH" in out
+        report = run_verify(s, Filters(topic=topic))
+        by_p = {p.partition: p for p in report.partitions}
+        assert (by_p[0].missing, by_p[0].unpublished, by_p[0].unexpected) == (1, 1, 0)
+        assert by_p[1].unpublished == 1 and by_p[1].mismatches[0]["offset"] == 8
+    finally:
+        execute(f'DELETE FROM {table} WHERE topic = %s AND customer = %s', (topic, "forged"))
+        with_cols = ", ".join('"' + c + '"' for c in (
+            r[0] for r in query("SELECT column_name FROM information_schema.columns WHERE "
+                                "table_name = %s ORDER BY ordinal_position", (table,))))
+        execute(f"INSERT INTO {table} ({with_cols}) VALUES "
+              f"({', '.join(['%s'] * len(saved[0]))})", saved[0])
+    assert verify(config, capsys=capsys)[0] == EXIT_OK
+
+
+def test_aborted_records_and_markers_verify_clean_and_a_row_claiming_one_is_unexpected(
+        spark, capsys):
+    topic = create_topic(unique("vtxn"), 1)
+    p = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": unique("txid")})
+    p.init_transactions(30)
+    for ids, commit in ((range(0, 5), True), (range(100, 105), False), (range(5, 10), True)):
+        p.begin_transaction()
+        for i in ids:
+            p.produce(topic, key=b"k", value=order(i), partition=0)
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+    s = init_db(make_settings(unique("vtxn"), [topic]))
+    assert run_ingest(s).rows_written == 10
+    report = run_verify(s, Filters())
+    (part,) = report.partitions
+    assert report.ok and part.expected == part.rows == 10
+    # Offsets 5-9 are the aborted records, 10 the abort marker: a row claiming one is
+    # not a record in Kafka.
+    execute(f"INSERT INTO {s.sink.table} (topic, \"partition\", \"offset\", order_id, customer, "
+          "run_id) VALUES (%s, 0, 7, 1, 'forged', 0)", (topic,))
+    report = run_verify(replace(s), Filters())
+    (part,) = report.partitions
+    assert not report.ok and part.unexpected == 1
+    assert part.mismatches[0]["offset"] == 7 and part.mismatches[0]["kind"] == "unexpected"
