@@ -46,10 +46,13 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                 "that matches the filters")
         return EXIT_OK
     bad = [p for p in report.partitions if not p.ok]
+    verdict = f"MISMATCH: {len(bad)} of {n} partition(s) do not match Kafka"
+    if not args.json:
+        print(verdict)
     first = "; ".join(describe(m) for m in report.first_mismatches(3))
-    raise DataError(f"verify: {len(bad)} of {n} partition(s) do not match Kafka: {first}; "
-                    "inspect them with 'pipeline verify --json', then reprocess the ranges "
-                    "('pipeline backfill --reprocess')")
+    raise DataError(f"verify: {verdict}: {first}; inspect them with 'pipeline verify "
+                    "--json'; re-read missing records with 'pipeline backfill --reprocess' "
+                    "over their offsets, which also replaces what the range held")
 
 
 VERIFY_HELP = """\

@@ -89,7 +89,7 @@ def test_a_deleted_row_and_a_forged_row_are_named_and_exit_3(pipeline, capsys):
         assert f"{topic}[0] offset 7: missing" in out
         assert f"{topic}[0] offset 7: missing" in err  # the one error line names it too
         assert f"{topic}[0] offset 1000: unpublished" in out
-        assert "MISMATCH" in out
+        assert "MISMATCH: 2 of 2 partition(s) do not match Kafka" in out
         report = run_verify(s, Filters(topic=topic))
         by_p = {p.partition: p for p in report.partitions}
         assert (by_p[0].missing, by_p[0].unpublished, by_p[0].unexpected) == (1, 1, 0)

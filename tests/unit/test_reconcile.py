@@ -89,3 +89,25 @@ def test_retained_splits_a_range_at_the_earliest_offset(earliest, deleted, kept)
     d, k = retained(OffsetRange("t", 0, 10, 20), earliest)
     assert (d and (d.from_offset, d.until_offset)) == (deleted and deleted)
     assert (k and (k.from_offset, k.until_offset)) == (kept and kept)
+
+
+@pytest.mark.parametrize(("sink", "says"), [
+    ({"mode": "upsert", "key": ["order_id"]}, "verify covers append sinks for now"),
+    ({"mode": "aggregate", "group_by": ["customer"], "aggregates": {"n": "count(*)"}},
+     "verify covers append sinks for now"),
+    ({"transform": "tests.integration.transforms.identity:transform"}, "without a")])
+def test_verify_refuses_the_sinks_it_cannot_prove_yet_with_exit_2(sink, says):
+    from pipeline.driver.verify import check_supported
+    from pipeline.errors import ConfigError
+    from tests.helpers import make_settings
+
+    with pytest.raises(ConfigError, match=says) as e:
+        check_supported(make_settings("p", ["t"], sink=sink))
+    assert e.value.exit_code == 2
+
+
+def test_verify_accepts_an_append_sink():
+    from pipeline.driver.verify import check_supported
+    from tests.helpers import make_settings
+
+    check_supported(make_settings("p", ["t"]))
