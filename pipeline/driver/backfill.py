@@ -89,12 +89,8 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
     try:
-        store.check_schema()
-        store.check_results_table()
-        if not dry_run:
-            # One lock for the whole sequence: no second backfill between two chunks.
-            store.lock_or_fail(kind, families=("backfill",))
-            store.abandon_stale_runs(("backfill",))
+        # One lock for the whole sequence: no second backfill between two chunks.
+        store.ready_for(kind, ("backfill",), lock=not dry_run)
         topics = sorted({r.topic for r in ranges})
         topic_ids = meta.topic_ids(topics)
         # Rows of a recreated topic that was not reset would mix two topics' records.

@@ -43,11 +43,7 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
     try:
-        store.check_schema()
-        store.check_results_table()
-        if not dry_run:
-            store.lock_or_fail()
-            store.abandon_stale_runs()
+        store.ready_for("run", lock=not dry_run)
         stored = store.load_offsets(settings.kafka.topics)
         kafka = meta.topic_offsets(settings.kafka.topics)
         seen.latest = {(k.topic, k.partition): k.latest for k in kafka}

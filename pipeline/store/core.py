@@ -15,6 +15,8 @@ Nothing here runs on the executors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pipeline.store.locks import Locks
 from pipeline.store.offsets import Offsets
 from pipeline.store.queries import Queries
@@ -29,3 +31,14 @@ class Store(Schema, Locks, RunRows, Offsets, Results, Queries, Verification):
 
     def __enter__(self) -> Store:
         return self
+
+    def ready_for(self, what: str, families: Sequence[str] = ("ingest",), *,
+                  lock: bool = True) -> None:
+        """Before a run reads anything: the schema and the results table as the config
+        says, then (``lock``; not for a dry run) the families' locks, held until close, and
+        the clean-up after crashed runs of those families."""
+        self.check_schema()
+        self.check_results_table()
+        if lock:
+            self.lock_or_fail(what, families=families)
+            self.abandon_stale_runs(families)
