@@ -21,6 +21,7 @@ POINTS = (
     "after_stage",  # every task staged; the publishing transaction open, nothing committed
     "before_commit",  # inside the publishing transaction, before COMMIT
     "after_commit",  # committed, before the process exits
+    "replay_before_commit",  # inside a dead-letter replay's transaction, before COMMIT
 )
 
 _SPEC = os.environ.get("PIPELINE_FAULT", "")
