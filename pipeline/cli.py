@@ -9,14 +9,14 @@ import sys
 from collections.abc import Sequence
 
 from pipeline import logs
-from pipeline.commands import backfill, lag, offsets, run, runs, unlock, verify
+from pipeline.commands import backfill, dead_letters, lag, offsets, run, runs, unlock, verify
 from pipeline.commands.args import CommandParser, epilog
 from pipeline.config import MASK_LOGS, load_settings, mask
 from pipeline.errors import EXIT_INTERNAL, PipelineError
 
 log = logging.getLogger("pipeline")
 
-COMMANDS = (run, backfill, lag, offsets, runs, unlock, verify)  # in --help's order
+COMMANDS = (run, backfill, lag, offsets, runs, unlock, verify, dead_letters)  # in --help's order
 
 EXAMPLES = """\
 examples:

@@ -22,6 +22,11 @@ POINTS = (
     "before_commit",  # inside the publishing transaction, before COMMIT
     "after_commit",  # committed, before the process exits
 )
+# A dead-letter replay's points (driver/replay.py; tests/integration/test_dead_letters.py):
+# apart from POINTS, whose every point an ingest run passes (test_faults.py kills one at each).
+REPLAY_POINTS = (
+    "replay_before_commit",  # inside the replay's one transaction, before COMMIT
+)
 
 _SPEC = os.environ.get("PIPELINE_FAULT", "")
 # Spark's Python daemon moves its workers into a process group of their own (setpgid), so

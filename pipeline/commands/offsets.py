@@ -118,7 +118,8 @@ def change_table(changes: Sequence[OffsetChange]) -> str:
                          for c in changes])
 
 
-def confirm(question: str, yes: bool, stdin=None, out=None) -> bool:
+def confirm(question: str, yes: bool, stdin=None, out=None,
+            refusing: str = "change offsets") -> bool:
     """True to go ahead. --yes skips the question; without a terminal there is nobody to
     ask, so refuse rather than guess."""
     if yes:
@@ -126,7 +127,7 @@ def confirm(question: str, yes: bool, stdin=None, out=None) -> bool:
     stdin = stdin or sys.stdin
     out = out or sys.stderr
     if not (hasattr(stdin, "isatty") and stdin.isatty()):
-        raise ConfigError("refusing to change offsets without confirmation: stdin is not a "
+        raise ConfigError(f"refusing to {refusing} without confirmation: stdin is not a "
                           "terminal; review the table above and rerun with --yes")
     print(f"{question} [y/N] ", end="", file=out, flush=True)
     answer = stdin.readline().strip().lower()

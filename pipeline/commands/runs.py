@@ -10,7 +10,7 @@ from pipeline.commands.output import print_json, render_table
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK
 
-RUN_KINDS = ("ingest", "backfill", "reprocess", "offsets")
+RUN_KINDS = ("ingest", "backfill", "reprocess", "offsets", "replay")
 RUN_STATUSES = ("running", "succeeded", "noop", "failed", "abandoned")
 
 

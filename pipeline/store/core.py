@@ -8,6 +8,7 @@ per concern (composed here so that callers hold one object):
 - offsets.py, archive.py: the stored offsets, and a recreated topic's archive
 - results.py: the publishing transaction's statements besides the sink's merge
 - queries.py: what the operator commands read; verify.py: what `pipeline verify` reads
+- dead_letters.py: what `pipeline dead-letters` lists, and a replay's statements
 
 Every column list comes from pipeline/store/tables.py or the sink (pipeline/sinks/).
 Nothing here runs on the executors.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pipeline.store.dead_letters import DeadLetterRows
 from pipeline.store.locks import Locks
 from pipeline.store.offsets import Offsets
 from pipeline.store.queries import Queries
@@ -26,7 +28,8 @@ from pipeline.store.schema import Schema
 from pipeline.store.verify import Verification
 
 
-class Store(Schema, Locks, RunRows, Offsets, Results, Queries, Verification):
+class Store(Schema, Locks, RunRows, Offsets, Results, Queries, Verification,
+            DeadLetterRows):
     """The driver's one session; it holds the pipeline's run lock while it is open."""
 
     def __enter__(self) -> Store:

@@ -25,6 +25,7 @@ class Kind(StrEnum):
     BACKFILL = "backfill"  # re-reads explicit ranges; offsets stay; rows already there stay
     REPROCESS = "reprocess"  # a backfill that replaces what the ranges held
     OFFSETS = "offsets"  # an operator's change of the stored offsets (no read)
+    REPLAY = "replay"  # dead letters re-decoded with the current [sink] (driver/replay.py)
 
     @property
     def family(self) -> str:
@@ -43,9 +44,11 @@ class Kind(StrEnum):
 # runs beside the scheduled ingest instead of making it exit 75 for hours. Both write
 # results idempotently; two runs writing the same offsets at once are told apart by the
 # results table's key (one waits, then conflicts and retries: see db_errors). 'offsets'
-# changes take both.
+# changes take both. A dead-letter replay takes the ingest lock: it writes the results and
+# dead-letter tables the scheduled run writes, so the two take turns (a busy one exits 75),
+# and a replay killed mid-way is marked abandoned by the next ingest, which knows its kind.
 FAMILIES: dict[str, tuple[Kind, ...]] = {
-    "ingest": (Kind.INGEST,), "backfill": (Kind.BACKFILL, Kind.REPROCESS),
+    "ingest": (Kind.INGEST, Kind.REPLAY), "backfill": (Kind.BACKFILL, Kind.REPROCESS),
     "offsets": (Kind.OFFSETS,)}
 
 

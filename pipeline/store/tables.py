@@ -65,7 +65,7 @@ runs = Table(
     "pipeline_runs", metadata,
     Column("run_id", BigInteger, primary_key=True),  # bigserial
     Column("pipeline", Text, nullable=False),
-    Column("kind", Text, nullable=False),  # ingest | backfill | reprocess | offsets
+    Column("kind", Text, nullable=False),  # ingest | backfill | reprocess | offsets | replay
     Column("status", Text, nullable=False),  # running | succeeded | noop | failed | abandoned
     Column("started_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
     Column("finished_at", TIMESTAMPTZ),
@@ -127,6 +127,12 @@ def _like(table: Table) -> list[Column]:
 
 dead_letters_archived = Table("pipeline_dead_letters_archived", metadata,
                               *_like(dead_letters), *_archive_columns())
+# Dead letters 'pipeline dead-letters replay' turned into rows, moved in its transaction
+# (sql/005).
+dead_letters_replayed = Table(
+    "pipeline_dead_letters_replayed", metadata, *_like(dead_letters),
+    Column("replayed_run_id", BigInteger, nullable=False),
+    Column("replayed_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
 # Created on first use (Store.set_offsets) from the live results table, so only its extra
 # columns are declared here.
 RESULTS_ARCHIVE_COLUMNS = _archive_columns()

@@ -23,9 +23,11 @@ GRANT SELECT, INSERT, UPDATE ON :"schema".pipeline_runs TO :"role";
 GRANT USAGE ON SEQUENCE :"schema".pipeline_runs_run_id_seq TO :"role";
 
 -- Dead letters: inserted on publish; a reprocess replaces (UPDATE) or removes (DELETE)
--- those of its ranges; 'offsets reset' of a recreated topic moves them to the archive.
+-- those of its ranges; a replay updates (UPDATE) or removes (DELETE) those it re-decodes; 'offsets reset' of a recreated topic moves them to the archive.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".pipeline_dead_letters TO :"role";
 GRANT SELECT, INSERT ON :"schema".pipeline_dead_letters_archived TO :"role";
+-- 'dead-letters replay' moves the dead letters it turned into rows (sql/005).
+GRANT SELECT, INSERT ON :"schema".pipeline_dead_letters_replayed TO :"role";
 
 -- The results table: COPY/INSERT on publish, ON CONFLICT DO UPDATE and DELETE on
 -- reprocess, DELETE when 'offsets reset' archives a recreated topic's rows.

@@ -6,8 +6,8 @@ from pipeline.store.run import FAMILIES, Kind, Run, kinds_of, lock_key, staging_
 
 
 def test_a_backfill_or_reprocess_has_its_own_lock_an_offsets_change_may_hold_both():
-    assert [k.family for k in Kind] == ["ingest", "backfill", "backfill", "ingest"]
-    assert kinds_of("ingest") == (Kind.INGEST, Kind.OFFSETS)
+    assert [k.family for k in Kind] == ["ingest", "backfill", "backfill", "ingest", "ingest"]
+    assert kinds_of("ingest") == (Kind.INGEST, Kind.REPLAY, Kind.OFFSETS)
     assert kinds_of("backfill") == (Kind.BACKFILL, Kind.REPROCESS, Kind.OFFSETS)
     assert set(FAMILIES) == {"ingest", "backfill", "offsets"}
     assert lock_key("p", "ingest") == "p" and lock_key("p", "backfill") == "p:backfill"

@@ -1,0 +1,177 @@
+"""``pipeline dead-letters replay`` on the driver: re-decode chosen dead letters with the
+current ``[sink]`` and, in ONE Postgres transaction, land the rows that now succeed through
+the pipeline's sink (append: insert; upsert: the newest-wins merge; aggregate: added to the
+totals), move their dead letters to pipeline_dead_letters_replayed, give the ones that still
+fail their new reason, and write the run row (kind 'replay').
+
+Exactly once: the dead letters are locked (FOR UPDATE) and leave the table in the very
+transaction that writes their rows, so a second replay finds only what still fails, and a
+crash before COMMIT leaves everything as it was. The run holds the pipeline's ingest lock
+(store/run.py FAMILIES): it takes turns with the scheduled ingest.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from itertools import groupby
+from typing import Any
+
+from psycopg import sql
+from sqlalchemy.schema import CreateTable
+
+from pipeline import faults
+from pipeline.config import Settings
+from pipeline.driver.replay_records import decode, refusal
+from pipeline.driver.report import Timer
+from pipeline.errors import ConfigError
+from pipeline.formats import copy_binary
+from pipeline.plan.offsets import OffsetRange
+from pipeline.store import Store, tables
+from pipeline.store.dead_letters import REFAILED, DeadLetterFilter
+from pipeline.store.identifiers import identifiers
+from pipeline.store.run import Kind, Run
+
+log = logging.getLogger("pipeline")
+
+ROWS = "_replay_rows"  # temp table: the replayed rows, merged by the sink
+
+
+@dataclass
+class ReplayReport:
+    pipeline: str
+    run_id: int | None
+    dry_run: bool
+    chosen: int = 0
+    replayed: int = 0
+    still_failing: int = 0
+    reasons_changed: int = 0
+    rows_written: int = 0
+    rows_deleted: int = 0
+    per_partition: dict[str, dict[str, int]] = field(default_factory=dict)
+    still_failing_by_type: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _DryRun(Exception):
+    """Rolls the replay's transaction back after it has done everything but COMMIT."""
+
+
+def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
+               ) -> ReplayReport:
+    if why := refusal(settings):
+        raise ConfigError(why)
+    timer = Timer()
+    with Store(settings) as store:
+        store.check_schema()
+        store.check_results_table()  # the fixed config's columns must be the table's
+        if dry_run:  # no lock, no run row: everything but COMMIT, then rolled back
+            run = Run(0, Kind.REPLAY, settings.name, settings.schema)
+            report = ReplayReport(settings.name, None, True)
+            try:
+                _replay(store, settings, run, f, report, timer)
+            except _DryRun:
+                pass
+            return report
+        store.lock_or_fail("dead-letter replay")
+        store.abandon_stale_runs()
+        run = store.start_run(Kind.REPLAY, details={"filters": f.as_dict()})
+        report = ReplayReport(settings.name, run.id, False)
+        try:
+            _replay(store, settings, run, f, report, timer)
+        except BaseException as e:
+            try:
+                store.fail_run(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
+                               getattr(e, "exit_code", 1), timer.as_dict())
+            except Exception:  # noqa: BLE001 - the database may be what failed
+                log.debug("could not record the failure of run %s", run.id, exc_info=True)
+            raise
+    log.info("run %s replay: %d dead letters chosen, %d replayed into %d rows, %d still "
+             "failing (%d with a new reason)", run.id, report.chosen, report.replayed,
+             report.rows_written, report.still_failing, report.reasons_changed,
+             extra={"event": "replay.done", "run_id": run.id, "chosen": report.chosen,
+                    "replayed": report.replayed, "still_failing": report.still_failing})
+    return report
+
+
+def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
+            report: ReplayReport, timer: Timer) -> None:
+    from pipeline.executor.task import EncoderSettings
+
+    sink = settings.sink
+    # The executors' encoder, built as job.stage_ranges builds it: the same rows.
+    encoder = EncoderSettings(
+        sink.format, tuple((c.name, c.type, c.required) for c in sink.columns), run.id,
+        sink.key if sink.deletes else ()).encoder()
+    with store.transaction() as conn:
+        store.set_timeouts(conn)
+        report.chosen = store.choose_dead_letters(f)
+        if not report.chosen:
+            log.info("replay: no dead letter of pipeline '%s' matches %s", settings.name,
+                     f.as_dict() or "(all)")
+            if not report.dry_run:
+                store.finish_noop(run.id, timer.as_dict())
+            return
+        store.run(CreateTable(tables.record_batch(sink, ROWS)))
+        store.refailed_table()
+        cols = identifiers(c.name for c in tables.written(store.records))
+        spans: dict[tuple[str, int], list[int]] = {}
+        for page in store.chosen_pages():
+            for (topic, partition), group in groupby(page, key=lambda r: (r[0], r[1])):
+                rows = list(group)
+                d = decode(encoder, topic, partition, rows)
+                _copy(conn, ROWS, cols, d.rows, encoder.binary)
+                _copy(conn, ROWS, identifiers(tables.tombstone_columns(sink)), d.tombstones)
+                _copy(conn, REFAILED, identifiers(c.name for c in tables.DEAD_LETTER_FIELDS),
+                      d.dead)
+                name = f"{topic}[{partition}]"
+                part = report.per_partition.setdefault(name, {"replayed": 0,
+                                                              "still_failing": 0})
+                part["replayed"] += len(d.replayed)
+                part["still_failing"] += len(d.failing)
+                span = spans.setdefault((topic, partition), [rows[0][2], rows[-1][2]])
+                span[1] = rows[-1][2]
+                log.info("replay %s offsets %d-%d: %d decode now, %d still fail", name,
+                         rows[0][2], rows[-1][2], len(d.replayed), len(d.failing),
+                         extra={"event": "replay.partition", "topic": topic,
+                                "partition": partition, "from": rows[0][2],
+                                "to": rows[-1][2], "replayed": len(d.replayed),
+                                "still_failing": len(d.failing)})
+        merged = store.sink.merge(conn, ROWS, run)
+        report.rows_written, report.rows_deleted = merged.rows, merged.deleted
+        report.replayed = store.move_replayed(run.id)
+        report.reasons_changed = store.update_refailed()
+        report.still_failing = report.chosen - report.replayed
+        report.still_failing_by_type = dict(conn.execute(sql.SQL(
+            "SELECT error_type, count(*) FROM {} GROUP BY 1 ORDER BY 2 DESC").format(
+                sql.Identifier(REFAILED))).fetchall())
+        faults.inject("replay_before_commit")
+        if report.dry_run:
+            raise _DryRun
+        timer.lap("replay")
+        store.set_planned(run.id, [OffsetRange(t, p, lo, hi + 1)
+                                   for (t, p), (lo, hi) in sorted(spans.items())])
+        store.succeed_run(run, records_read=report.chosen, rows_written=merged.rows,
+                          dead_letters=report.still_failing,
+                          per_partition=report.per_partition, timings=timer.as_dict(),
+                          rows_deleted=merged.deleted)
+        store.add_run_details(run.id, {"replayed": report.replayed,
+                                       "reasons_changed": report.reasons_changed,
+                                       "still_failing_by_type": report.still_failing_by_type})
+    # COMMIT: the rows, the moved and updated dead letters and the run row, at once.
+
+
+def _copy(conn, table: str, cols, lines: list, binary: bool = False) -> None:
+    if not lines:
+        return
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+            sql.Identifier(table), cols,
+            sql.SQL(" (FORMAT BINARY)" if binary else ""))) as cp:
+        if binary:
+            cp.write(copy_binary.SIGNATURE)
+        for line in lines:
+            cp.write(line)
+        if binary:
+            cp.write(copy_binary.TRAILER)
