@@ -3,7 +3,11 @@ declared long that receives decimals; the config (and the table) fixed to double
 SIGKILLed inside its transaction leaves all as it was; the replay writes exactly the rows
 the records give, moves the dead letters, keeps what still fails with its new reason; a
 second replay changes nothing; a transform sink is refused (exit 2); a running ingest's lock
-makes it wait its turn (exit 75). One ingest (Spark, in-process); the rest is the driver."""
+makes it wait its turn (exit 75); verify is still clean after the replay. Upsert and aggregate
+sinks: the replay lands through the sink's merge (an older record never replaces a newer row,
+a key without a row gets one; totals count each replayed record once), checked against a
+recomputation from what was produced. A few ingests (Spark, in-process); the rest is the
+driver."""
 
 from __future__ import annotations
 
@@ -186,3 +190,138 @@ def test_a_transform_sink_is_refused_with_exit_2(broken, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == EXIT_CONFIG
     assert "[sink] transform" in err and "backfill --reprocess" in err
+
+
+def test_verify_is_clean_after_an_append_replay(broken, capsys):
+    """Replayed records leave pipeline_dead_letters as their rows land: verify still finds
+    each record in exactly one of the two tables (exit 0)."""
+    s, _, path = broken
+    as_owner(f"ALTER TABLE {s.sink.table} ALTER COLUMN qty TYPE double precision")
+    run_replay(fixed(s), DeadLetterFilter())  # replays what the test above may have left
+    config = path / "verify.toml"
+    config.write_text(config_text(s, {**COLUMNS, "qty": "double"}))
+    assert cli_main(["verify", "--config", str(config), "--json"]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and len(report["partitions"]) == 2
+    parts = report["partitions"]
+    assert sum(p["expected"] for p in parts) == GOOD + DECIMAL + WORDS
+    assert (sum(p["rows"] for p in parts), sum(p["dead_letters"] for p in parts)) == (
+        GOOD + DECIMAL, WORDS)
+    assert not any(p["missing"] or p["duplicates"] or p["unexpected"] or p["unpublished"]
+                   for p in parts)
+
+
+# Upsert and aggregate sinks: the replay lands through the sink's own merge. The expected
+# tables are recomputed from what was produced, with qty as double (words still fail).
+
+def decodes(qty) -> bool:
+    return not isinstance(qty, str)
+
+
+def with_double(s, sink: dict):
+    """The fixed settings of a sink mode's pipeline ``s``: qty declared double."""
+    return replace(make_settings(s.name, list(s.kafka.topics), sink={
+        **sink, "columns": {**COLUMNS, "qty": "double"}}), database_url=s.database_url)
+
+
+KEYED = {"mode": "upsert", "key": ["order_id"]}
+
+
+def versions(i: int) -> list:
+    """An order's qty per version, in the order produced (version v: i * 10 + v; a decimal
+    is a dead letter while qty is long). By i % 4: an older dead letter under a newer row;
+    a dead letter only (no row); a row under a newer dead letter; an older dead letter, a
+    row, and a newer record that fails either way."""
+    v = i * 10
+    return [[v + 1.5, v + 2], [v + 1.5], [v + 1, v + 2.5], [v + 1.5, v + 2, "many"]][i % 4]
+
+
+def test_upsert_replay_keeps_newer_rows_and_lands_new_keys(spark):
+    topic = create_topic(unique("dlq_up"), 2)
+    ids = {p: [i for i in range(80) if i % 2 == p] for p in (0, 1)}
+    produced: dict[tuple[int, int], tuple[int, object]] = {}  # (partition, offset) -> record
+
+    def send(p: int, vs: list[tuple[int, object]]) -> None:
+        start = sum(1 for q, _ in produced if q == p)
+        produce(topic, [(str(i).encode(), doc(i, q)) for i, q in vs], partition=p)
+        produced.update({(p, start + n): r for n, r in enumerate(vs)})
+
+    s = init_db(make_settings(unique("dlq_up"), [topic], sink={**KEYED, "columns": COLUMNS}))
+    # Two ingests: the first versions, then the later ones (a newer row by a later run).
+    for first in (True, False):
+        for p in (0, 1):
+            send(p, [(i, q) for i in ids[p] for q in
+                     (versions(i)[:1] if first else versions(i)[1:])])
+        run_ingest(s)
+    as_owner(f"ALTER TABLE {s.sink.table} ALTER COLUMN qty TYPE double precision")
+    table = (f'SELECT order_id, "partition", "offset", customer, qty, run_id FROM '
+             f"{s.sink.table} ORDER BY 1")
+    before = {r[0]: r for r in query(table)}
+
+    report = run_replay(with_double(s, KEYED), DeadLetterFilter())
+    # Expected: per key, its newest record (highest offset: one partition per key) that
+    # decodes with qty as double.
+    newest: dict[int, tuple] = {}
+    for (p, o), (i, q) in sorted(produced.items()):
+        if decodes(q):
+            newest[i] = (i, p, o, f"c{i}", q)
+    rows = query(table)
+    assert [r[:5] for r in rows] == [newest[i] for i in sorted(newest)]
+    replaced = {r[0] for r in rows if r[5] == report.run_id}
+    assert replaced == {i for i in range(80) if i % 4 in (1, 2)}  # older rows never replaced
+    assert all(before[i] == r for r in rows if (i := r[0]) not in replaced)
+    dead = sum(1 for i, q in produced.values() if not decodes(q))
+    decimals = sum(1 for i, q in produced.values() if isinstance(q, float))
+    assert (report.chosen, report.replayed, report.still_failing, report.rows_written) == (
+        decimals + dead, decimals, dead, len(replaced))
+    assert query("SELECT count(*) FROM pipeline_dead_letters WHERE pipeline = %s",
+                 (s.name,)) == [(dead,)]
+
+    again = run_replay(with_double(s, KEYED), DeadLetterFilter())
+    assert (again.chosen, again.replayed, again.rows_written) == (dead, 0, 0)
+    assert query(table) == rows
+
+
+TOTALS = {"mode": "aggregate", "group_by": ["customer"],
+          "aggregates": {"orders": "count(*)", "total": "sum(qty)", "smallest": "min(qty)",
+                         "biggest": "max(qty)", "priced": "count(qty)"}}
+
+
+def test_aggregate_replay_adds_to_the_totals_exactly_once(spark):
+    topic = create_topic(unique("dlq_agg"), 2)
+    # qty: an int, a decimal (a dead letter while long), none (a row, no value), a word.
+    sent = [(i, [i, i + 0.5, None, i + 0.5, "many"][i % 5]) for i in range(300)]
+    produce(topic, [(str(i).encode(), json.dumps(
+        {"order_id": i, "customer": f"c{i % 6}", "qty": q}).encode()) for i, q in sent])
+    s = init_db(make_settings(unique("dlq_agg"), [topic], sink={**TOTALS, "columns": COLUMNS}))
+    run_ingest(s)
+    for col in ("total", "smallest", "biggest"):
+        as_owner(f"ALTER TABLE {s.sink.table} ALTER COLUMN {col} TYPE double precision")
+    totals = (f"SELECT customer, orders, total, smallest, biggest, priced FROM "
+              f"{s.sink.table} ORDER BY 1")
+
+    def expected() -> list[tuple]:
+        groups: dict[str, list] = {}
+        for i, q in sent:
+            if decodes(q):
+                groups.setdefault(f"c{i % 6}", []).append(q)
+        out = []
+        for c, qs in sorted(groups.items()):
+            vals = [q for q in qs if q is not None]
+            out.append((c, len(qs), float(sum(vals)), float(min(vals)), float(max(vals)),
+                        len(vals)))
+        return out
+
+    fixed_settings = with_double(s, TOTALS)
+    # Partition 0 first, then the rest: each replayed record counts once.
+    first = run_replay(fixed_settings, DeadLetterFilter(partition=0))
+    rest = run_replay(fixed_settings, DeadLetterFilter())
+    decimals = sum(1 for _, q in sent if isinstance(q, float))
+    words = sum(1 for _, q in sent if isinstance(q, str))
+    assert first.replayed + rest.replayed == decimals and 0 < first.replayed < decimals
+    assert rest.still_failing == words
+    assert query(totals) == expected()
+
+    again = run_replay(fixed_settings, DeadLetterFilter())
+    assert (again.chosen, again.replayed, again.rows_written) == (words, 0, 0)
+    assert query(totals) == expected()
