@@ -25,7 +25,8 @@ def mark(df, sink: SinkSettings):
     """One DataFrame with every record: the result columns, the dead-letter columns and
     ``error_code`` (null for a good record, else a short code that json_diagnose.diagnose
     explains, with ``_parsed`` = Spark's typed parse for a rejected parse). Lets a single
-    pass stage both outputs. JSON: key, value and headers are kept for bad records only."""
+    pass stage both outputs. JSON: key, value and headers (Kafka's array, serialised by
+    ``split``) are kept for bad records only."""
     from pyspark.sql import functions as F
 
     if sink.format == "raw":
@@ -53,7 +54,10 @@ def split(marked, sink: SinkSettings):
 
     good = marked.where(F.col("error_code").isNull())
     results = good.select(*result_names(sink))
-    dead = marked.where(F.col("error_code").isNotNull()).select(*DEAD_INPUT_COLUMNS)
+    dead = marked.where(F.col("error_code").isNotNull())
+    if dict(dead.dtypes)["headers"].startswith("array"):  # the JSON format's mark
+        dead = dead.withColumn("headers", _headers_json(F))
+    dead = dead.select(*DEAD_INPUT_COLUMNS)
     if sink.transform:
         results = load_transform(sink.transform)(results)
         missing = [c for c in COORDINATES if c not in results.columns]
@@ -125,13 +129,13 @@ def _parse_json(base, sink: SinkSettings, F):
         "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
         *[value.alias(c.name) for value, c in zip(values, sink.columns, strict=True)],
         code.alias("error_code"), "_p")
-    # A good record carries no dead-letter columns (null): nothing to cache for it, and its
-    # headers are never serialised.
+    # A good record carries no dead-letter columns (null): nothing to cache for it. The
+    # headers stay Kafka's array here (split serialises a dead letter's): to_json over a
+    # lambda has no generated code, and would make this whole projection interpreted.
     bad = F.col("error_code").isNotNull()
     return marked.select(
         "topic", "partition", "offset",
-        *[F.when(bad, F.col(n)).alias(n) for n in ("key", "value")],
-        F.when(bad, _headers_json(F)).alias("headers"),
+        *[F.when(bad, F.col(n)).alias(n) for n in ("key", "value", "headers")],
         "kafka_timestamp", *[F.col(f"`{c.name}`") for c in sink.columns], "error_code",
         F.when(F.col("error_code") == F.lit(d.PARSE), F.to_json("_p")).alias("_parsed"))
 
