@@ -210,8 +210,8 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
 
 def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
     """A user transform works on a DataFrame of the good rows: Spark's Kafka source reads
-    once into the executors' cache (never the driver), Spark SQL parses and marks each
-    record (transform.mark), and both outputs are staged from it."""
+    once, Spark SQL parses and marks each record (transform.mark) into the executors'
+    cache (never the driver), and both outputs are staged from it."""
     from pyspark import StorageLevel
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -220,7 +220,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.executor.task import LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.read import read_ranges
-    from pipeline.spark.transform import to_rows
+    from pipeline.spark.transform import mark, split
     from pipeline.store import tables
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
@@ -233,9 +233,12 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     records = records.coalesce(max(len(pack_ranges(split_ranges(ranges, slots), slots)), 1))
     columns = tables.typed(tables.from_record(tables.record_rows(settings.sink)))
     dead_columns = tables.typed(tables.DEAD_LETTER_FIELDS)
-    cached = records.persist(StorageLevel.MEMORY_AND_DISK)
+    # The parse is cached, not the records: each output filters the cache, and the parse
+    # runs once per record (a filter over an uncached parse is pushed below it and parses
+    # again per check).
+    cached = mark(records, settings.sink).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        results, dead = to_rows(cached, settings.sink)
+        results, dead = split(cached, settings.sink)
         missing = [n for n, _ in columns if n not in results.columns]
         if missing:
             raise ConfigError(f"results lack the columns {missing} of table "

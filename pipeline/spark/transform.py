@@ -14,10 +14,10 @@ from pipeline.errors import ConfigError
 COORDINATES = ["topic", "partition", "offset"]
 
 
-def _headers_json(F):
+def _headers_json(F, headers="headers"):
     # Header values are bytes and may not be UTF-8: keep them exactly, as base64.
     return F.to_json(F.transform(
-        F.coalesce(F.col("headers"), F.array().cast("array<struct<key:string,value:binary>>")),
+        F.coalesce(F.col(headers), F.array().cast("array<struct<key:string,value:binary>>")),
         lambda h: F.struct(h["key"].alias("key"), F.base64(h["value"]).alias("value_b64"))))
 
 
@@ -25,28 +25,39 @@ def mark(df, sink: SinkSettings):
     """One DataFrame with every record: the result columns, the dead-letter columns and
     ``error_code`` (null for a good record, else a short code that json_diagnose.diagnose
     explains, with ``_parsed`` = Spark's typed parse for a rejected parse). Lets a single
-    pass stage both outputs."""
+    pass stage both outputs. JSON: key, value and headers (Kafka's array, serialised by
+    ``split``) are kept for bad records only."""
     from pyspark.sql import functions as F
 
-    base = df.select(
-        "topic", "partition", "offset", "key", "value",
-        _headers_json(F).alias("headers"),
-        F.col("timestamp").alias("kafka_timestamp"),
-    )
     if sink.format == "raw":
-        return base.select("*", F.lit(None).cast("string").alias("error_code"),
-                           F.lit(None).cast("string").alias("_parsed"))
-    return _parse_json(base, sink, F)
+        return df.select(
+            "topic", "partition", "offset", "key", "value",
+            _headers_json(F).alias("headers"),
+            F.col("timestamp").alias("kafka_timestamp"),
+            F.lit(None).cast("string").alias("error_code"),
+            F.lit(None).cast("string").alias("_parsed"))
+    return _parse_json(df.select("topic", "partition", "offset", "key", "value", "headers",
+                                 F.col("timestamp").alias("kafka_timestamp")), sink, F)
 
 
 def to_rows(df, sink: SinkSettings):
     """Returns (results, dead_letters) DataFrames, the user transform applied to results."""
+    return split(mark(df, sink), sink)
+
+
+def split(marked, sink: SinkSettings):
+    """A marked DataFrame (``mark``) -> (results, dead_letters), the user transform applied
+    to results. ``marked`` should be persisted: both outputs filter it, and a filter over an
+    unpersisted ``mark`` is pushed below its parse, which Spark then evaluates once per
+    check that reads the parse (docs/benchmarks.md, "Transform path: profile")."""
     from pyspark.sql import functions as F
 
-    marked = mark(df, sink)
     good = marked.where(F.col("error_code").isNull())
     results = good.select(*result_names(sink))
-    dead = marked.where(F.col("error_code").isNotNull()).select(*DEAD_INPUT_COLUMNS)
+    dead = marked.where(F.col("error_code").isNotNull())
+    if dict(dead.dtypes)["headers"].startswith("array"):  # the JSON format's mark
+        dead = dead.withColumn("headers", _headers_json(F))
+    dead = dead.select(*DEAD_INPUT_COLUMNS)
     if sink.transform:
         results = load_transform(sink.transform)(results)
         missing = [c for c in COORDINATES if c not in results.columns]
@@ -118,8 +129,14 @@ def _parse_json(base, sink: SinkSettings, F):
         "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
         *[value.alias(c.name) for value, c in zip(values, sink.columns, strict=True)],
         code.alias("error_code"), "_p")
+    # A good record carries no dead-letter columns (null): nothing to cache for it. The
+    # headers stay Kafka's array here (split serialises a dead letter's): to_json over a
+    # lambda has no generated code, and would make this whole projection interpreted.
+    bad = F.col("error_code").isNotNull()
     return marked.select(
-        *[F.col(f"`{n}`") for n in marked.columns if n != "_p"],
+        "topic", "partition", "offset",
+        *[F.when(bad, F.col(n)).alias(n) for n in ("key", "value", "headers")],
+        "kafka_timestamp", *[F.col(f"`{c.name}`") for c in sink.columns], "error_code",
         F.when(F.col("error_code") == F.lit(d.PARSE), F.to_json("_p")).alias("_parsed"))
 
 
