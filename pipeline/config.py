@@ -11,7 +11,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
@@ -77,6 +77,9 @@ class Aggregate:
 
 
 SINK_MODES = ("append", "upsert", "aggregate")
+# [sink] evolve: "off" (a column the table lacks is an exit-2 error before reading) or
+# "add_columns" (added in the publishing transaction: pipeline/store/evolve.py).
+Evolve = Literal["off", "add_columns"]
 AGGREGATE = re.compile(r"^(sum|count|min|max)\(\s*(\*|[a-z_][a-z0-9_]*)\s*\)$|^count$")
 
 
@@ -93,6 +96,7 @@ class SinkSettings:
     key: tuple[str, ...] = ()  # upsert: the business key; aggregate: the group_by columns
     tombstones: str = "delete"  # upsert: a null value with a key deletes | dead_letter
     aggregates: tuple[Aggregate, ...] = ()
+    evolve: Evolve = "off"
 
     @property
     def deletes(self) -> bool:
@@ -237,7 +241,7 @@ _SECTIONS: dict[str, set[str]] = {
               "consumer", "spark_consumer", "admin_client"},
     "database": {"url", "schema", "lock_timeout_seconds", "statement_timeout_seconds"},
     "sink": {"format", "table", "max_bad_records", "transform", "columns", "mode", "key",
-             "tombstones", "group_by", "aggregates"},
+             "tombstones", "group_by", "aggregates", "evolve"},
     "spark": {"master", "min_partitions", "conf"},
     "metrics": {"textfile", "pushgateway"},
     "airflow": set(_AIRFLOW),
@@ -408,7 +412,8 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         raise ConfigError("sink.format = 'json' needs at least one column in [sink.columns]")
     if fmt == "raw" and columns:
         raise ConfigError("[sink.columns] is only for sink.format = 'json'")
-    sink = _sink_mode(s, SinkSettings(fmt, table, max_bad, transform, tuple(columns)))
+    sink = _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
+                                                  tuple(columns))))
 
     sp = doc.get("spark", {})
     spark_conf = _get(sp, "spark", "conf", dict, {})
@@ -494,6 +499,23 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
                           "[sink.aggregates], e.g. total = \"sum(amount)\"")
     return replace(sink, columns=columns, mode=mode, key=tuple(key),
                    aggregates=tuple(aggregates))
+
+
+def _evolve(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
+    """[sink] evolve: whether a declared column the table lacks is added by the run."""
+    evolve = _choice(_get(s, "sink", "evolve", str, "off"), "sink.evolve", get_args(Evolve))
+    if evolve == "off":
+        return sink
+    if sink.format != "json":
+        raise ConfigError("'sink.evolve' adds columns declared in [sink.columns]: it is for "
+                          "sink.format = 'json' only (a raw table's columns are fixed)")
+    if sink.mode == "aggregate":
+        raise ConfigError(
+            "'sink.evolve' = 'add_columns' is refused for sink.mode = 'aggregate': a new "
+            "aggregate column would total only the records read from now on, beside groups "
+            "that counted everything before; add it by hand and rebuild the totals (see "
+            "docs/operations.md), or remove sink.evolve")
+    return replace(sink, evolve=evolve)
 
 
 def _metrics(m: dict[str, Any], env: dict[str, str]) -> MetricsSettings:

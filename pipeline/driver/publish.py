@@ -94,8 +94,10 @@ class Publisher:
             store.set_timeouts(self.conn)
             # A sink that may (append) copies straight into its keyed table when the planned
             # ranges hold no row yet (the usual case); otherwise the rows go through a temp
-            # table and the sink's merge (pipeline/sinks/).
-            self.direct = (store.sink.copies_directly(self.run)
+            # table and the sink's merge (pipeline/sinks/). So does a run that adds columns
+            # (sink.evolve): its ALTER TABLE comes just before the merge, so that its
+            # exclusive lock on the table lasts from there to COMMIT, not the whole read.
+            self.direct = (store.sink.copies_directly(self.run) and not store.additions
                            and not store.ranges_hold_rows(self.ranges))
             target = store.t(store.results.name) if self.direct else sql.Identifier(_ROWS)
             if not self.direct:
@@ -175,8 +177,9 @@ class Publisher:
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
                topic_ids: dict[str, str] | None = None) -> Published:
-        """Everything after the read: the last blobs, the merge if needed, dead letters,
-        the offsets compare-and-set and the run row, then COMMIT."""
+        """Everything after the read: the last blobs, the columns sink.evolve adds and the
+        merge if needed, dead letters, the offsets compare-and-set and the run row, then
+        COMMIT."""
         store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
@@ -194,6 +197,8 @@ class Publisher:
                 store.clear_ranges(self.ranges)
             if not self.direct:
                 self._check_one_row_per_record()
+                if added := store.add_columns(conn, run.id):
+                    store.add_run_details(run.id, {"columns_added": added})
                 merged = store.sink.merge(conn, _ROWS, run)
                 rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))

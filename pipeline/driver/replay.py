@@ -139,6 +139,8 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
                                 "partition": partition, "from": rows[0][2],
                                 "to": rows[-1][2], "replayed": len(d.replayed),
                                 "still_failing": len(d.failing)})
+        if added := store.add_columns(conn, run.id):  # sink.evolve: with the rows
+            store.add_run_details(run.id, {"columns_added": added})
         merged = store.sink.merge(conn, ROWS, run)
         report.rows_written, report.rows_deleted = merged.rows, merged.deleted
         report.replayed = store.move_replayed(run.id)

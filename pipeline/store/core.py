@@ -2,7 +2,8 @@
 per concern (composed here so that callers hold one object):
 
 - session.py: the connection, transactions, timeouts, and the pipeline's sink
-- schema.py: init-db and the checks before a run reads anything
+- schema.py: init-db and the checks before a run reads anything; evolve.py: the columns
+  sink.evolve adds in the publishing transaction
 - locks.py: the run locks and who holds them
 - runs.py, staging.py: run rows and a run's staging table (the Run itself: run.py)
 - offsets.py, archive.py: the stored offsets, and a recreated topic's archive

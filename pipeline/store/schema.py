@@ -16,8 +16,8 @@ from sqlalchemy.schema import CreateTable
 
 from pipeline.errors import ConfigError
 from pipeline.store import tables
+from pipeline.store.evolve import Evolution, additions
 from pipeline.store.locks import LOCK_CLASS
-from pipeline.store.session import Session
 from pipeline.store.tables import offsets
 
 # The migrations ship inside the package (pipeline/sql links to the repository's sql/), so a
@@ -31,7 +31,7 @@ def migrations() -> list:
                   key=lambda p: p.name)
 
 
-class Schema(Session):
+class Schema(Evolution):
     def init_db(self) -> list[str]:
         applied = []
         with self.transaction() as conn:
@@ -78,17 +78,24 @@ class Schema(Session):
         """The sink's tables must take the rows this config writes: compared before anything
         is read, so that drift is one clear error, not a COPY that fails after the whole
         read on every run. Extra columns are fine if they may stay NULL or have a default;
-        the key must be the mode's (ON CONFLICT needs it)."""
+        the key must be the mode's (ON CONFLICT needs it). With sink.evolve =
+        'add_columns', a declared column the table lacks is no error: it is planned, and
+        added in the publishing transaction (evolve.py)."""
         live = self._reflect([t.name for t in self.sink_tables])
         with self.transaction():
             keys = inspect(self.session).get_multi_pk_constraint(
                 schema=self.settings.schema, filter_names=[t.name for t in self.sink_tables])
+        planned = []
         for table in self.sink_tables:
             have = {c["name"]: c for c in live.get(table.name, [])}
             key = keys.get((self.settings.schema, table.name), {}).get("constrained_columns", [])
-            self._check_table(table, have, key)
+            added = additions(table, have, self.sink.settings)
+            self._check_table(table, have, key, {a.column for a in added})
+            planned += added
+        self.plan_additions(planned)
 
-    def _check_table(self, table: Table, have: dict[str, dict], key: list[str]) -> None:
+    def _check_table(self, table: Table, have: dict[str, dict], key: list[str],
+                     added: set[str]) -> None:
         name = f'"{self.settings.schema}"."{table.name}"'
         want_key = [c.name for c in table.primary_key]
         if have and key != want_key:
@@ -102,6 +109,8 @@ class Schema(Session):
         for column in want:
             cname, pg_type = column.name, tables.ddl_type(column.type)
             col = sql.Identifier(cname).as_string(self.conn)
+            if cname in added:
+                continue  # sink.evolve adds it
             if cname not in have:
                 fixes.append((f"column {cname} is missing", f"ADD COLUMN {col} {pg_type}"))
             elif _type_name(have[cname]["type"]) != pg_type:
