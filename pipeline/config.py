@@ -441,10 +441,6 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
         raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json': its "
                           f"{'key' if mode == 'upsert' else 'group_by'} columns are declared "
                           "in [sink.columns]")
-    if sink.transform:
-        raise ConfigError(f"'sink.transform' works with sink.mode = 'append' only; for "
-                          f"'{mode}' declare the columns, or write to an append table and "
-                          "derive from it in Postgres")
     name = "key" if mode == "upsert" else "group_by"
     key = _get(s, "sink", name, list)
     if not key or not all(isinstance(k, str) for k in key) or len(set(key)) != len(key):
@@ -470,6 +466,14 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
     if mode == "upsert":
         tombstones = _choice(_get(s, "sink", "tombstones", str, "delete"), "sink.tombstones",
                              ("delete", "dead_letter"))
+        if sink.transform and tombstones == "delete":
+            # A tombstone (null value) never reaches a transform, which sees parsed values;
+            # deleting by the Kafka key beside it is not built yet.
+            raise ConfigError(
+                f"'sink.transform' = {sink.transform!r} with sink.mode = 'upsert' needs "
+                "sink.tombstones = 'dead_letter' (the default 'delete' is not supported with "
+                "a transform yet): add tombstones = \"dead_letter\" to [sink], and a record "
+                "with a null value becomes a dead letter instead of deleting its key")
         return replace(sink, columns=columns, mode=mode, key=tuple(key), tombstones=tombstones)
     aggregates = []
     for aname, spec in _get(s, "sink", "aggregates", dict).items():

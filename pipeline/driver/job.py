@@ -15,7 +15,7 @@ from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
 from pipeline.driver.signals import StopSignals, overlapped
-from pipeline.errors import ConfigError, DataError
+from pipeline.errors import DataError
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
 from pipeline.sinks.upsert import partitions_added
@@ -239,10 +239,6 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     cached = mark(records, settings.sink).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         results, dead = split(cached, settings.sink)
-        missing = [n for n, _ in columns if n not in results.columns]
-        if missing:
-            raise ConfigError(f"results lack the columns {missing} of table "
-                              f"{settings.sink.table}; a transform must keep them")
         good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
                               F.lit(None).cast("string").alias("error_code"))
         lines = line_frame(good, columns, dead_columns, run.id, F, dead=False).unionByName(

@@ -230,7 +230,8 @@ class Publisher:
 
     def _check_one_row_per_record(self) -> None:
         """Before the merge: a transform's second row for an offset would be dropped by
-        ON CONFLICT DO NOTHING (or fail a reprocess's DO UPDATE) instead of being named."""
+        ON CONFLICT DO NOTHING (or fail a reprocess's DO UPDATE) instead of being named, and
+        a null key would fail the merge without naming the record."""
         if not self.sink.transform:
             return  # the built-in sinks write one line per record
         found = self.conn.execute(sql.SQL(
@@ -239,6 +240,21 @@ class Publisher:
                 sql.Identifier(_ROWS))).fetchone()
         if found:
             raise self._two_rows(found[0], found[1], found[2], f"{found[3]} rows")
+        if not self.sink.key:
+            return
+        # An upsert key or aggregate group_by the transform made null: no row can hold it.
+        null = self.conn.execute(sql.SQL(
+            'SELECT topic, "partition", "offset" FROM {} WHERE {} ORDER BY 1, 2, 3 LIMIT 1'
+        ).format(sql.Identifier(_ROWS), sql.SQL(" OR ").join(
+            sql.SQL("{} IS NULL").format(sql.Identifier(k)) for k in self.sink.key))
+        ).fetchone()
+        if null:
+            raise ConfigError(
+                f"[sink] transform {self.sink.transform!r} returned a null "
+                f"{'/'.join(self.sink.key)} (the sink's key) for the record {null[0]}"
+                f"[{null[1]}] offset {null[2]}; make the transform keep a value there (or "
+                f"filter the row out), then rerun; run {self.run.id} rolled back, nothing "
+                "committed")
 
     @contextmanager
     def _one_row_per_record(self) -> Iterator[None]:

@@ -60,11 +60,36 @@ def split(marked, sink: SinkSettings):
     dead = dead.select(*DEAD_INPUT_COLUMNS)
     if sink.transform:
         results = load_transform(sink.transform)(results)
-        missing = [c for c in COORDINATES if c not in results.columns]
-        if missing:
-            raise ConfigError(f"transform {sink.transform} dropped the columns {missing}; "
-                              "results must keep topic, partition and offset")
+        check_output(results.columns, sink)
     return results, dead
+
+
+def check_output(columns: list[str], sink: SinkSettings) -> None:
+    """The sink's contract with a transform, checked on the driver from the output's schema
+    (nothing is read yet): every column the table is staged with is still there. The
+    coordinates keep one row per record; an upsert's key and Kafka timestamp pick the
+    newest record per key (sinks/upsert.newer); an aggregate's group_by are its groups."""
+    missing = [c for c in result_names(sink) if c not in columns]
+    if not missing:
+        return
+    # The explanation names the column whose loss matters most.
+    first = min(missing, key=lambda c: (c not in COORDINATES, c not in sink.key,
+                                        c != "kafka_timestamp"))
+    if first in COORDINATES:
+        why = ("the record's coordinates (topic, partition, offset): the table holds one "
+               "row per Kafka record")
+    elif first in sink.key:
+        why = (f"the {'upsert key' if sink.mode == 'upsert' else 'aggregate group_by'} "
+               f"column '{first}'")
+    elif first == "kafka_timestamp" and sink.mode == "upsert":
+        why = ("'kafka_timestamp': the upsert sink orders a key's records across partitions "
+               "by it")
+    else:
+        why = f"'{first}', a column of the table {sink.table}"
+    raise ConfigError(
+        f"[sink] transform {sink.transform!r} dropped {why} (missing: {', '.join(missing)}); "
+        "a transform may add, change and filter rows, but must keep these columns: return "
+        "them from the transform (select them, or drop only columns of your own), then rerun")
 
 
 # What a dead letter is made of before its diagnosis (see formats/json_diagnose.py).

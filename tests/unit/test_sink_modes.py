@@ -80,10 +80,11 @@ def test_upsert_keeps_the_declared_key_order_and_makes_key_columns_required():
      ["'sink.aggregates'", "'aggregate'", "'upsert'"]),
     ({"mode": "aggregate", "group_by": ["region"], "aggregates": {"n": "count"},
       "key": ["region"]}, ["'sink.key'", "'aggregate'"]),
+    # A tombstone cannot delete under a transform yet: the default is refused, and named.
     ({"mode": "upsert", "key": ["order_id"], "transform": "m:f"},
-     ["'sink.transform'", "'upsert'"]),
-    ({"mode": "aggregate", "group_by": ["region"], "aggregates": {"n": "count"},
-      "transform": "m:f"}, ["'sink.transform'", "'aggregate'"]),
+     ["'sink.transform'", "'m:f'", "'upsert'", 'tombstones = "dead_letter"']),
+    ({"mode": "upsert", "key": ["order_id"], "transform": "m:f", "tombstones": "delete"},
+     ["'sink.transform'", "'upsert'", 'tombstones = "dead_letter"']),
     ({"mode": "aggregate", "group_by": ["nope"], "aggregates": {"n": "count"}},
      ["'sink.group_by'", "'nope'"]),
     ({"mode": "aggregate", "group_by": ["region"], "aggregates": {}}, ["[sink.aggregates]"]),
@@ -92,6 +93,16 @@ def test_bad_mode_settings_are_one_line_errors_naming_the_key(sink, names):
     message = refused(**sink)
     for name in names:
         assert name in message, (name, message)
+
+
+def test_a_transform_is_accepted_for_upsert_and_aggregate():
+    up = settings(mode="upsert", key=["order_id"], transform="m:f",
+                  tombstones="dead_letter").sink
+    assert (up.mode, up.key, up.transform, up.deletes) == ("upsert", ("order_id",), "m:f",
+                                                           False)
+    ag = settings(mode="aggregate", group_by=["region"], aggregates={"n": "count(*)"},
+                  transform="m:f").sink
+    assert (ag.mode, ag.key, ag.transform) == ("aggregate", ("region",), "m:f")
 
 
 def test_upsert_and_aggregate_need_the_json_format():

@@ -26,3 +26,30 @@ def every_order_twice(df):
     from pyspark.sql import functions as F
 
     return df.withColumn("_copy", F.explode(F.array(F.lit(1), F.lit(2)))).drop("_copy")
+
+
+def label_status(df):
+    """A derived column (declared in [sink.columns], absent from the JSON): the status in
+    capitals."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("label", F.upper(F.col("status")))
+
+
+def skip_every_third_order(df):
+    """A filter: orders whose id is a multiple of 3 are left out."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("order_id") % 3 != 0)
+
+
+def drop_order_id(df):
+    """A transform gone wrong: it drops the upsert sink's key."""
+    return df.drop("order_id")
+
+
+def order_7_without_id(df):
+    """A transform gone wrong: the record of order 7 comes out with a null key."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("order_id", F.when(F.col("order_id") != 7, F.col("order_id")))
