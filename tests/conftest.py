@@ -34,6 +34,14 @@ def stack():
 
 
 @pytest.fixture(scope="session")
+def registry() -> str:
+    """The stack's Schema Registry (scripts/registry up: idempotent, fetches Apicurio once);
+    its Confluent-compatible API's URL."""
+    subprocess.run([str(ROOT / "scripts" / "registry"), "up"], check=True)
+    return f"http://127.0.0.1:{os.environ.get('REGISTRY_PORT', '8381')}/apis/ccompat/v7"
+
+
+@pytest.fixture(scope="session")
 def spark(stack):
     from pipeline.spark.session import get_spark
 
