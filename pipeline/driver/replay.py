@@ -104,7 +104,7 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
     # The executors' encoder, built as job.stage_ranges builds it: the same rows.
     encoder = EncoderSettings(
         sink.format, tuple((c.name, c.type, c.required) for c in sink.columns), run.id,
-        sink.key if sink.deletes else ()).encoder()
+        sink.key if sink.deletes else (), settings.schema_registry).encoder()
     with store.transaction() as conn:
         store.set_timeouts(conn)
         report.chosen = store.choose_dead_letters(f)
