@@ -32,6 +32,9 @@ def test_example_configs_are_valid():
     totals = load_settings("conf/examples/aggregate.toml", environ={}).sink
     assert (totals.mode, totals.key) == ("aggregate", ("customer", "day"))
     assert {a.function for a in totals.aggregates} == {"sum", "count", "min", "max"}
+    avro = load_settings("conf/examples/avro.toml", environ={})
+    assert avro.sink.format == "avro" and avro.schema_registry.schemas_dir.endswith(
+        "conf/examples/avro-schemas")
 
 
 @pytest.mark.parametrize("changes, message", [
