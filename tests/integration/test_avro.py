@@ -2,7 +2,8 @@
 wire format under two writer-schema versions from a schemas_dir (v2 adds a field, drops an
 optional one, promotes int -> long and float -> double), with logical types, plus a few bad
 ones. One run: the table exactly what was produced, each bad record a dead letter with its
-reason, the offsets at the end of the log. A registry that cannot be reached: exit 75 and
+reason, the offsets at the end of the log; the unknown schema added, its dead letter
+replays. A registry that cannot be reached: exit 75 and
 nothing committed. The real registry (a server speaking the Confluent API) is tested in
 its own file."""
 
@@ -20,7 +21,9 @@ import pytest
 
 from pipeline.config import parse_settings
 from pipeline.driver.job import run_ingest
+from pipeline.driver.replay import run_replay
 from pipeline.errors import EXIT_TRANSIENT, TransientError
+from pipeline.store.dead_letters import DeadLetterFilter
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,
@@ -138,6 +141,12 @@ def test_two_schema_versions_land_exactly_and_bad_records_are_dead_letters(schem
     assert "first byte is 0x7b" in reasons["bad_magic_byte"]
     ends = {(topic, p): high for p, (_, high) in watermarks(topic).items()}
     assert stored_offsets(name) == ends and sum(ends.values()) == N + len(bad)
+
+    # The missing schema registered (here: its file added), the dead letter replays.
+    (schemas_dir / "42.avsc").write_text(json.dumps(V1))
+    report = run_replay(s, DeadLetterFilter(error_type="unknown_schema"))
+    assert (report.replayed, report.still_failing) == (1, 0)
+    assert query(f"SELECT order_id, customer FROM {name} WHERE customer = 'x'") == [(1, "x")]
 
 
 def test_an_unreachable_registry_is_exit_75_and_nothing_is_committed():
