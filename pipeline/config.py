@@ -19,6 +19,7 @@ from sqlalchemy.exc import ArgumentError
 
 from pipeline.errors import ConfigError
 from pipeline.formats import types
+from pipeline.formats.avro_schemas import SchemaSource
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 # A declared column type (the registry's, formats/types.py), optionally "not null": group 1
@@ -76,6 +77,9 @@ class Aggregate:
     of: str | None
 
 
+SINK_FORMATS = ("raw", "json", "avro")
+# The formats whose rows are the declared [sink.columns] (raw's columns are fixed).
+COLUMN_FORMATS = ("json", "avro")
 SINK_MODES = ("append", "upsert", "aggregate")
 # [sink] evolve: "off" (a column the table lacks is an exit-2 error before reading) or
 # "add_columns" (added in the publishing transaction: pipeline/store/evolve.py).
@@ -134,6 +138,8 @@ class Settings:
     lock_timeout_seconds: float = 60.0
     statement_timeout_seconds: float = 0.0
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    # [schema_registry]: the avro format's writer schemas (None for json and raw).
+    schema_registry: SchemaSource | None = None
 
     def redacted(self) -> dict[str, Any]:
         """What may be printed or stored: no password, no SASL secret."""
@@ -150,6 +156,8 @@ class Settings:
             "database_url": redact_url(self.database_url),
             "sink": {"format": self.sink.format, "table": self.sink.table,
                      "mode": self.sink.mode},
+            **({"schema_registry": self.schema_registry.describe()}
+               if self.schema_registry else {}),
         }
 
 
@@ -244,6 +252,8 @@ _SECTIONS: dict[str, set[str]] = {
              "tombstones", "group_by", "aggregates", "evolve"},
     "spark": {"master", "min_partitions", "conf"},
     "metrics": {"textfile", "pushgateway"},
+    "schema_registry": {"url", "user", "password", "ssl_ca_location", "schemas_dir",
+                        "timeout_seconds"},
     "airflow": set(_AIRFLOW),
 }
 
@@ -390,7 +400,7 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         timeouts[key] = float(value)
 
     s = doc.get("sink", {})
-    fmt = _choice(_get(s, "sink", "format", str, "raw"), "sink.format", ("raw", "json"))
+    fmt = _choice(_get(s, "sink", "format", str, "raw"), "sink.format", SINK_FORMATS)
     table = _identifier(_get(s, "sink", "table", str), "sink.table")
     max_bad = _get(s, "sink", "max_bad_records", int, -1)
     if max_bad < -1:
@@ -408,10 +418,15 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
                 f"'sink.columns.{cname}' = {ctype!r}: use {types.SPELLED}, optionally "
                 "followed by ' not null'")
         columns.append(Column(cname, m.group(1), m.group(4) is not None))
-    if fmt == "json" and not columns:
-        raise ConfigError("sink.format = 'json' needs at least one column in [sink.columns]")
+    if fmt in COLUMN_FORMATS and not columns:
+        raise ConfigError(f"sink.format = '{fmt}' needs at least one column in [sink.columns]")
     if fmt == "raw" and columns:
-        raise ConfigError("[sink.columns] is only for sink.format = 'json'")
+        raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
+    if fmt == "avro" and transform is not None:
+        # A transform gets records Spark parsed as JSON; Avro decoding on that path (Spark's
+        # from_avro) is not built yet.
+        raise ConfigError(f"'sink.transform' = {transform!r} is not supported with "
+                          "sink.format = 'avro' yet: remove sink.transform, or use json")
     sink = _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
                                                   tuple(columns))))
 
@@ -423,7 +438,8 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         conf={ck: str(cv) for ck, cv in spark_conf.items()},
     )
     return Settings(name, kafka, url, schema, sink, spark, source, **timeouts,
-                    metrics=_metrics(doc.get("metrics", {}), env))
+                    metrics=_metrics(doc.get("metrics", {}), env),
+                    schema_registry=_schema_registry(doc, fmt, env))
 
 
 def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
@@ -437,8 +453,8 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
                               f"'{mode}')")
     if mode == "append":
         return sink
-    if sink.format != "json":
-        raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json': its "
+    if sink.format not in COLUMN_FORMATS:
+        raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json' or 'avro': its "
                           f"{'key' if mode == 'upsert' else 'group_by'} columns are declared "
                           "in [sink.columns]")
     name = "key" if mode == "upsert" else "group_by"
@@ -510,9 +526,9 @@ def _evolve(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
     evolve = _choice(_get(s, "sink", "evolve", str, "off"), "sink.evolve", get_args(Evolve))
     if evolve == "off":
         return sink
-    if sink.format != "json":
+    if sink.format not in COLUMN_FORMATS:
         raise ConfigError("'sink.evolve' adds columns declared in [sink.columns]: it is for "
-                          "sink.format = 'json' only (a raw table's columns are fixed)")
+                          "sink.format = 'json' or 'avro' (a raw table's columns are fixed)")
     if sink.mode == "aggregate":
         raise ConfigError(
             "'sink.evolve' = 'add_columns' is refused for sink.mode = 'aggregate': a new "
@@ -520,6 +536,51 @@ def _evolve(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
             "that counted everything before; add it by hand and rebuild the totals (see "
             "docs/operations.md), or remove sink.evolve")
     return replace(sink, evolve=evolve)
+
+
+def _schema_registry(doc: dict[str, Any], fmt: str, env: dict[str, str]) -> SchemaSource | None:
+    """[schema_registry]: where the avro format's writer schemas come from, a registry's
+    url (basic auth via ${VAR}) or a folder of <id>.avsc files."""
+    r = doc.get("schema_registry")
+    if fmt != "avro":
+        if r is not None:
+            raise ConfigError("[schema_registry] is only for sink.format = 'avro'; remove it")
+        return None
+    r = r or {}
+    url = _get(r, "schema_registry", "url", str, None)
+    folder = _get(r, "schema_registry", "schemas_dir", str, None)
+    if (url is None) == (folder is None):
+        raise ConfigError("sink.format = 'avro' needs exactly one of schema_registry.url (a "
+                          "Confluent-API registry) or schema_registry.schemas_dir (a folder "
+                          "of <id>.avsc files) in [schema_registry]")
+    timeout = _get(r, "schema_registry", "timeout_seconds", float, 10.0)
+    if timeout <= 0:
+        raise ConfigError("'schema_registry.timeout_seconds' must be > 0")
+    if folder is not None:
+        for key in ("user", "password", "ssl_ca_location"):
+            if key in r:
+                raise ConfigError(f"'schema_registry.{key}' is for a registry url; "
+                                  "schemas_dir reads files")
+        path = Path(_expand_env(folder, "schema_registry.schemas_dir", env)).resolve()
+        if not path.is_dir():
+            raise ConfigError(f"'schema_registry.schemas_dir' = {folder!r} is not a folder; "
+                              "point it at the folder of <id>.avsc files")
+        return SchemaSource(schemas_dir=str(path), timeout_seconds=timeout)
+    url = _expand_env(url, "schema_registry.url", env)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"'schema_registry.url' = {mask(url)!r}: write the "
+                          "registry's URL as http(s)://host:port (Apicurio: "
+                          ".../apis/ccompat/v7)")
+    user, password = (_expand_env(v, f"schema_registry.{k}", env) if v is not None else None
+                      for k, v in (("user", _get(r, "schema_registry", "user", str, None)),
+                                   ("password", _get(r, "schema_registry", "password", str,
+                                                     None))))
+    if password is not None and user is None:
+        raise ConfigError("'schema_registry.password' needs schema_registry.user")
+    ca = _get(r, "schema_registry", "ssl_ca_location", str, None)
+    return SchemaSource(url=url, user=user, password=password, ssl_ca_location=ca,
+                        timeout_seconds=timeout)
 
 
 def _metrics(m: dict[str, Any], env: dict[str, str]) -> MetricsSettings:

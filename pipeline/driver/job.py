@@ -199,7 +199,8 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
     stager = range_stager(RangeStageTask(
         StagingTarget(settings.database_url, *run.staging_copy()), reader, k.timeout_seconds,
         EncoderSettings(settings.sink.format, columns, run.id,
-                        settings.sink.key if settings.sink.deletes else ())))
+                        settings.sink.key if settings.sink.deletes else (),
+                        settings.schema_registry)))
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})

@@ -99,12 +99,14 @@ def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
 def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
             report: ReplayReport, timer: Timer) -> None:
     from pipeline.executor.task import EncoderSettings
+    from pipeline.executor.task_errors import TaskError
+    from pipeline.spark.errors import task_error
 
     sink = settings.sink
     # The executors' encoder, built as job.stage_ranges builds it: the same rows.
     encoder = EncoderSettings(
         sink.format, tuple((c.name, c.type, c.required) for c in sink.columns), run.id,
-        sink.key if sink.deletes else ()).encoder()
+        sink.key if sink.deletes else (), settings.schema_registry).encoder()
     with store.transaction() as conn:
         store.set_timeouts(conn)
         report.chosen = store.choose_dead_letters(f)
@@ -121,7 +123,10 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
         for page in store.chosen_pages():
             for (topic, partition), group in groupby(page, key=lambda r: (r[0], r[1])):
                 rows = list(group)
-                d = decode(encoder, topic, partition, rows)
+                try:
+                    d = decode(encoder, topic, partition, rows)
+                except TaskError as e:  # the avro format's schema source failed as a whole
+                    raise task_error(e) from None
                 _copy(conn, ROWS, cols, d.rows, encoder.binary)
                 _copy(conn, ROWS, identifiers(tables.tombstone_columns(sink)), d.tombstones)
                 _copy(conn, REFAILED, identifiers(c.name for c in tables.DEAD_LETTER_FIELDS),

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.formats.avro_schemas import SchemaSource
+
 # One blob's bytes at most (but for a single line larger than that): a bytea value, and a
 # COPY row, cannot pass 1 GB, and 10,000 records of 100 KB would.
 BLOB_BYTES = 64 << 20
@@ -33,12 +35,14 @@ class StagingTarget:
 class EncoderSettings:
     """How a read task turns records into rows (formats.encode.Encoder): the sink's format,
     the JSON sink's declared (name, type, required) columns, the run id every row carries,
-    and an upsert sink's key columns when a null value deletes its key (else empty)."""
+    an upsert sink's key columns when a null value deletes its key (else empty), and where
+    the avro format's writer schemas come from."""
 
     format: str
     columns: tuple[tuple[str, str, bool], ...]
     run_id: int
     tombstone_key: tuple[str, ...] = ()
+    schemas: SchemaSource | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))
@@ -47,7 +51,8 @@ class EncoderSettings:
     def encoder(self):
         from pipeline.formats.encode import Encoder
 
-        return Encoder(self.format, self.columns, self.run_id, self.tombstone_key)
+        return Encoder(self.format, self.columns, self.run_id, self.tombstone_key,
+                       self.schemas)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from pipeline.executor.task_errors import TaskError
+from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.copy_text import text
 from pipeline.formats.dead_letters import dead_line, unexpected
 from pipeline.formats.registry import record_format
@@ -36,11 +38,14 @@ class Encoder:
     ``fmt``: the record format's name (config.SinkSettings.format), chosen here once.
     ``columns``: the declared (name, type, required) triples; empty for raw.
     ``tombstone_key``: an upsert sink's key columns when a null value deletes its key
-    (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter."""
+    (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter.
+    ``schemas``: where the avro format's writer schemas come from ([schema_registry])."""
 
     def __init__(self, fmt: str, columns: Sequence[tuple[str, str, bool]], run_id: int,
-                 tombstone_key: Sequence[str] = ()):
-        self.format = record_format(fmt)(columns, run_id)
+                 tombstone_key: Sequence[str] = (), schemas: SchemaSource | None = None):
+        # Only a format that reads schemas (avro) takes a schema source.
+        options = {} if schemas is None else {"schemas": schemas}
+        self.format = record_format(fmt)(columns, run_id, **options)
         self.wire = self.format.wire
         self.binary = self.wire.binary
         self.run_id = run_id
@@ -58,6 +63,8 @@ class Encoder:
         head = f"{text(topic)}\t{partition}\t"
         try:
             return self._encode(topic, partition, head, records)
+        except TaskError:  # not a record's fault (a schema registry down): the run's
+            raise
         except Exception:  # noqa: BLE001 - some record of the batch: found by _encode_each
             return self._encode_each(topic, partition, head, records)
 
@@ -69,6 +76,8 @@ class Encoder:
         for m in records:
             try:
                 one = self._encode(topic, partition, head, [m])
+            except TaskError:
+                raise
             except Exception as e:  # noqa: BLE001 - whatever it is, it is this record's
                 dead.append(self.failed_line(head, m, e))
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from pipeline.formats.avro_format import AvroFormat
 from pipeline.formats.copy_binary import BinaryWire
 from pipeline.formats.copy_text import TextWire
 from pipeline.formats.json_format import JsonFormat
@@ -23,6 +24,8 @@ from pipeline.formats.raw_format import RawFormat
 class RecordFormat(Protocol):
     wire: TextWire | BinaryWire  # the COPY encoding of its rows
 
+    # A format that decodes by writer schemas (avro) also takes ``schemas=``, a
+    # SchemaSource (the Encoder passes it when [schema_registry] is configured).
     def __init__(self, columns: Sequence[tuple[str, str, bool]], run_id: int): ...
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
@@ -38,7 +41,8 @@ class RecordFormat(Protocol):
         ...
 
 
-FORMATS: dict[str, type[RecordFormat]] = {"json": JsonFormat, "raw": RawFormat}
+FORMATS: dict[str, type[RecordFormat]] = {"json": JsonFormat, "raw": RawFormat,
+                                           "avro": AvroFormat}
 
 
 def record_format(name: str) -> type[RecordFormat]:
@@ -46,5 +50,6 @@ def record_format(name: str) -> type[RecordFormat]:
 
 
 def binary_rows(fmt: str) -> bool:
-    """True when a format's result rows are COPY binary (raw), False for COPY text (json)."""
+    """True when a format's result rows are COPY binary (raw), False for COPY text (json,
+    avro)."""
     return FORMATS[fmt].wire.binary

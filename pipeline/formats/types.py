@@ -1,6 +1,6 @@
 """The declared column types of ``[sink.columns]``, in one registry: for each, its Spark SQL
-type, its Postgres type, the JSON format's rule for a value of it and the row encoder's
-inlined form of that rule.
+type, its Postgres type, the JSON and Avro formats' rules for a value of it and the row
+encoder's inlined form of the JSON rule.
 
 config.py validates declarations against it, store/tables.py builds the SQLAlchemy types
 from its Postgres types, spark/transform.py takes its Spark types, executor/stage.py how
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
+from pipeline.formats import avro_values as av
 from pipeline.formats import json_values as jv
 
 
@@ -25,6 +26,7 @@ class ColumnType:
     spark: str  # Spark SQL's type (from_json's schema on the transform path)
     pg: str  # Postgres's type, as DDL spells it (store.tables.ddl_type)
     from_json: Callable  # a parsed JSON value -> its COPY text field; raises WrongType
+    from_avro: Callable  # a value fastavro decoded -> its COPY text field; raises WrongType
     # The row encoder's inlined from_json (json_rows.py): lines that leave x's COPY text
     # in f{i} or raise; () = call from_json.
     inline: tuple[str, ...] = ()
@@ -44,23 +46,26 @@ def _integer_check(bits: int) -> tuple[str, ...]:
 
 
 TYPES: dict[str, ColumnType] = {t.declared: t for t in (
-    ColumnType("string", "string", "text", jv.string, (
+    ColumnType("string", "string", "text", jv.string, av.string, (
         "if type(x) is not str: raise W",
         # isalnum(): nothing to escape and no NUL, checked in C; otherwise text() decides.
         "f{i} = x if x.isalnum() else text(x)")),
-    ColumnType("long", "bigint", "bigint", jv.integer(64), _integer_check(64), sum="long"),
-    ColumnType("int", "int", "integer", jv.integer(32), _integer_check(32), sum="long"),
-    ColumnType("double", "double", "double precision", jv.double, sum="double"),
-    ColumnType("boolean", "boolean", "boolean", jv.boolean, (
+    ColumnType("long", "bigint", "bigint", jv.integer(64), av.integer(64), _integer_check(64),
+               sum="long"),
+    ColumnType("int", "int", "integer", jv.integer(32), av.integer(32), _integer_check(32),
+               sum="long"),
+    ColumnType("double", "double", "double precision", jv.double, av.double, sum="double"),
+    ColumnType("boolean", "boolean", "boolean", jv.boolean, av.boolean, (
         "f{i} = 't' if x is True else 'f' if x is False else c{i}(x)",)),
-    ColumnType("timestamp", "timestamp", "timestamp with time zone", jv.timestamp, (
+    ColumnType("timestamp", "timestamp", "timestamp with time zone", jv.timestamp,
+               av.timestamp, (
         # The usual shape is validated here and passed as written; others go to from_json.
         "if type(x) is str and shape(x) is not None:",
         "    fromiso(x)",
         "    f{i} = x",
         "else:",
         "    f{i} = c{i}(x)")),
-    ColumnType("date", "date", "date", jv.date_),
+    ColumnType("date", "date", "date", jv.date_, av.date_),
 )}
 
 _DECIMAL = r"decimal\((\d{1,2}),(\d{1,2})\)"
@@ -82,7 +87,8 @@ def decimal(precision: int, scale: int) -> ColumnType:
                   "else c{i}(x)")
     declared = f"decimal({precision},{scale})"
     return ColumnType(declared, declared, f"numeric({precision},{scale})",
-                      jv.decimal(precision, scale), inline, sum=f"decimal(38,{scale})",
+                      jv.decimal(precision, scale), av.decimal(precision, scale), inline,
+                      sum=f"decimal(38,{scale})",
                       precision=precision, scale=scale)  # a sum outgrows p
 
 

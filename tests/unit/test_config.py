@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from pipeline.config import load_settings, mask, parse_settings, redact_url
@@ -30,6 +32,9 @@ def test_example_configs_are_valid():
     totals = load_settings("conf/examples/aggregate.toml", environ={}).sink
     assert (totals.mode, totals.key) == ("aggregate", ("customer", "day"))
     assert {a.function for a in totals.aggregates} == {"sum", "count", "min", "max"}
+    avro = load_settings("conf/examples/avro.toml", environ={})
+    assert avro.sink.format == "avro" and avro.schema_registry.schemas_dir.endswith(
+        "conf/examples/avro-schemas")
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -214,3 +219,42 @@ def test_an_airflow_table_that_is_not_a_table_is_an_error():
     d["airflow"] = "daily"
     with pytest.raises(ConfigError, match=r"'airflow' must be a table \(\[airflow\]\)"):
         parse_settings(d, environ={})
+
+
+def avro(tmp_path, registry=None, **sink):
+    return doc(sink={"format": "avro", "columns": {"order_id": "string not null"}, **sink},
+               schema_registry={"schemas_dir": str(tmp_path)} if registry is None else registry)
+
+
+def test_avro_reads_schemas_from_a_folder_or_a_registry_with_env_secrets(tmp_path):
+    s = parse_settings(avro(tmp_path), environ={})
+    assert s.sink.format == "avro" and s.schema_registry.schemas_dir == str(tmp_path.resolve())
+    s = parse_settings(avro(tmp_path, {"url": "https://r:8081", "user": "u",
+                                       "password": "${SR_PW}"}), environ={"SR_PW": "s3"})
+    assert (s.schema_registry.url, s.schema_registry.user, s.schema_registry.password) == (
+        "https://r:8081", "u", "s3")
+    assert "s3" not in repr(s) and s.redacted()["schema_registry"] == "schema registry https://r:8081"
+    upsert = parse_settings(avro(tmp_path, mode="upsert", key=["order_id"]), environ={})
+    assert upsert.sink.key == ("order_id",)
+
+
+@pytest.mark.parametrize("registry, sink, message", [
+    ({}, {}, "needs exactly one of schema_registry.url"),
+    ({"url": "http://r", "schemas_dir": "."}, {}, "needs exactly one of schema_registry.url"),
+    ({"url": "r:8081"}, {}, "write the registry's URL as http(s)://host:port"),
+    ({"schemas_dir": "/no/such/dir"}, {}, "'schema_registry.schemas_dir' = '/no/such/dir' is "
+                                          "not a folder"),
+    ({"url": "http://r", "password": "p"}, {}, "needs schema_registry.user"),
+    ({"url": "http://r", "port": 1}, {}, "unknown key 'schema_registry.port'"),
+    (None, {"transform": "m:f"}, "is not supported with sink.format = 'avro' yet"),
+    (None, {"columns": {}}, "sink.format = 'avro' needs at least one column"),
+])
+def test_bad_avro_config_is_one_line_error(tmp_path, registry, sink, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as e:
+        parse_settings(avro(tmp_path, registry, **sink), environ={})
+    assert "\n" not in str(e.value)
+
+
+def test_a_schema_registry_without_avro_is_an_error():
+    with pytest.raises(ConfigError, match="only for sink.format = 'avro'"):
+        parse_settings(doc(schema_registry={"url": "http://r"}), environ={})

@@ -1,0 +1,129 @@
+"""The Avro record format: a value in the Confluent wire format (magic byte 0, a 4-byte
+big-endian schema id, the Avro binary encoding) decoded with fastavro against its writer
+schema (avro_schemas.py), then projected to the declared columns by name; its rows are COPY
+text lines, like the JSON format's.
+
+Projection, not Avro schema resolution: the record is decoded with its own writer schema
+and each declared column takes the field of its name, by the Avro value rules
+(avro_values.py). So schema evolution works as users meet it: a field the writer added is
+ignored, a declared column the writer lacks is null (or, if the column is ``not null``, a
+dead letter naming the field and schema id), and int -> long, float -> double are the same
+Python values. Every bad record is refused here with its reason: no second pass.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+
+from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
+from pipeline.formats.avro_values import avro_kind
+from pipeline.formats.copy_text import NULL, TEXT, Unstorable
+from pipeline.formats.json_values import WrongType
+from pipeline.formats.timestamps import kafka_timestamp
+from pipeline.formats.types import column_type
+
+MAGIC = 0
+HEADER = 5  # magic byte + schema id
+
+
+class Refused(ValueError):
+    """A record that is not a result row: its dead letter's error type and message."""
+
+    def __init__(self, error_type: str, message: str):
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
+
+
+class AvroFormat:
+    """``columns``: the declared (name, type, required) triples, in table order;
+    ``schemas``: where writer schemas come from (config's [schema_registry])."""
+    wire = TEXT
+
+    def __init__(self, columns: Sequence[tuple[str, str, bool]], run_id: int,
+                 schemas: SchemaSource | None = None):
+        if schemas is None:
+            raise ValueError("the avro format needs a schema source ([schema_registry])")
+        self.columns = [(n, column_type(t).from_avro, r, t) for n, t, r in columns]
+        self.schemas = schemas
+        self.tail = f"\t{run_id}\n"
+
+    def rows(self, topic: str, partition: int, head: str, records, rejected: list,
+             refuse: Callable) -> list[str]:
+        """The batch's result lines; a null value goes to ``rejected`` (a tombstone: the
+        Encoder's), every other bad record to ``refuse`` with its reason."""
+        from fastavro import schemaless_reader
+
+        rows = []
+        append = rows.append
+        for m in records:
+            value = m.value()
+            if value is None:
+                rejected.append(m)
+                continue
+            kts = kafka_timestamp(m.timestamp()[1])
+            try:
+                fields = self.fields(value, schemaless_reader)
+            except Refused as e:
+                refuse(m, e.error_type, e.message)
+                continue
+            append(f"{head}{m.offset()}\t{kts}\t{fields}{self.tail}")
+        return rows
+
+    def fields(self, value: bytes, read) -> str:
+        """The declared columns' COPY text fields of one value; raises Refused."""
+        if len(value) < HEADER:
+            if value[:1] not in (b"", bytes([MAGIC])):
+                raise _bad_magic(value)
+            raise Refused("corrupt_avro", f"value is {len(value)} bytes, shorter than the "
+                          "Confluent wire format's 5-byte header (magic byte, schema id)")
+        if value[0] != MAGIC:
+            raise _bad_magic(value)
+        schema_id = int.from_bytes(value[1:HEADER], "big")
+        try:
+            schema = writer_schema(self.schemas, schema_id)
+        except UnknownSchema as e:
+            raise Refused(e.error_type, e.message) from None
+        fo = io.BytesIO(value)
+        fo.seek(HEADER)
+        try:
+            doc = read(fo, schema, None)
+        except Exception as e:  # noqa: BLE001 - truncated or corrupt: the record's
+            what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            raise Refused("corrupt_avro", f"value does not decode with writer schema id "
+                          f"{schema_id} ({what}): truncated or corrupt") from None
+        left = len(value) - fo.tell()
+        if left:
+            raise Refused("corrupt_avro", f"{left} bytes left after decoding the record with "
+                          f"writer schema id {schema_id}: corrupt, or another schema's")
+        if type(doc) is not dict:
+            raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "
+                          f"{avro_kind(doc)}, not a record: nothing to project to columns")
+        out = []
+        for name, convert, required, declared in self.columns:
+            x = doc.get(name)
+            if x is None:
+                if required:
+                    why = "is null" if name in doc else "is not in the writer schema"
+                    raise Refused("missing_field", f"required field '{name}' {why} (writer "
+                                  f"schema id {schema_id})")
+                out.append(NULL)
+                continue
+            try:
+                out.append(convert(x))
+            except WrongType:
+                raise Refused("wrong_type", f"field '{name}' (writer schema id {schema_id}): "
+                              f"expected {declared}, got {avro_kind(x)}") from None
+            except Unstorable as e:
+                raise Refused("unstorable", f"field '{name}' {e}") from None
+        return "\t".join(out)
+
+    def explain(self, m) -> tuple[str, str]:
+        """Only a null value is rejected (and not a tombstone this sink deletes by)."""
+        return "null_value", "value is null (tombstone)"
+
+
+def _bad_magic(value: bytes) -> Refused:
+    return Refused("bad_magic_byte", f"first byte is 0x{value[0]:02x}, not the Confluent wire "
+                   "format's magic byte 0x00: not written by a Confluent Avro serializer")
