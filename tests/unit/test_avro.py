@@ -256,3 +256,13 @@ def test_a_refused_login_is_a_config_error(registry):
         Encoder("avro", COLUMNS, 1, schemas=SchemaSource(url=url + "/x")).encode(
             "t", 0, [Record(0, b"\0\0\0\0\5abc")])
     assert e.value.kind is Kind.CONFIG and "HTTP 401" in e.value.message
+
+
+def test_a_failing_registry_5xx_is_transient(registry):
+    handler, url = registry
+    handler.status = 503
+    with pytest.raises(TaskError) as e:
+        Encoder("avro", COLUMNS, 1, schemas=SchemaSource(url=url + "/y")).encode(
+            "t", 0, [Record(0, b"\0\0\0\0\5abc")])
+    assert e.value.kind is Kind.TRANSIENT and "HTTP 503" in e.value.message
+    assert "rerun when the registry is healthy" in e.value.message
