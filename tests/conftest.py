@@ -43,8 +43,15 @@ def registry() -> str:
 
 @pytest.fixture(scope="session")
 def spark(stack):
+    from pyspark import SparkContext
+
     from pipeline.spark.session import get_spark
 
+    # An in-process run before this fixture (a test without it) leaves a SparkContext built
+    # for the built-in sinks, without Spark's Kafka source: the transform tests would then
+    # fail "Failed to find data source: kafka" depending on test order. Start over.
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
     session = get_spark("local[2]")
     yield session
     session.stop()

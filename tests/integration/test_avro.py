@@ -110,7 +110,7 @@ def schemas_dir(tmp_path_factory):
     return folder
 
 
-def test_two_schema_versions_land_exactly_and_bad_records_are_dead_letters(schemas_dir):
+def test_two_schema_versions_land_exactly_and_bad_records_are_dead_letters(schemas_dir, spark):
     name = unique("avro")
     topic = create_topic(name, partitions=2)
     produced = [order(i) for i in range(N)]
@@ -149,7 +149,7 @@ def test_two_schema_versions_land_exactly_and_bad_records_are_dead_letters(schem
     assert query(f"SELECT order_id, customer FROM {name} WHERE customer = 'x'") == [(1, "x")]
 
 
-def test_an_unreachable_registry_is_exit_75_and_nothing_is_committed():
+def test_an_unreachable_registry_is_exit_75_and_nothing_is_committed(spark):
     name = unique("avro_down")
     topic = create_topic(name, partitions=1)
     produce(topic, [(b"k", order(i)[0]) for i in range(5)])
