@@ -47,11 +47,15 @@ def spark(stack):
 
     from pipeline.spark.session import get_spark
 
-    # An in-process run before this fixture (a test without it) leaves a SparkContext built
-    # for the built-in sinks, without Spark's Kafka source: the transform tests would then
-    # fail "Failed to find data source: kafka" depending on test order. Start over.
+    # An in-process run before this fixture (a test without it) leaves a JVM started for
+    # the built-in sinks, without Spark's Kafka source on its classpath: the transform tests
+    # would then fail "Failed to find data source: kafka" depending on test order. Jars join
+    # the classpath only when the JVM starts, so start a new one.
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
+    if SparkContext._gateway is not None:
+        SparkContext._gateway.shutdown()
+        SparkContext._gateway = SparkContext._jvm = None
     session = get_spark("local[2]")
     yield session
     session.stop()
