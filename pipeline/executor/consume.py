@@ -128,8 +128,14 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
     # queued per partition.
     queued = min(int(config.get("queued.min.messages", 100_000)),
                  max(r.count for r in ranges))
-    consumer = Consumer({**config, "queued.min.messages": queued,
-                         "error_cb": lambda e: errors.append(str(e))})
+    try:
+        consumer = Consumer({**config, "queued.min.messages": queued,
+                             "error_cb": lambda e: errors.append(str(e))})
+    except KafkaException as e:  # librdkafka refused a setting: the user's to fix, not a bug
+        raise RangeReadError(
+            "config", f"the executors' Kafka reader refused its settings ({e.args[0]}); fix "
+            "them in [kafka.consumer] / [kafka.admin_client]; nothing was read",
+            ranges[0]) from None
     try:
         reading = {r.tp: _Open(r) for r in ranges}
         alone = len(ranges) == 1

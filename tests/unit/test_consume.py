@@ -5,7 +5,17 @@ a batch that cannot fill."""
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from pipeline.executor.consume import BATCH, RangeReadError, _Open, _runs, _stalled, _take, asked
+from pipeline.executor.consume import (
+    BATCH,
+    RangeReadError,
+    _Open,
+    _runs,
+    _stalled,
+    _take,
+    asked,
+    read_ranges,
+    reader_config,
+)
 from pipeline.executor.task_errors import Kind, Where
 from pipeline.plan.offsets import OffsetRange
 
@@ -88,3 +98,14 @@ def test_deleted_offsets_ahead_of_the_reader_are_a_transient_error():
         _take(state, [gone], {}, [])
     assert raised.value.kind is Kind.TRANSIENT
     assert raised.value.message.startswith("t[0] [0, 5): offset 0 is no")
+
+
+def test_settings_librdkafka_refuses_are_a_config_error_not_a_crash():
+    # fetch.max.bytes below message.max.bytes: the consumer cannot even be created (no
+    # broker needed); this used to reach the driver as an internal error (exit 1).
+    config = reader_config({"bootstrap.servers": "127.0.0.1:1", "fetch.max.bytes": "2048"},
+                           "read_committed", "g")
+    with pytest.raises(RangeReadError) as e:
+        list(read_ranges(config, [OffsetRange("t", 0, 0, 10)], 1.0))
+    assert e.value.kind == "config" and "fetch.max.bytes" in e.value.message
+    assert "[kafka.consumer]" in e.value.message
