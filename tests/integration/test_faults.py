@@ -268,7 +268,10 @@ def test_broker_down_while_spark_reads_exits_75_and_commits_nothing(spark, stack
         extra_toml='[spark.conf]\n"spark.network.timeout" = "10s"\n'
                    '"spark.network.timeoutInterval" = "5s"\n'
                    '"spark.executor.heartbeatInterval" = "2s"\n')
-    proc = start_cli("run", "--config", config, env=cli_env(settings, "during_read:sleep=6"))
+    # The tasks sleep long enough for the broker's shutdown to finish under CI load: with 6 s
+    # a slow shutdown let the first tasks read on, and the run failed later, at the post-read
+    # metadata check (exit 75 too, but not the error this test is about).
+    proc = start_cli("run", "--config", config, env=cli_env(settings, "during_read:sleep=15"))
     wait_for(lambda: staging_copy_active(settings), 120, "the staging COPY", proc)
     service_down("kafka")  # while every task sleeps after its first 100 rows
 
