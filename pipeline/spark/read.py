@@ -27,32 +27,45 @@ def spark_offsets_options(ranges: Sequence[OffsetRange]) -> dict[str, str]:
     }
 
 
-def read_ranges(spark, kafka: KafkaSettings, ranges: Sequence[OffsetRange],
-                min_partitions: int = 0):
-    """Columns: key, value, topic, partition, offset, timestamp, timestampType, headers."""
-    reader = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("kafka.isolation.level", kafka.isolation_level)
-        .option("includeHeaders", "true")
+def reader_options(kafka: KafkaSettings, ranges: Sequence[OffsetRange],
+                   min_partitions: int = 0) -> dict[str, str]:
+    """Every option of the batch read, in the order they apply (a later one wins)."""
+    options = {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers,
+        "kafka.isolation.level": kafka.isolation_level,
+        "includeHeaders": "true",
         # Decided from what is read: Spark passes an offset the log still covers but holds
         # no record for (transaction markers, aborted records, compaction) and fails on one
         # it no longer covers (retention, a truncated log) - errors.explain_data_loss says
         # which.
-        .option("failOnDataLoss", "true")
-    )
-    # One poll that returns nothing waits this long (Spark's default: spark.network.timeout,
-    # 120 s): a truncated log or an unreachable broker is then found as fast as by the
-    # built-in reader.
-    reader = reader.option("kafkaConsumer.pollTimeoutMs", str(int(kafka.timeout_seconds * 1000)))
-    # Larger fetches than the Java client's defaults (1 MB per partition): fewer round trips
-    # per record; [kafka.spark_consumer] may override them.
-    reader = (reader.option("kafka.max.partition.fetch.bytes", str(16 << 20))
-              .option("kafka.fetch.max.bytes", str(64 << 20)))
-    for key, value in kafka.spark_options().items():
-        reader = reader.option(f"kafka.{key}", value)
-    for key, value in spark_offsets_options(ranges).items():
-        reader = reader.option(key, value)
+        "failOnDataLoss": "true",
+        # One poll that returns nothing waits this long (Spark's default: spark.network.timeout,
+        # 120 s): a truncated log or an unreachable broker is then found as fast as by the
+        # built-in reader.
+        "kafkaConsumer.pollTimeoutMs": str(int(kafka.timeout_seconds * 1000)),
+        # Larger fetches than the Java client's defaults (1 MB per partition): fewer round
+        # trips per record.
+        "kafka.max.partition.fetch.bytes": str(16 << 20),
+        "kafka.fetch.max.bytes": str(64 << 20),
+        # A range ends where the log may hold nothing more, and the consumer's next fetch
+        # then waits at the broker for new records, 500 ms by default; a seek or a close
+        # waits for that fetch to come back. Once per Kafka partition that is most of a
+        # wide topic's read (docs/benchmarks.md, "Wide topics"). With data to return, a
+        # fetch returns at once whatever this is.
+        "kafka.fetch.max.wait.ms": "10",
+    }
+    # [kafka.spark_consumer] may override any of the above.
+    options.update({f"kafka.{key}": value for key, value in kafka.spark_options().items()})
+    options.update(spark_offsets_options(ranges))
     if min_partitions:
-        reader = reader.option("minPartitions", str(min_partitions))
+        options["minPartitions"] = str(min_partitions)
+    return options
+
+
+def read_ranges(spark, kafka: KafkaSettings, ranges: Sequence[OffsetRange],
+                min_partitions: int = 0):
+    """Columns: key, value, topic, partition, offset, timestamp, timestampType, headers."""
+    reader = spark.read.format("kafka")
+    for key, value in reader_options(kafka, ranges, min_partitions).items():
+        reader = reader.option(key, value)
     return reader.load()

@@ -5,7 +5,7 @@ import pytest
 from pipeline.config import load_settings, mask, parse_settings, redact_url
 from pipeline.errors import ConfigError
 from pipeline.plan.offsets import OffsetRange
-from pipeline.spark.read import spark_offsets_options
+from pipeline.spark.read import reader_options, spark_offsets_options
 
 
 def doc(**changes):
@@ -112,6 +112,16 @@ def test_spark_options_are_exactly_the_planned_ranges():
     }
     with pytest.raises(ValueError):
         spark_offsets_options([OffsetRange("a", 0, 5, 5)])
+
+
+def test_spark_reader_does_not_wait_at_the_broker_past_a_range_unless_told_to():
+    ranges = [OffsetRange("a", 0, 5, 6)]
+    opts = reader_options(parse_settings(doc()).kafka, ranges)
+    assert opts["kafka.fetch.max.wait.ms"] == "10"
+    assert opts["endingOffsets"] == '{"a": {"0": 6}}' and opts["failOnDataLoss"] == "true"
+    told = parse_settings(doc(kafka={"spark_consumer": {"fetch.max.wait.ms": "200"}})).kafka
+    assert reader_options(told, ranges)["kafka.fetch.max.wait.ms"] == "200"
+    assert reader_options(told, ranges, 8)["minPartitions"] == "8"
 
 
 def test_client_specific_settings_go_only_to_their_client():
