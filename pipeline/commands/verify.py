@@ -12,7 +12,15 @@ from pipeline.errors import EXIT_OK, ConfigError, DataError
 
 
 def describe(m: dict) -> str:
+    if "until" in m:  # a ledger row: a whole range, published by one run
+        return (f"{m['topic']}[{m['partition']}] offsets [{m['offset']}, {m['until']}) of run "
+                f"{m['run_id']}: {m['kind']} ({m['what']})")
     return f"{m['topic']}[{m['partition']}] offset {m['offset']}: {m['kind']} ({m['what']})"
+
+
+def ledger_cell(p) -> str:
+    """The ledger's rows checked: re-read and hashed / in all (the rest: the tables only)."""
+    return f"{p.ledger_hashed}/{p.ledger_ranges} hashed" if p.ledger_ranges else "-"
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
@@ -29,11 +37,16 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(render_table(
             ["topic", "partition", "ranges", "records", "rows", "dead", "missing",
-             "unexpected", "dup", "unpublished", "not_verifiable", "verdict"],
+             "unexpected", "dup", "unpublished", "not_verifiable", "ledger", "verdict"],
             [[p.topic, p.partition, len(p.ranges), p.expected, p.rows, p.dead_letters,
               p.missing, p.unexpected, p.duplicates, p.unpublished,
               "; ".join(f"[{n['from']}, {n['until']}) {n['why']}" for n in p.not_verifiable)
-              or "-", "match" if p.ok else "MISMATCH"] for p in report.partitions]))
+              or "-", ledger_cell(p), "match" if p.ok else "MISMATCH"]
+             for p in report.partitions]))
+        for p in report.partitions:
+            for n in p.ledger_only[:5]:
+                print(f"{p.topic}[{p.partition}] offsets [{n['from']}, {n['until']}) of run "
+                      f"{n['run_id']}: {n['why']}")
         for m in report.first_mismatches(20):
             print(describe(m))
     n = len(report.partitions)
@@ -62,8 +75,12 @@ Kafka returns must be in exactly one of them, and no row or dead letter may clai
 that is no record (a forged row; an aborted, compacted or transaction-marker offset) or
 that no run published. Offsets Kafka skips (markers, aborted records, compaction) are fine
 as long as no row claims them; ranges retention has deleted are reported as not
-verifiable, not as errors. Append sinks only, for now; values are not compared (offsets
-only). Read-only: one snapshot of the tables, Kafka read a batch at a time."""
+verifiable, not as errors. Then the ledger (pipeline_ranges, one row per published read
+range): each range Kafka still holds whole is re-read and its record count and content
+hash compared with what the run published (a changed record or a recreated topic is named
+by range and run), and the tables' rows + dead letters per range with the ledger's; a
+range retention deleted is checked against the ledger only (listed as such). Append sinks
+only, for now. Read-only: one snapshot of the tables, Kafka read a batch at a time."""
 
 VERIFY_EXAMPLES = """\
 examples:

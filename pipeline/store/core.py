@@ -9,6 +9,7 @@ per concern (composed here so that callers hold one object):
 - offsets.py, archive.py: the stored offsets, and a recreated topic's archive
 - results.py: the publishing transaction's statements besides the sink's merge
 - queries.py: what the operator commands read; verify.py: what `pipeline verify` reads
+- ledger.py: the ledger of published ranges (written on publish, read by verify)
 - dead_letters.py: what `pipeline dead-letters` lists, and a replay's statements
 
 Every column list comes from pipeline/store/tables.py or the sink (pipeline/sinks/).
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.store.dead_letters import DeadLetterRows
+from pipeline.store.ledger import Ledger
 from pipeline.store.locks import Locks
 from pipeline.store.offsets import Offsets
 from pipeline.store.queries import Queries
@@ -30,7 +32,7 @@ from pipeline.store.verify import Verification
 
 
 class Store(Schema, Locks, RunRows, Offsets, Results, Queries, Verification,
-            DeadLetterRows):
+            DeadLetterRows, Ledger):
     """The driver's one session; it holds the pipeline's run lock while it is open."""
 
     def __enter__(self) -> Store:
