@@ -30,6 +30,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
             and args.to_offset <= args.from_offset:
         raise ConfigError(f"--to ({args.to_offset}) must be greater than --from "
                           f"({args.from_offset}): the range is [from, to)")
+    if settings.sink.mode != "append" and not settings.sink.transform:
+        return verify_state(args, settings)
     report = run_verify(settings, Filters(args.topic, args.partition, args.from_offset,
                                           args.to_offset))
     if args.json:
@@ -68,6 +70,41 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                     "over their offsets, which also replaces what the range held")
 
 
+def verify_state(args: argparse.Namespace, settings: Settings) -> int:
+    """An upsert or aggregate sink: its state recomputed from Kafka (driver/verify_state.py)."""
+    from pipeline.driver.verify_state import check_filters, run_state_verify
+
+    check_filters(settings, args.partition, args.from_offset, args.to_offset)
+    report = run_state_verify(settings, args.topic)
+    what = "key" if report.mode == "upsert" else "group"
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        print(render_table(["mode", "records", "state_rows", "table_rows", "missing",
+                            "unexpected", "verdict"],
+                           [[report.mode, report.records, report.state_rows,
+                             report.table_rows, report.missing, report.unexpected,
+                             "match" if report.ok else "MISMATCH"]]))
+        for n in report.not_verifiable:
+            print(f"{n['topic']}[{n['partition']}]: not verifiable ({n['why']}): the state "
+                  "can only be recomputed from every record published; nothing compared")
+        for name, keys in (("missing", report.missing_keys),
+                           ("unexpected", report.unexpected_keys)):
+            for k in keys:
+                print(f"{what} ({', '.join(k)}): {name}")
+    if report.ok:
+        if not args.json and report.compared:
+            print(f"verified: {settings.sink.table} holds exactly the state of "
+                  f"{report.records} records ({report.state_rows} {what}s)")
+        return EXIT_OK
+    first = report.missing_keys[:3] or report.unexpected_keys[:3]
+    raise DataError(
+        f"verify: MISMATCH: {settings.sink.table} differs from the state Kafka's records make "
+        f"({report.missing} {what}(s) missing or changed, {report.unexpected} unexpected; "
+        f"first: {'; '.join('(' + ', '.join(k) + ')' for k in first)}); inspect them with "
+        "'pipeline verify --json'")
+
+
 VERIFY_HELP = """\
 Re-reads from Kafka every range that a succeeded run (ingest, backfill, reprocess) published
 and reconciles it, per partition, with the results and dead-letter tables: each record
@@ -79,8 +116,12 @@ verifiable, not as errors. Then the ledger (pipeline_ranges, one row per publish
 range): each range Kafka still holds whole is re-read and its record count and content
 hash compared with what the run published (a changed record or a recreated topic is named
 by range and run), and the tables' rows + dead letters per range with the ledger's; a
-range retention deleted is checked against the ledger only (listed as such). Append sinks
-only, for now. Read-only: one snapshot of the tables, Kafka read a batch at a time."""
+range retention deleted is checked against the ledger only (listed as such). An upsert or
+aggregate sink's table is state: every published record is re-read and encoded as a run
+does, the newest record per key (tombstones deleting) or the totals per group computed in
+a temporary table, and compared with the table both ways (not when retention has deleted
+published records: said so). Read-only: one snapshot of the tables, Kafka read a batch at
+a time."""
 
 VERIFY_EXAMPLES = """\
 examples:
