@@ -49,11 +49,16 @@ def upsert(spark):
     return s, topic
 
 
-def test_an_exact_upsert_table_verifies_clean(upsert):
+def test_an_exact_upsert_table_verifies_clean(upsert, capsys):
     s, _ = upsert
     report = run_state_verify(s)
     assert report.ok and report.compared
     assert (report.records, report.state_rows, report.table_rows) == (64, 18, 18)
+    args = argparse.Namespace(topic=None, partition=None, from_offset=None, to_offset=None,
+                              json=False)
+    assert cmd_verify(args, s) == EXIT_OK
+    assert (f"verified: {s.sink.table} holds exactly the state of 64 records (18 keys)"
+            in capsys.readouterr().out)
 
 
 def test_a_changed_value_and_a_deleted_key_are_named_with_exit_3(upsert, capsys):
