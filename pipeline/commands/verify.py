@@ -12,7 +12,15 @@ from pipeline.errors import EXIT_OK, ConfigError, DataError
 
 
 def describe(m: dict) -> str:
+    if "until" in m:  # a ledger row: a whole range, published by one run
+        return (f"{m['topic']}[{m['partition']}] offsets [{m['offset']}, {m['until']}) of run "
+                f"{m['run_id']}: {m['kind']} ({m['what']})")
     return f"{m['topic']}[{m['partition']}] offset {m['offset']}: {m['kind']} ({m['what']})"
+
+
+def ledger_cell(p) -> str:
+    """The ledger's rows checked: re-read and hashed / in all (the rest: the tables only)."""
+    return f"{p.ledger_hashed}/{p.ledger_ranges} hashed" if p.ledger_ranges else "-"
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
@@ -22,6 +30,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
             and args.to_offset <= args.from_offset:
         raise ConfigError(f"--to ({args.to_offset}) must be greater than --from "
                           f"({args.from_offset}): the range is [from, to)")
+    if settings.sink.mode != "append" and not settings.sink.transform:
+        return verify_state(args, settings)
     report = run_verify(settings, Filters(args.topic, args.partition, args.from_offset,
                                           args.to_offset))
     if args.json:
@@ -29,11 +39,16 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(render_table(
             ["topic", "partition", "ranges", "records", "rows", "dead", "missing",
-             "unexpected", "dup", "unpublished", "not_verifiable", "verdict"],
+             "unexpected", "dup", "unpublished", "not_verifiable", "ledger", "verdict"],
             [[p.topic, p.partition, len(p.ranges), p.expected, p.rows, p.dead_letters,
               p.missing, p.unexpected, p.duplicates, p.unpublished,
               "; ".join(f"[{n['from']}, {n['until']}) {n['why']}" for n in p.not_verifiable)
-              or "-", "match" if p.ok else "MISMATCH"] for p in report.partitions]))
+              or "-", ledger_cell(p), "match" if p.ok else "MISMATCH"]
+             for p in report.partitions]))
+        for p in report.partitions:
+            for n in p.ledger_only[:5]:
+                print(f"{p.topic}[{p.partition}] offsets [{n['from']}, {n['until']}) of run "
+                      f"{n['run_id']}: {n['why']}")
         for m in report.first_mismatches(20):
             print(describe(m))
     n = len(report.partitions)
@@ -55,6 +70,41 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                     "over their offsets, which also replaces what the range held")
 
 
+def verify_state(args: argparse.Namespace, settings: Settings) -> int:
+    """An upsert or aggregate sink: its state recomputed from Kafka (driver/verify_state.py)."""
+    from pipeline.driver.verify_state import check_filters, run_state_verify
+
+    check_filters(settings, args.partition, args.from_offset, args.to_offset)
+    report = run_state_verify(settings, args.topic)
+    what = "key" if report.mode == "upsert" else "group"
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        print(render_table(["mode", "records", "state_rows", "table_rows", "missing",
+                            "unexpected", "verdict"],
+                           [[report.mode, report.records, report.state_rows,
+                             report.table_rows, report.missing, report.unexpected,
+                             "match" if report.ok else "MISMATCH"]]))
+        for n in report.not_verifiable:
+            print(f"{n['topic']}[{n['partition']}]: not verifiable ({n['why']}): the state "
+                  "can only be recomputed from every record published; nothing compared")
+        for name, keys in (("missing", report.missing_keys),
+                           ("unexpected", report.unexpected_keys)):
+            for k in keys:
+                print(f"{what} ({', '.join(k)}): {name}")
+    if report.ok:
+        if not args.json and report.compared:
+            print(f"verified: {settings.sink.table} holds exactly the state of "
+                  f"{report.records} records ({report.state_rows} {what}s)")
+        return EXIT_OK
+    first = report.missing_keys[:3] or report.unexpected_keys[:3]
+    raise DataError(
+        f"verify: MISMATCH: {settings.sink.table} differs from the state Kafka's records make "
+        f"({report.missing} {what}(s) missing or changed, {report.unexpected} unexpected; "
+        f"first: {'; '.join('(' + ', '.join(k) + ')' for k in first)}); inspect them with "
+        "'pipeline verify --json'")
+
+
 VERIFY_HELP = """\
 Re-reads from Kafka every range that a succeeded run (ingest, backfill, reprocess) published
 and reconciles it, per partition, with the results and dead-letter tables: each record
@@ -62,8 +112,16 @@ Kafka returns must be in exactly one of them, and no row or dead letter may clai
 that is no record (a forged row; an aborted, compacted or transaction-marker offset) or
 that no run published. Offsets Kafka skips (markers, aborted records, compaction) are fine
 as long as no row claims them; ranges retention has deleted are reported as not
-verifiable, not as errors. Append sinks only, for now; values are not compared (offsets
-only). Read-only: one snapshot of the tables, Kafka read a batch at a time."""
+verifiable, not as errors. Then the ledger (pipeline_ranges, one row per published read
+range): each range Kafka still holds whole is re-read and its record count and content
+hash compared with what the run published (a changed record or a recreated topic is named
+by range and run), and the tables' rows + dead letters per range with the ledger's; a
+range retention deleted is checked against the ledger only (listed as such). An upsert or
+aggregate sink's table is state: every published record is re-read and encoded as a run
+does, the newest record per key (tombstones deleting) or the totals per group computed in
+a temporary table, and compared with the table both ways (not when retention has deleted
+published records: said so). Read-only: one snapshot of the tables, Kafka read a batch at
+a time."""
 
 VERIFY_EXAMPLES = """\
 examples:

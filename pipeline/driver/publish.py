@@ -34,7 +34,7 @@ from sqlalchemy.schema import CreateTable
 from pipeline import faults
 from pipeline.driver.database import db_errors
 from pipeline.errors import ConfigError
-from pipeline.executor.stage import DEAD, ROW, TOMBSTONE
+from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
 from pipeline.formats import copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.store import Store, tables
@@ -165,10 +165,11 @@ class Publisher:
         out: dict[tuple[str, int], dict[str, int]] = {}
         with db_errors(self.store.url), self._reader.begin():
             for topic, partition, kind, n in self._read.execute(sql.SQL(
-                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE (part, task) IN '
-                    "(SELECT * FROM unnest(%s::int[], %s::bigint[])) GROUP BY 1, 2, 3 "
+                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE kind <> %s AND '
+                    "(part, task) IN (SELECT * FROM unnest(%s::int[], %s::bigint[])) "
+                    "GROUP BY 1, 2, 3 "
                     "ORDER BY 1, 2, 3").format(self.staging),
-                    (list(self.parts), list(self.parts.values()))).fetchall():
+                    (HASH, list(self.parts), list(self.parts.values()))).fetchall():
                 item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})
                 name = {ROW: "rows", DEAD: "dead", TOMBSTONE: "deletes"}[kind]
                 item[name] = item.get(name, 0) + int(n)
@@ -178,8 +179,8 @@ class Publisher:
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
                topic_ids: dict[str, str] | None = None) -> Published:
         """Everything after the read: the last blobs, the columns sink.evolve adds and the
-        merge if needed, dead letters, the offsets compare-and-set and the run row, then
-        COMMIT."""
+        merge if needed, dead letters, the ledger rows, the offsets compare-and-set and the
+        run row, then COMMIT."""
         store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
@@ -204,6 +205,7 @@ class Publisher:
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
             per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
             records_read = sum(sum(v.values()) for v in staged.values())
+            store.record_ranges(run, self.parts)  # the ledger, from the same attempts
             store.compare_and_set_offsets(run, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.

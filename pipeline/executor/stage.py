@@ -32,6 +32,9 @@ from pipeline.formats.copy_text import TEXT
 ROW = "r"  # a blob of result rows
 DEAD = "d"  # a blob of dead-letter rows
 TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones)
+# A read range's summary, no rows: n = its Kafka records, min_offset/max_offset = the range's
+# from/until offsets, blob = their content hash (content_hash.py; the ledger's row).
+HASH = "h"
 
 
 
@@ -115,7 +118,8 @@ def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
             for blobs in batches:
                 for blob in blobs:
                     copy.write_row((part, attempt, task, seq, *blob))
-                    totals[blob.kind] += blob.rows
+                    if blob.kind != HASH:  # a range's summary: no lines
+                        totals[blob.kind] += blob.rows
                     seq += 1
                 if seq and not injected:  # once per task, inside its open COPY
                     injected = True
@@ -244,6 +248,7 @@ def range_stager(spec: RangeStageTask):
 
     def stage_ranges(items):
         from pipeline.executor.consume import read_ranges
+        from pipeline.executor.content_hash import ContentHash
 
         encoder = spec.encoding.encoder()
         ranges = [r for item in items for r in (item if isinstance(item, list) else [item])]
@@ -258,9 +263,17 @@ def range_stager(spec: RangeStageTask):
                     wire = encoder.wire if kind == ROW else TEXT
                     yield Blob(r.topic, r.partition, kind, len(lines), lo, hi, wire.blob(lines))
 
-        batches = read_ranges(spec.reader, ranges, spec.timeout_seconds)
-        part, attempt, totals = stage_attempt(
-            spec.target, (blobs_of(r, records) for r, records in batches))
+        def staged() -> Iterator[Iterator[Blob]]:
+            for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds):
+                hashes[r].add(records)  # the one per-record step besides the encoding
+                yield blobs_of(r, records)
+            # Each range's summary, staged with its blobs: the ledger row of the attempt
+            # the publisher chooses (a range with no record still has one).
+            yield (Blob(r.topic, r.partition, HASH, h.records, r.from_offset,
+                        r.until_offset, h.digest()) for r, h in hashes.items())
+
+        hashes = {r: ContentHash() for r in ranges if r.count > 0}
+        part, attempt, totals = stage_attempt(spec.target, staged())
         yield (part, attempt, totals[ROW], totals[DEAD], totals[TOMBSTONE])
 
     return stage_ranges

@@ -9,6 +9,8 @@ per concern (composed here so that callers hold one object):
 - offsets.py, archive.py: the stored offsets, and a recreated topic's archive
 - results.py: the publishing transaction's statements besides the sink's merge
 - queries.py: what the operator commands read; verify.py: what `pipeline verify` reads
+- ledger.py: the ledger of published ranges (written on publish, read by verify);
+  state.py: verify of an upsert or aggregate sink (its state recomputed in temp tables)
 - dead_letters.py: what `pipeline dead-letters` lists, and a replay's statements
 
 Every column list comes from pipeline/store/tables.py or the sink (pipeline/sinks/).
@@ -20,17 +22,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.store.dead_letters import DeadLetterRows
+from pipeline.store.ledger import Ledger
 from pipeline.store.locks import Locks
 from pipeline.store.offsets import Offsets
 from pipeline.store.queries import Queries
 from pipeline.store.results import Results
 from pipeline.store.runs import RunRows
 from pipeline.store.schema import Schema
+from pipeline.store.state import StateVerification
 from pipeline.store.verify import Verification
 
 
 class Store(Schema, Locks, RunRows, Offsets, Results, Queries, Verification,
-            DeadLetterRows):
+            DeadLetterRows, Ledger, StateVerification):
     """The driver's one session; it holds the pipeline's run lock while it is open."""
 
     def __enter__(self) -> Store:

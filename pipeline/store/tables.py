@@ -98,6 +98,25 @@ dead_letters = Table(
     Column("run_id", BigInteger, nullable=False),
     Column("failed_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
 )
+# The ledger of published ranges: one row per read task's range of a run, written in the
+# publishing transaction (sql/006; store/ledger.py, driver/ledger_check.py).
+ranges = Table(
+    "pipeline_ranges", metadata,
+    _key("pipeline", Text), Column("run_id", BigInteger, primary_key=True,
+                                   autoincrement=False),
+    _key("topic", Text), _key("partition", Integer), _key("from_offset", BigInteger),
+    Column("until_offset", BigInteger, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("rows_written", BigInteger, nullable=False),
+    Column("dead_letters", BigInteger, nullable=False),
+    Column("deletes", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("content_hash", BYTEA, nullable=False),
+    Column("published_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+)
+Index("pipeline_ranges_by_partition", ranges.c.pipeline, ranges.c.topic,
+      ranges.c.partition, ranges.c.from_offset)
+
 # What an executor stages of a dead letter, in this order (encode.Encoder.dead_line and
 # stage.dead_head write it): the publisher adds pipeline and run_id, failed_at is defaulted.
 DEAD_LETTER_FIELDS = [c for c in dead_letters.columns

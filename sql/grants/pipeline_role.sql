@@ -29,6 +29,9 @@ GRANT SELECT, INSERT ON :"schema".pipeline_dead_letters_archived TO :"role";
 -- 'dead-letters replay' moves the dead letters it turned into rows (sql/005).
 GRANT SELECT, INSERT ON :"schema".pipeline_dead_letters_replayed TO :"role";
 
+-- The ledger of published ranges (sql/006): inserted on publish, read by 'pipeline verify'.
+GRANT SELECT, INSERT ON :"schema".pipeline_ranges TO :"role";
+
 -- The results table: COPY/INSERT on publish, ON CONFLICT DO UPDATE and DELETE on
 -- reprocess, DELETE when 'offsets reset' archives a recreated topic's rows.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".:"results" TO :"role";

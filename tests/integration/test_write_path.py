@@ -63,6 +63,10 @@ def test_task_retried_after_its_staging_commit_is_published_and_counted_once(sta
                     "WHERE pipeline = %s AND status = 'succeeded'", (name,))
     assert run_row[0][:2] == (600, 600)
     assert stored_offsets(name) == {(topic, 0): 300, (topic, 1): 300}
+    # The ledger holds the published attempts' ranges once: no range twice, none missing.
+    assert query('SELECT "partition", sum(records), sum(rows_written), count(*), '
+                 "count(DISTINCT from_offset) FROM pipeline_ranges WHERE pipeline = %s "
+                 "GROUP BY 1 ORDER BY 1", (name,)) == [(0, 300, 300, 1, 1), (1, 300, 300, 1, 1)]
 
 
 def test_timestamps_are_exact_utc_whatever_the_os_time_zone(stack, tmp_path):

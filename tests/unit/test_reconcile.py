@@ -92,10 +92,12 @@ def test_retained_splits_a_range_at_the_earliest_offset(earliest, deleted, kept)
 
 
 @pytest.mark.parametrize(("sink", "says"), [
-    ({"mode": "upsert", "key": ["order_id"]}, "verify covers append sinks for now"),
+    ({"mode": "upsert", "key": ["order_id"]}, "reconciles append sinks offset by offset"),
     ({"mode": "aggregate", "group_by": ["customer"], "aggregates": {"n": "count(*)"}},
-     "verify covers append sinks for now"),
-    ({"transform": "tests.integration.transforms.identity:transform"}, "without a")])
+     "verify_state.py recomputes it"),
+    ({"transform": "tests.integration.transforms.identity:transform"}, "without a"),
+    ({"mode": "upsert", "key": ["order_id"], "tombstones": "dead_letter",
+      "transform": "tests.integration.transforms.identity:transform"}, "without a")])
 def test_verify_refuses_the_sinks_it_cannot_prove_yet_with_exit_2(sink, says):
     from pipeline.driver.verify import check_supported
     from pipeline.errors import ConfigError

@@ -1,0 +1,128 @@
+"""``pipeline verify`` against the ledger (pipeline_ranges): for each published range, what
+Kafka holds now vs what was published (records and content hash), and what the tables
+hold now vs the ledger's counts.
+
+A range Kafka still holds whole is re-read and hashed (content_hash.py); one whose start
+retention has deleted is checked against the ledger only (the tables' counts), and said
+so. Consecutive ranges of a partition are read with one consumer, a span of at most
+SPAN_ROWS ledger rows at a time, so memory stays bounded whatever the ledger holds."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from operator import methodcaller
+
+from pipeline.executor.content_hash import ContentHash
+from pipeline.plan.offsets import OffsetRange, PartitionOffsets
+from pipeline.store.ledger import LedgerRow
+
+SPAN_ROWS = 1000  # ledger rows read with one consumer, at most
+_offset = methodcaller("offset")
+
+
+@dataclass
+class LedgerFindings:
+    """One partition's ledger rows checked: how many against Kafka and the tables
+    (``hashed``), against the tables only (``ledger_only``, with why), and the mismatches
+    (each names its range and run)."""
+
+    checked: int = 0
+    hashed: int = 0
+    ledger_only: list[dict] = field(default_factory=list)
+    mismatches: list[dict] = field(default_factory=list)
+
+    def mismatch(self, row: LedgerRow, kind: str, what: str) -> None:
+        r = row.range
+        self.mismatches.append({"topic": r.topic, "partition": r.partition,
+                                "offset": r.from_offset, "until": r.until_offset,
+                                "run_id": row.run_id, "kind": kind, "what": what})
+
+
+Reader = Callable[[OffsetRange], Iterable[list]]  # batches of Messages of a range
+
+
+def check_ledger(rows: Iterable[LedgerRow], read: Reader, held: PartitionOffsets | None,
+                 table_counts: Callable[[OffsetRange], tuple[int, int]]) -> LedgerFindings:
+    """``rows``: one partition's ledger rows, by from_offset; ``held``: its offsets in
+    Kafka now (None: the partition is gone)."""
+    f = LedgerFindings()
+    readable: list[LedgerRow] = []
+    for row in rows:
+        f.checked += 1
+        _check_tables(f, row, table_counts(row.range))
+        gone, why = _not_readable(row.range, held)
+        if why is None:
+            readable.append(row)
+        elif gone:
+            f.ledger_only.append({**row.range.as_dict(count=False), "run_id": row.run_id,
+                                  "why": why})
+        else:
+            f.mismatch(row, "changed", why)
+    for span in _spans(readable):
+        for row, got in _hash_span(span, read):
+            f.hashed += 1
+            if got.records != row.records:
+                f.mismatch(row, "changed", f"Kafka holds {got.records} records here, the "
+                           f"run published {row.records}")
+            elif got.digest() != row.content_hash:
+                f.mismatch(row, "changed", "the records' content differs from what the run "
+                           "published (a record changed, or the topic was recreated)")
+    return f
+
+
+def _check_tables(f: LedgerFindings, row: LedgerRow, now: tuple[int, int]) -> None:
+    # Rows + dead letters together: a dead-letter replay turns dead letters into rows.
+    rows, dead = now
+    if rows + dead != row.rows + row.dead_letters:
+        f.mismatch(row, "ledger", f"the tables hold {rows} rows + {dead} dead letters here, "
+                   f"the run published {row.rows} + {row.dead_letters}")
+
+
+def _not_readable(r: OffsetRange, held: PartitionOffsets | None) -> tuple[bool, str | None]:
+    """(gone, why) for a range Kafka cannot return whole: ``gone`` when its records were
+    deleted (fine: checked against the ledger only), else a log that now ends before the
+    range does (a mismatch); (False, None) when Kafka holds it whole."""
+    if held is None:
+        return True, "partition no longer in Kafka: checked against the ledger only"
+    if held.earliest > r.from_offset:
+        return True, "deleted by retention: checked against the ledger only"
+    if held.latest < r.until_offset:
+        return False, (f"Kafka's log ends at offset {held.latest}, before this published "
+                       "range ends (the topic was recreated or truncated)")
+    return False, None
+
+
+def _spans(rows: list[LedgerRow]) -> Iterator[list[LedgerRow]]:
+    """Runs of overlapping or adjacent ranges, at most SPAN_ROWS each."""
+    span: list[LedgerRow] = []
+    end = -1
+    for row in rows:
+        if span and (row.range.from_offset > end or len(span) >= SPAN_ROWS):
+            yield span
+            span, end = [], -1
+        span.append(row)
+        end = max(end, row.range.until_offset)
+    if span:
+        yield span
+
+
+def _hash_span(span: list[LedgerRow], read: Reader
+               ) -> Iterator[tuple[LedgerRow, ContentHash]]:
+    """One read over the span; each batch's slice inside a row's range goes to its hash."""
+    first = span[0].range
+    whole = OffsetRange(first.topic, first.partition, first.from_offset,
+                        max(row.range.until_offset for row in span))
+    hashes = [ContentHash() for _ in span]
+    for batch in read(whole):
+        offsets = list(map(_offset, batch))  # C calls, no Python frame per record
+        lo, hi = offsets[0], offsets[-1]
+        for row, h in zip(span, hashes, strict=True):
+            r = row.range
+            if r.from_offset > hi:
+                break  # rows are by from_offset: none further starts in this batch
+            if r.until_offset > lo:
+                h.add(batch[bisect_left(offsets, r.from_offset):
+                            bisect_left(offsets, r.until_offset)])
+    yield from zip(span, hashes, strict=True)

@@ -1,0 +1,95 @@
+"""The ledger of published ranges (pipeline_ranges, sql/006): written in the publishing
+transaction from the staging table's range summaries (executor/stage.py, kind HASH) of the
+attempts the publisher chose, read by ``pipeline verify`` (driver/ledger_check.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from psycopg import sql
+from sqlalchemy import and_, func, or_, select
+
+from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
+from pipeline.plan.offsets import OffsetRange
+from pipeline.store.results import in_range
+from pipeline.store.run import Run
+from pipeline.store.session import Session
+from pipeline.store.tables import dead_letters, ranges
+
+
+class LedgerRow(NamedTuple):
+    run_id: int
+    range: OffsetRange
+    records: int
+    rows: int
+    dead_letters: int
+    deletes: int
+    skipped: int
+    content_hash: bytes
+
+
+# One ledger row per range summary; its counts are those of the same attempt's blobs inside
+# the range (a blob never spans two ranges: stage.range_stager makes them per range).
+_RECORD = """
+INSERT INTO {ranges} (pipeline, run_id, topic, "partition", from_offset, until_offset,
+                      records, rows_written, dead_letters, deletes, skipped, content_hash)
+SELECT %(pipeline)s, %(run)s, h.topic, h."partition", h.min_offset, h.max_offset, h.n,
+       coalesce(sum(b.n) FILTER (WHERE b.kind = %(row)s), 0),
+       coalesce(sum(b.n) FILTER (WHERE b.kind = %(dead)s), 0),
+       coalesce(sum(b.n) FILTER (WHERE b.kind = %(tombstone)s), 0),
+       h.max_offset - h.min_offset - h.n, h.blob
+  FROM {staging} h
+  LEFT JOIN {staging} b
+    ON b.part = h.part AND b.task = h.task AND b.kind <> %(hash)s AND b.topic = h.topic
+   AND b."partition" = h."partition" AND b.min_offset >= h.min_offset
+   AND b.max_offset < h.max_offset
+ WHERE h.kind = %(hash)s
+   AND (h.part, h.task) IN (SELECT * FROM unnest(%(parts)s::int[], %(tasks)s::bigint[]))
+ GROUP BY h.topic, h."partition", h.min_offset, h.max_offset, h.n, h.blob
+"""
+
+
+class Ledger(Session):
+    def record_ranges(self, run: Run, parts: dict[int, int]) -> int:
+        """In the open (publishing) transaction: the ledger rows of the chosen attempts
+        (``parts``: Spark partition -> task attempt id); how many. A transform's run stages
+        no range summaries (Spark's Kafka source reads it) and so writes none."""
+        return self.execute(sql.SQL(_RECORD).format(
+            ranges=self.t(ranges.name), staging=run.staging), {
+                "pipeline": self.pipeline, "run": run.id, "row": ROW, "dead": DEAD,
+                "tombstone": TOMBSTONE, "hash": HASH, "parts": list(parts),
+                "tasks": list(parts.values())}).rowcount
+
+    def ledger_rows(self, topic: str, partition: int, window: OffsetRange
+                    ) -> Iterator[LedgerRow]:
+        """The partition's ledger rows that overlap ``window``, by offset then run, a page
+        at a time (keyset on (from_offset, run_id))."""
+        c = ranges.c
+        after = (-1, -1)
+        while True:
+            got = list(self.run(
+                select(c.run_id, c.from_offset, c.until_offset, c.records, c.rows_written,
+                       c.dead_letters, c.deletes, c.skipped, c.content_hash)
+                .where(c.pipeline == self.pipeline, c.topic == topic,
+                       c.partition == partition, c.until_offset > window.from_offset,
+                       c.from_offset < window.until_offset,
+                       or_(c.from_offset > after[0],
+                           and_(c.from_offset == after[0], c.run_id > after[1])))
+                .order_by(c.from_offset, c.run_id).limit(1000)))
+            for g in got:
+                yield LedgerRow(g.run_id, OffsetRange(topic, partition, g.from_offset,
+                                                      g.until_offset),
+                                g.records, g.rows_written, g.dead_letters, g.deletes,
+                                g.skipped, bytes(g.content_hash))
+            if len(got) < 1000:
+                return
+            after = (got[-1].from_offset, got[-1].run_id)
+
+    def table_counts(self, r: OffsetRange) -> tuple[int, int]:
+        """(result rows, dead letters) the tables hold inside ``r`` now."""
+        rows = self.run(select(func.count()).select_from(self.results)
+                        .where(in_range(self.results, r))).scalar_one()
+        dead = self.run(select(func.count()).select_from(dead_letters).where(
+            in_range(dead_letters, r), dead_letters.c.pipeline == self.pipeline)).scalar_one()
+        return rows, dead

@@ -1,0 +1,107 @@
+"""What ``pipeline verify`` of an upsert or aggregate sink runs in Postgres: the records
+re-read from Kafka go into a temporary table (record_batch, as a run stages them), the
+state they make is computed there (the newest record per key, tombstones deleting; the
+totals per group), and compared with the results table both ways in SQL, so that memory
+does not grow with the keys. Temporary tables only: the pipeline's tables are only read."""
+
+from __future__ import annotations
+
+from psycopg import sql
+from sqlalchemy.schema import CreateTable
+
+from pipeline.formats import copy_binary
+from pipeline.sinks.upsert import newer
+from pipeline.store import tables
+from pipeline.store.identifiers import identifiers
+from pipeline.store.session import Session
+
+ROWS, STATE = "_verify_rows", "_verify_state"
+SHOWN = 10  # differing keys named per direction
+
+
+class StateVerification(Session):
+    def state_scratch(self) -> None:
+        """In the open transaction: the temp table the re-read records go into."""
+        self.run(CreateTable(tables.record_batch(self.sink.settings, ROWS)))
+
+    def copy_records(self, rows, tombstones, binary: bool) -> None:
+        """One batch's encoded rows (the format's COPY wire) and tombstones (COPY text)."""
+        conn = self.conn
+        cols = identifiers(c.name for c in tables.written(self.records))
+        with conn.cursor() as cur:
+            if rows:
+                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+                        sql.Identifier(ROWS), cols,
+                        sql.SQL(" (FORMAT BINARY)" if binary else ""))) as cp:
+                    if binary:
+                        cp.write(copy_binary.SIGNATURE)
+                    for line in rows:
+                        cp.write(line)
+                    if binary:
+                        cp.write(copy_binary.TRAILER)
+            if tombstones:
+                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+                        sql.Identifier(ROWS),
+                        identifiers(tables.tombstone_columns(self.sink.settings)))) as cp:
+                    for line in tombstones:
+                        cp.write(line)
+
+    def _key(self) -> sql.Composable:
+        return identifiers(self.sink.settings.key)
+
+    def upsert_state(self) -> list[str]:
+        """The newest record per key (sinks.upsert.newer: offsets within a partition,
+        then the Kafka timestamp across), a tombstone deleting it; returns the columns
+        compared (the record's, coordinates included: a row must be its key's newest
+        record, not only hold the same values)."""
+        key, conn = self._key(), self.conn
+        sink = self.sink.settings
+        conn.execute(sql.SQL(
+            "CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT DISTINCT ON ({key}, topic, "
+            "partition) * FROM {rows} ORDER BY {key}, topic, partition, \"offset\" DESC")
+            .format(state=sql.Identifier(STATE), key=key, rows=sql.Identifier(ROWS)))
+        on = sql.SQL(" AND ").join(sql.SQL("o.{k} = l.{k}").format(k=sql.Identifier(k))
+                                   for k in sink.key)
+        conn.execute(sql.SQL("DELETE FROM {s} AS o USING {s} AS l WHERE {on} AND {newer}")
+                     .format(s=sql.Identifier(STATE), on=on, newer=newer("l", "o")))
+        if sink.deletes:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE _tombstone").format(
+                sql.Identifier(STATE)))
+        return [c.name for c in tables.from_record(self.results)]
+
+    def aggregate_state(self) -> list[str]:
+        """The totals per group of every record; returns the columns compared."""
+        sink = self.sink.settings
+        computed = [sql.SQL("{f}({arg}) AS {n}").format(
+            f=sql.SQL(a.function), n=sql.Identifier(a.name),
+            arg=sql.SQL("*") if a.of is None else sql.Identifier(a.of))
+            for a in sink.aggregates]
+        self.conn.execute(sql.SQL(
+            "CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT {key}, {computed} FROM {rows} "
+            "GROUP BY {key}").format(state=sql.Identifier(STATE), key=self._key(),
+                                     computed=sql.SQL(", ").join(computed),
+                                     rows=sql.Identifier(ROWS)))
+        return [*sink.key, *(a.name for a in sink.aggregates)]
+
+    def state_differences(self, columns: list[str]) -> dict:
+        """Rows the state holds that the table does not (``missing``: a key gone or a
+        value changed) and rows the table holds that the state does not (``unexpected``),
+        counted, with the first keys of each."""
+        key = self._key()
+        cols = identifiers(columns)
+        out = {}
+        for name, a, b in (("missing", sql.Identifier(STATE), self.t(self.results.name)),
+                           ("unexpected", self.t(self.results.name), sql.Identifier(STATE))):
+            diff = sql.SQL("(SELECT {cols} FROM {a} EXCEPT ALL SELECT {cols} FROM {b})").format(
+                cols=cols, a=a, b=b)
+            count = self.conn.execute(sql.SQL("SELECT count(*) FROM {} d").format(diff)
+                                      ).fetchone()[0]
+            first = self.conn.execute(sql.SQL("SELECT {key} FROM {} d ORDER BY {key} LIMIT {n}")
+                                      .format(diff, key=key, n=sql.Literal(SHOWN))).fetchall()
+            out[name] = count
+            out[f"{name}_keys"] = [list(map(str, k)) for k in first]
+        out["state_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.Identifier(STATE))).fetchone()[0]
+        out["table_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            self.t(self.results.name))).fetchone()[0]
+        return out
