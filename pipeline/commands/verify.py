@@ -32,10 +32,16 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                           f"({args.from_offset}): the range is [from, to)")
     if settings.sink.mode != "append" and not settings.sink.transform:
         return verify_state(args, settings)
-    report = run_verify(settings, Filters(args.topic, args.partition, args.from_offset,
-                                          args.to_offset))
+    filters = Filters(args.topic, args.partition, args.from_offset, args.to_offset)
+    report = run_verify(settings, filters)
+    values = None
+    if args.values:
+        from pipeline.driver.verify_state import run_state_verify
+
+        values = run_state_verify(settings, args.topic, filters)
     if args.json:
-        print_json(report.as_dict())
+        print_json({**report.as_dict(), "ok": report.ok and (values is None or values.ok),
+                    **({"values": values.as_dict()} if values else {})})
     else:
         print(render_table(
             ["topic", "partition", "ranges", "records", "rows", "dead", "missing",
@@ -51,7 +57,17 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                       f"{n['run_id']}: {n['why']}")
         for m in report.first_mismatches(20):
             print(describe(m))
+        if values is not None:
+            print_values(values)
     n = len(report.partitions)
+    if values is not None and not values.ok:
+        first = values.missing_keys[:3] or values.unexpected_keys[:3]
+        raise DataError(
+            f"verify --values: MISMATCH: {values.missing} row(s) of {settings.sink.table} "
+            "differ from the rows their Kafka records make (first at topic, partition, "
+            f"offset: {'; '.join('(' + ', '.join(k) + ')' for k in first)}); inspect them "
+            "with 'pipeline verify --values --json'; rewrite a range from Kafka with "
+            "'pipeline backfill --reprocess' over its offsets")
     if report.ok:
         skipped = sum(len(p.not_verifiable) for p in report.partitions)
         if not args.json:
@@ -70,11 +86,28 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                     "over their offsets, which also replaces what the range held")
 
 
+def print_values(values) -> None:
+    """``--values``: the rows compared one by one with the rows their records make."""
+    for n in values.not_verifiable:
+        print(f"{n['topic']}[{n['partition']}]: values not compared ({n['why']})")
+    for name, keys in (("differs from its record", values.missing_keys),
+                       ("is not what its record makes", values.unexpected_keys)):
+        for k in keys:
+            print(f"row at ({', '.join(k)}): {name}")
+    if values.compared:
+        print(f"values: {values.table_rows} row(s) compared with {values.state_rows} made "
+              f"from their records: " + ("match" if values.ok else
+                                         f"{values.missing} differ"))
+
+
 def verify_state(args: argparse.Namespace, settings: Settings) -> int:
     """An upsert or aggregate sink: its state recomputed from Kafka (driver/verify_state.py)."""
     from pipeline.driver.verify_state import check_filters, run_state_verify
 
     check_filters(settings, args.partition, args.from_offset, args.to_offset)
+    if args.values:
+        raise ConfigError(f"pipeline '{settings.name}': --values is for append sinks; an "
+                          f"{settings.sink.mode} sink's verify compares its values always")
     report = run_state_verify(settings, args.topic)
     what = "key" if report.mode == "upsert" else "group"
     if args.json:
@@ -120,13 +153,16 @@ range retention deleted is checked against the ledger only (listed as such). An 
 aggregate sink's table is state: every published record is re-read and encoded as a run
 does, the newest record per key (tombstones deleting) or the totals per group computed in
 a temporary table, and compared with the table both ways (not when retention has deleted
-published records: said so). Read-only: one snapshot of the tables, Kafka read a batch at
+published records: said so). With --values, an append sink's rows are compared the same
+way, one by one with the rows their records make (a value changed in the table is named
+by its coordinates). Read-only: one snapshot of the tables, Kafka read a batch at
 a time."""
 
 VERIFY_EXAMPLES = """\
 examples:
   pipeline verify --config conf/local.toml
   pipeline verify --config conf/local.toml --topic orders --partition 3 --from 1000 --to 2000
+  pipeline verify --config conf/local.toml --values
   pipeline verify --config conf/local.toml --json | jq '.partitions[] | select(.ok | not)'
 """
 
@@ -140,6 +176,9 @@ def register(sub) -> None:
                         help="only offsets >= OFFSET")
     verify.add_argument("--to", dest="to_offset", type=OFFSET, metavar="OFFSET",
                         help="only offsets < OFFSET (exclusive)")
+    verify.add_argument("--values", action="store_true",
+                        help="append sinks: also compare every row's values with the row "
+                        "its Kafka record makes now (re-encodes each record; slower)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON on "
                         "stdout")
     verify.set_defaults(handler=cmd_verify)

@@ -1,5 +1,6 @@
 """``pipeline verify`` of an upsert or aggregate sink: its table is state made from many
-records, not one row per offset, so the state is recomputed from Kafka and compared.
+records, not one row per offset, so the state is recomputed from Kafka and compared. Also
+``verify --values`` of an append sink: each row compared with the row its record makes.
 
 Every range succeeded runs published is re-read (as driver/verify.py reads them), encoded
 as the executors encode it (formats.encode.Encoder: the same rows, dead letters and
@@ -54,8 +55,12 @@ def check_filters(settings: Settings, partition, from_offset, to_offset) -> None
             "--from and --to apply to append sinks only (--topic is fine)")
 
 
-def run_state_verify(settings: Settings, topic: str | None = None) -> StateReport:
+def run_state_verify(settings: Settings, topic: str | None = None,
+                     filters=None) -> StateReport:
+    """``filters`` (driver/verify.Filters): an append sink's window (``verify --values``);
+    its rows are compared one by one, so any window is a true part of its state."""
     from pipeline.driver.kafka_meta import KafkaMeta
+    from pipeline.driver.reconcile import clip
     from pipeline.driver.verify import batches, kafka_offsets
     from pipeline.executor.consume import reader_config
     from pipeline.executor.task import EncoderSettings
@@ -78,6 +83,12 @@ def run_state_verify(settings: Settings, topic: str | None = None) -> StateRepor
                                [run_id for run_id, _ in plans])
             if topic is not None:
                 ranges = {tp: rs for tp, rs in ranges.items() if tp[0] == topic}
+            if filters is not None:
+                ranges = {tp: list(clip(rs, w.from_offset, w.until_offset))
+                          for tp, rs in ranges.items()
+                          if filters.partition in (None, tp[1])
+                          for w in [filters.window(*tp)]}
+                ranges = {tp: rs for tp, rs in ranges.items() if rs}
             held = kafka_offsets(KafkaMeta(k), sorted({t for t, _ in ranges}))
             for (t, p), rs in ranges.items():
                 h = held.get((t, p))
@@ -99,8 +110,8 @@ def run_state_verify(settings: Settings, topic: str | None = None) -> StateRepor
                         rows, _, tombstones = encoder.encode(t, p, batch)
                         store.copy_records(rows, tombstones, encoder.binary)
                         report.records += len(batch)
-            columns = store.upsert_state() if sink.mode == "upsert" else \
-                store.aggregate_state()
+            columns = {"upsert": store.upsert_state, "aggregate": store.aggregate_state,
+                       "append": store.append_state}[sink.mode]()
             for name, value in store.state_differences(columns).items():
                 setattr(report, name, value)
     log.info("verify %s (%s): %d records make %d rows, the table holds %d: %s",

@@ -104,6 +104,31 @@ def test_a_deleted_row_and_a_forged_row_are_named_and_exit_3(pipeline, capsys):
     assert verify(config, capsys=capsys)[0] == EXIT_OK
 
 
+def test_values_compares_every_row_with_its_record_and_names_a_changed_one(pipeline,
+                                                                           capsys):
+    s, topic, config = pipeline
+    code, out, err = verify(config, "--values", capsys=capsys)
+    assert code == EXIT_OK, err
+    assert "values: 35 row(s) compared with 35 made from their records: match" in out
+    table = s.sink.table
+    execute(f"UPDATE {table} SET customer = 'changed' WHERE topic = %s AND \"partition\" = 0 "
+            'AND "offset" = 12', (topic,))
+    try:
+        # The offsets and the counts still match: only --values sees it.
+        assert verify(config, capsys=capsys)[0] == EXIT_OK
+        code, out, err = verify(config, "--values", capsys=capsys)
+        assert code == EXIT_DATA
+        assert f"row at ({topic}, 0, 12): differs from its record" in out
+        assert "1 row(s) of" in err and f"({topic}, 0, 12)" in err
+        code, out, _ = verify(config, "--values", "--json", "--partition", "1", capsys=capsys)
+        assert code == EXIT_OK, out  # the window leaves partition 0 out
+        assert json.loads(out)["values"]["state_rows"] == 5
+    finally:
+        execute(f"UPDATE {table} SET customer = %s WHERE topic = %s AND \"partition\" = 0 "
+                'AND "offset" = 12', (json.loads(order(12))["customer"], topic))
+    assert verify(config, "--values", capsys=capsys)[0] == EXIT_OK
+
+
 def test_aborted_records_and_markers_verify_clean_and_a_row_claiming_one_is_unexpected(
         spark, capsys):
     topic = create_topic(unique("vtxn"), 1)

@@ -25,7 +25,8 @@ def verify(settings, capsys, **filters) -> tuple[int | str, dict]:
     """The command's handler on these settings, --json: (exit code, or the error's
     message; the report)."""
     args = argparse.Namespace(**{"topic": None, "partition": None, "from_offset": None,
-                                 "to_offset": None, "json": True, **filters})
+                                 "to_offset": None, "json": True, "values": False,
+                                 **filters})
     try:
         code: int | str = cmd_verify(args, settings)
     except PipelineError as e:
@@ -55,7 +56,7 @@ def test_an_exact_upsert_table_verifies_clean(upsert, capsys):
     assert report.ok and report.compared
     assert (report.records, report.state_rows, report.table_rows) == (64, 18, 18)
     args = argparse.Namespace(topic=None, partition=None, from_offset=None, to_offset=None,
-                              json=False)
+                              json=False, values=False)
     assert cmd_verify(args, s) == EXIT_OK
     assert (f"verified: {s.sink.table} holds exactly the state of 64 records (18 keys)"
             in capsys.readouterr().out)
