@@ -5,6 +5,8 @@ from the job's JSON summary. The real events are checked in tests/airflow/test_l
 from __future__ import annotations
 
 import importlib.util
+import re
+import tomllib
 
 from tests.helpers import ROOT
 
@@ -69,3 +71,13 @@ def test_published_ranges_count_records_and_rows_per_partition():
 def test_a_failed_job_published_no_ranges():
     assert lineage.published_ranges({}) == []
 
+
+def test_the_airflow_extra_starts_at_the_versions_the_airflow_venv_pins():
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]["airflow"]
+    pins = dict(re.findall(r"([a-z-]+)==([0-9.]+)",
+                           re.search(r"AIRFLOW_PINS=\(([^)]*)\)",
+                                     (ROOT / "scripts" / "stack").read_text()).group(1)))
+    floors = dict(re.match(r"([a-z-]+)>=([0-9.]+)", req).groups() for req in extra)
+    assert floors == {name: pins[name] for name in floors}
+    assert set(floors) == {"apache-airflow", "apache-airflow-providers-openlineage"}
