@@ -57,8 +57,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
+from _lineage import lineage_datasets
 from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -363,57 +364,17 @@ def unused_kafka_settings(config_text: str, env: dict[str, str]) -> list[str]:
             and "${" + name + "}" not in config_text]
 
 
-# ---- lineage --------------------------------------------------------------------------------
-
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def lineage_datasets(doc: dict[str, Any], args: list[str],
-                     env: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
-    """OpenLineage's names for a run's datasets (its naming spec): each topic read as
-    kafka://<first bootstrap server> + topic, the results table as postgres://host:port +
-    database.schema.table. The environment wins over the config, as in the job."""
-    kafka, database = doc.get("kafka", {}), doc.get("database", {})
-    servers = env.get(ENV_BOOTSTRAP) or kafka["bootstrap_servers"]
-    topics = [args[args.index("--topic") + 1]] if "--topic" in args else kafka["topics"]
-    url = env.get(ENV_DATABASE_URL) or _ENV_REF.sub(
-        lambda m: env.get(m.group(1), ""), database["url"])
-    parts = urlsplit(url)
-    table = ".".join([parts.path.lstrip("/") or "postgres", database.get("schema", "public"),
-                      doc["sink"]["table"]])
-    return {"inputs": [(f"kafka://{servers.split(',')[0].strip()}", t) for t in topics],
-            "outputs": [(f"postgres://{parts.hostname}:{parts.port or 5432}", table)]}
-
-
-@functools.cache
-def _offsets_facet_class():
-    import attrs
-    from openlineage.client.facet_v2 import RunFacet
-
-    @attrs.define
-    class PipelineOffsetsRunFacet(RunFacet):
-        """The job's run: its id in pipeline_runs, kind, status, counts and the Kafka offset
-        ranges [from, until) it read per topic partition."""
-        runId: int | None = None  # noqa: N815 - OpenLineage facets are camelCase
-        kind: str = ""
-        status: str = ""
-        recordsRead: int = 0  # noqa: N815
-        rowsWritten: int = 0  # noqa: N815
-        ranges: list[dict[str, Any]] = attrs.field(factory=list)
-
-    return PipelineOffsetsRunFacet
-
-
-def offsets_facet(summary: dict[str, Any]) -> Any:
-    ranges = [{"topic": r["topic"], "partition": r["partition"], "from": r["from"],
-               "until": r["until"]} for r in summary.get("plan") or []]
-    return _offsets_facet_class()(
-        runId=summary.get("run_id"), kind=summary.get("kind", ""),
-        status=summary.get("status", ""), recordsRead=summary.get("records_read", 0),
-        rowsWritten=summary.get("rows_written", 0), ranges=ranges)
-
-
 # ---- the operator ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What one execute() learnt, for the OpenLineage facets: the datasets (known before
+    the job starts), the job's exit code (None: it never ran) and its JSON summary (on
+    success). Read from the process and its stdout document, never from log text."""
+    datasets: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    summary: dict[str, Any] | None = None
+
 
 class PipelineTransientError(AirflowException):
     """The job exited with a retryable code (75 transient, 143 terminated): Airflow retries."""
@@ -485,7 +446,7 @@ class PipelineSubmitOperator(BaseOperator):
         self.conf = conf if conf is not None else {"spark.log.level": "WARN"}
         self.spark_submit = str(SPARK_SUBMIT)
         self._process: subprocess.Popen | None = None
-        self._lineage: dict[str, Any] = {}
+        self._outcome = JobOutcome()
 
     # -- what to run --------------------------------------------------------------------------
 
@@ -557,6 +518,7 @@ class PipelineSubmitOperator(BaseOperator):
         cmd = self.submit_command()
         env = {**os.environ, **job_env(), **self.credentials_env()}
         self.log.info("spark-submit command: %s", readable(cmd))
+        self._outcome = JobOutcome(self._datasets(env))
         try:
             # Its own session and process group: on_kill can stop spark-submit, the
             # driver and anything they started, and nothing of ours.
@@ -585,36 +547,38 @@ class PipelineSubmitOperator(BaseOperator):
             reader.join(timeout=60)  # EOF once the job's processes are gone
         code = exit_code_of(returncode)
         summary = summary_of(b"".join(stdout).decode(errors="replace")) if code == 0 else None
-        self._lineage = {**self._datasets(env), "summary": summary}
+        self._outcome = JobOutcome(self._outcome.datasets, code, summary)
         if code != 0:
             self._fail(code, list(stderr))
         return summary
 
     def _datasets(self, env: dict[str, str]) -> dict[str, Any]:
-        """What the run read and wrote, as OpenLineage names them, from the config and the
-        environment the job ran with; nothing if the config cannot tell."""
+        """What the run reads and writes, as OpenLineage names them, from the config and
+        the environment the job runs with; nothing if the config cannot tell."""
         try:
             doc = tomllib.loads(Path(self.config).read_text()) if self.config else {}
-            return lineage_datasets(doc, list(self.application_args), env)
+            return lineage_datasets(doc, list(self.application_args), env,
+                                    servers=env.get(ENV_BOOTSTRAP), url=env.get(ENV_DATABASE_URL))
         except (OSError, ValueError, KeyError, TypeError) as e:
             self.log.warning("no lineage for this run: %s", e)
             return {}
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage (apache-airflow-providers-openlineage): the topics read, the table
-        written, and the offset ranges of this run as a run facet."""
-        from airflow.providers.openlineage.extractors import OperatorLineage
-        from openlineage.client.event_v2 import Dataset
+    # -- OpenLineage (apache-airflow-providers-openlineage calls these; optional) ------------
 
-        lineage = self._lineage
-        run_facets = {}
-        if lineage.get("summary"):
-            run_facets["pipelineOffsets"] = offsets_facet(lineage["summary"])
-        return OperatorLineage(
-            inputs=[Dataset(namespace=ns, name=name) for ns, name in lineage.get("inputs", [])],
-            outputs=[Dataset(namespace=ns, name=name)
-                     for ns, name in lineage.get("outputs", [])],
-            run_facets=run_facets)
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The topics read, the table written, and the job's published offsets as a run
+        facet (airflow_dags/_lineage.py)."""
+        from _lineage import operator_lineage
+
+        outcome = self._outcome
+        meaning = _exit_codes()[0].get(outcome.exit_code, "unknown exit code") if (
+            outcome.exit_code is not None) else ""
+        return operator_lineage(outcome.datasets, outcome.summary, outcome.exit_code, meaning)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """The same datasets; the facet tells the job's exit code and that nothing was
+        published (a failed job rolls back)."""
+        return self.get_openlineage_facets_on_complete(task_instance)
 
     def _stream_stderr(self, process: subprocess.Popen, tail: collections.deque) -> None:
         """The job's log into the task log, line by line, as it comes."""

@@ -32,13 +32,14 @@ class Airflow:
     env: dict[str, str]
     calls: itertools.count = field(default_factory=itertools.count)
 
-    def run(self, *args: str, env: dict[str, str] | None = None,
-            timeout: float = 900) -> tuple[Any, str]:
-        """dag_runner.py in the Airflow venv; (its JSON result, its whole output). The output
-        is also kept in AIRFLOW_HOME/runner-N.log for a failing test's post-mortem."""
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 900,
+            python: Path = AIRFLOW_PYTHON) -> tuple[Any, str]:
+        """dag_runner.py in the Airflow venv (or another ``python``); (its JSON result, its
+        whole output). The output is also kept in AIRFLOW_HOME/runner-N.log for a failing
+        test's post-mortem."""
         log = self.home / f"runner-{next(self.calls)}.log"
         t0 = time.monotonic()
-        proc = subprocess.run([str(AIRFLOW_PYTHON), str(RUNNER), *args],
+        proc = subprocess.run([str(python), str(RUNNER), *args],
                               env={**self.env, **(env or {})}, cwd=self.home, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
         log.write_text(proc.stdout)
@@ -48,10 +49,11 @@ class Airflow:
             f"dag_runner {args} exited {proc.returncode} ({log}):\n{proc.stdout[-4000:]}")
         return json.loads(lines[-1][len(RESULT_MARKER):]), proc.stdout
 
-    def dag_test(self, dag_id: str, *confs: dict | None,
-                 env: dict[str, str] | None = None) -> list[dict]:
+    def dag_test(self, dag_id: str, *confs: dict | None, env: dict[str, str] | None = None,
+                 python: Path = AIRFLOW_PYTHON) -> list[dict]:
         """One dag.test() per conf, in one Airflow process; each result carries its log."""
-        results, output = self.run("test", dag_id, *(json.dumps(c) for c in confs), env=env)
+        results, output = self.run("test", dag_id, *(json.dumps(c) for c in confs), env=env,
+                                   python=python)
         for result, segment in zip(results, output.split(RUN_MARKER)[1:], strict=True):
             result["log"] = segment
         return results

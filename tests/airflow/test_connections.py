@@ -137,7 +137,7 @@ def test_openlineage_events_name_the_topics_the_table_and_the_offsets(secure_run
     postgres = f"postgres://127.0.0.1:{secrets['PG_PORT']}"
     assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
         (postgres, f"pipeline_test.public.{name}")]
-    facet = event["run"]["facets"]["pipelineOffsets"]
+    facet = event["run"]["facets"]["kafkaOffsetPipeline_offsets"]
     ends = {part: high for part, (_, high) in watermarks(name).items()}
     assert sorted((r["topic"], r["partition"], r["from"], r["until"])
                   for r in facet["ranges"]) == sorted(
