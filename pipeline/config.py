@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from pipeline.errors import ConfigError
-from pipeline.formats import types
+from pipeline.formats import paths, types
 from pipeline.formats.avro_schemas import SchemaSource
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -42,6 +42,7 @@ class Column:
     name: str
     type: str  # as declared, without " not null": a key of formats/types.py's registry
     required: bool
+    source: tuple[str, ...] = ()  # ``from``: the value's path in a record (formats/paths.py)
 
 
 @dataclass(frozen=True)
@@ -408,20 +409,19 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     transform = _get(s, "sink", "transform", str, None)
     if transform is not None and not re.match(r"^[\w.]+:\w+$", transform):
         raise ConfigError(f"'sink.transform' = {transform!r}: write it as 'module:function'")
-    columns = []
-    for cname, ctype in _get(s, "sink", "columns", dict, {}).items():
-        _identifier(cname, f"sink.columns.{cname}")
-        if cname in RESERVED_COLUMNS:
-            raise ConfigError(f"'sink.columns.{cname}' is reserved; rename the column")
-        if not isinstance(ctype, str) or not (m := COLUMN_TYPE.match(ctype.strip().lower())):
-            raise ConfigError(
-                f"'sink.columns.{cname}' = {ctype!r}: use {types.SPELLED}, optionally "
-                "followed by ' not null'")
-        columns.append(Column(cname, m.group(1), m.group(4) is not None))
+    columns = [_column(cname, spec)
+               for cname, spec in _get(s, "sink", "columns", dict, {}).items()]
     if fmt in COLUMN_FORMATS and not columns:
         raise ConfigError(f"sink.format = '{fmt}' needs at least one column in [sink.columns]")
     if fmt == "raw" and columns:
         raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
+    for c in columns if transform is not None else ():
+        if c.source or not types.column_type(c.type).scalar:
+            # The transform path parses with Spark's from_json by column name, scalars only.
+            what = f"from = {paths.label(c.source)!r}" if c.source else c.type
+            raise ConfigError(
+                f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' = "
+                f"{transform!r} yet: remove sink.transform, or read the field in the transform")
     if fmt == "avro" and transform is not None:
         # A transform gets records Spark parsed as JSON; Avro decoding on that path (Spark's
         # from_avro) is not built yet.
@@ -440,6 +440,34 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     return Settings(name, kafka, url, schema, sink, spark, source, **timeouts,
                     metrics=_metrics(doc.get("metrics", {}), env),
                     schema_registry=_schema_registry(doc, fmt, env))
+
+
+def _column(cname: str, spec: Any) -> Column:
+    """One [sink.columns] entry: ``name = "type"`` or ``name = { type = "type", from =
+    "path" }`` (the value's path in a record: formats/paths.py)."""
+    where = f"sink.columns.{cname}"
+    _identifier(cname, where)
+    if cname in RESERVED_COLUMNS:
+        raise ConfigError(f"'{where}' is reserved; rename the column")
+    source: tuple[str, ...] = ()
+    ctype = spec
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"type", "from"}
+        if unknown or "type" not in spec:
+            raise ConfigError(f"'{where}' = {spec!r}: write {{ type = \"long\", from = "
+                              "\"customer.id\" }} (keys type and from only)")
+        ctype = spec["type"]
+        if "from" in spec:
+            try:
+                source = paths.parse(spec["from"])
+            except paths.BadPath as e:
+                raise ConfigError(f"'{where}.from' = {spec['from']!r} {e}") from None
+            if source == (cname,):
+                source = ()  # the column's own name: the short form
+    if not isinstance(ctype, str) or not (m := COLUMN_TYPE.match(ctype.strip().lower())):
+        raise ConfigError(f"'{where}' = {ctype!r}: use {types.SPELLED}, optionally followed "
+                          "by ' not null'")
+    return Column(cname, m.group(1), m.group(4) is not None, source)
 
 
 def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
@@ -468,6 +496,9 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
         if declared[k].type in ("double",):
             raise ConfigError(f"'sink.{name}' column '{k}' is a double: floating-point keys "
                               "do not compare exactly; use long, string or decimal(p,s)")
+        if not types.column_type(declared[k].type).scalar:
+            raise ConfigError(f"'sink.{name}' column '{k}' is a {declared[k].type}: a key "
+                              "holds one value; use long, string or decimal(p,s)")
     # Columns the mode's own tables add (tables.py): a declared one would clash.
     taken = {"upsert": {"deleted_at"}, "aggregate": {"updated_at"}}[mode]
     for k in key:
@@ -477,8 +508,7 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
     if mode == "upsert" and "_tombstone" in declared:
         raise ConfigError("'sink.columns._tombstone' is reserved for an upsert sink; rename it")
     # Key columns are required: a record without one becomes a dead letter.
-    columns = tuple(Column(c.name, c.type, c.required or c.name in key)
-                    for c in sink.columns)
+    columns = tuple(replace(c, required=c.required or c.name in key) for c in sink.columns)
     if mode == "upsert":
         tombstones = _choice(_get(s, "sink", "tombstones", str, "delete"), "sink.tombstones",
                              ("delete", "dead_letter"))
@@ -510,6 +540,9 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
         kind = declared[of].type if of else "long"
         if function == "sum" and types.column_type(kind).sum is None:
             raise ConfigError(f"{where}: sum() needs a number column; '{of}' is {kind}")
+        if function in ("min", "max") and not types.column_type(kind).scalar:
+            raise ConfigError(f"{where}: {function}() of a {kind} is not defined; aggregate "
+                              "a scalar column")
         if function in ("min", "max") and kind == "boolean":
             raise ConfigError(f"{where}: {function}() of a boolean is not defined; use "
                               "count(column) of the rows you want, or a long 0/1 column")

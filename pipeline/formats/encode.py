@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from pipeline.executor.task_errors import TaskError
+from pipeline.formats import paths
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.copy_text import text
 from pipeline.formats.dead_letters import dead_line, unexpected
@@ -36,7 +37,7 @@ class Encoder:
     """Turns a batch of one partition's records into result lines and dead-letter lines.
 
     ``fmt``: the record format's name (config.SinkSettings.format), chosen here once.
-    ``columns``: the declared (name, type, required) triples; empty for raw.
+    ``columns``: the declared (name, type, required[, path]) columns; empty for raw.
     ``tombstone_key``: an upsert sink's key columns when a null value deletes its key
     (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter.
     ``schemas``: where the avro format's writer schemas come from ([schema_registry])."""
@@ -49,8 +50,9 @@ class Encoder:
         self.wire = self.format.wire
         self.binary = self.wire.binary
         self.run_id = run_id
-        types = {n: t for n, t, _ in columns}
-        self.key = [(n, column_type(types[n]).from_json, types[n]) for n in tombstone_key]
+        declared = {c[0]: c for c in paths.columns(columns)}
+        self.key = [(n, column_type(declared[n][1]).from_json, declared[n][1], declared[n][3])
+                    for n in tombstone_key]
 
     def encode(self, topic: str, partition: int, records) -> Encoded:
         """(result rows, dead-letter lines, tombstones): rows in the format's wire encoding

@@ -142,13 +142,16 @@ RESULTS_ARCHIVE_COLUMNS = _archive_columns()
 # The SQLAlchemy type of each Postgres type of the column-type registry (formats/types.py).
 _POSTGRES_TYPES = {"text": Text, "bigint": BigInteger, "integer": Integer,
                    "double precision": DOUBLE_PRECISION, "boolean": Boolean,
-                   "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date}
+                   "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date,
+                   "jsonb": JSONB}
 
 
 def sink_type(declared: str) -> TypeEngine:
     """The Postgres type of a [sink.columns] type (config.COLUMN_TYPE, without 'not null'),
     from its entry in the column-type registry."""
     t = column_type(declared)
+    if t.element is not None:  # array<T>: T[]
+        return postgresql.ARRAY(sink_type(t.element.declared))
     if t.precision is not None:
         return Numeric(t.precision, t.scale)
     return _POSTGRES_TYPES[t.pg]()
