@@ -6,7 +6,8 @@ config.py validates declarations against it, store/tables.py builds the SQLAlche
 from its Postgres types, spark/transform.py takes its Spark types, executor/stage.py how
 Spark writes each Postgres type as COPY text, json_rows.py its inlined checks. A new
 column type is one entry here (and a new format's value rule, a new field). Plain Python:
-the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` is parsed here only.
+the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` and ``array<T>`` (a
+Postgres T[] of a scalar type; jsonb and arrays: documents.py) are parsed here only.
 """
 
 from __future__ import annotations
