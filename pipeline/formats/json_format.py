@@ -23,7 +23,7 @@ from pipeline.formats.types import column_type
 
 def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]:
     """orjson for speed; the standard library with exact decimals when a decimal column is
-    wider than a double's 15 exact digits."""
+    wider than a double's 15 exact digits, or a jsonb column keeps numbers as written."""
     if wide_decimals(columns):
         return lambda v: json.loads(v, parse_float=Decimal)
     import orjson

@@ -45,8 +45,11 @@ class ColumnType:
 
     @property
     def exact_json(self) -> bool:
-        """A decimal wider than a double's 15 exact digits: its JSON is parsed exactly."""
-        return self.precision is not None and self.precision > 15
+        """A decimal wider than a double's 15 exact digits (or an array of them), or jsonb
+        (its numbers are kept as written): its JSON is parsed exactly."""
+        if self.element is not None:
+            return self.element.exact_json
+        return self.pg == "jsonb" or (self.precision is not None and self.precision > 15)
 
 
 def _integer_check(bits: int) -> tuple[str, ...]:

@@ -247,3 +247,17 @@ def test_avro_wrong_array_elements_name_the_column_and_element(tmp_path):
         "t", 0, [Record(0, wire(4, schema, {"ids": ["1"]}))])
     assert dead(encoded) == {0: ("wrong_type", "field 'ids' (writer schema id 4): expected "
                                  "array<long>, got array: element [0] is string")}
+
+
+def test_jsonb_keeps_numbers_as_written_and_a_double_beside_it_still_reads_decimals():
+    # jsonb parses the record exactly (as a decimal wider than 15 digits does): no digit of
+    # a number is lost to a double. A double column beside it takes the exact numbers too
+    # (before: 'expected double, got double' beside a wide decimal).
+    for columns in ((("j", "jsonb", False), ("d", "double", False)),
+                    (("w", "decimal(20,2)", False), ("d", "double", False))):
+        raw = b'{"j": {"x": 1.23456789012345678901234, "y": [1, 2.50]}, "w": 1.5, "d": 2.5}'
+        encoded = encode([raw], columns)
+        assert encoded.dead == []
+        got = fields(encoded.rows[0])
+        assert got == (['{"x":1.23456789012345678901234,"y":[1,2.50]}', "2.5"]
+                       if columns[0][0] == "j" else ["1.50", "2.5"])
