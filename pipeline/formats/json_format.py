@@ -61,10 +61,10 @@ class JsonFormat:
         rows = self.encode_rows(records, head, self.tail, self.loads, kafka_timestamp,
                                 *[c for _, c, _, _ in self.columns], rejected)
         if self.surrogates_possible:
-            rows = self._utf8_only(rows, records, refuse)
+            rows = self.utf8_only(rows, records, refuse)
         return rows
 
-    def _utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
+    def utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
         """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails
         on every rerun); found by their offset, the line's third field."""
         kept = []
@@ -108,7 +108,7 @@ class JsonFormat:
                 x = paths.lookup(doc, path)
             except paths.NotAnObject as e:
                 return "wrong_type", (f"field {paths.field(name, path)}: '{paths.label(e.where)}' "
-                                      f"is JSON {_kind(e.value)}, not an object")
+                                      f"is JSON {d.json_kind(e.value)}, not an object")
             if x is None:
                 continue
             try:
@@ -122,7 +122,7 @@ class JsonFormat:
                                       self.declared)
                 detail = f": {e}" if str(e) else ""
                 return "wrong_type", (f"field {paths.field(name, path)}: expected "
-                                      f"{self.types[name]}, got {_kind(x)}{detail}")
+                                      f"{self.types[name]}, got {d.json_kind(x)}{detail}")
             except Unstorable as e:
                 return "unstorable", f"field {paths.field(name, path)} {e}"
         for name, _, required, path in self.columns:
@@ -138,9 +138,6 @@ class JsonFormat:
                 if flat:
                     return d.diagnose(d.NOT_A_STRING + name, value, None, self.declared)
                 return "wrong_type", (f"field {paths.field(name, path)}: expected string, got "
-                                      f"{_kind(x)}")
+                                      f"{d.json_kind(x)}")
         return "malformed_json", "value does not match the declared columns"
 
-
-def _kind(x) -> str:
-    return "double" if type(x) is Decimal else d.json_kind(x)

@@ -261,3 +261,10 @@ def test_jsonb_keeps_numbers_as_written_and_a_double_beside_it_still_reads_decim
         got = fields(encoded.rows[0])
         assert got == (['{"x":1.23456789012345678901234,"y":[1,2.50]}', "2.5"]
                        if columns[0][0] == "j" else ["1.50", "2.5"])
+
+
+def test_a_wrong_element_parsed_exactly_is_named_as_json_names_it():
+    columns = (("j", "jsonb", False), ("p", "array<decimal(4,2)>", False))
+    assert dead(encode([{"p": [1.5, 123.5]}], columns)) == {
+        0: ("wrong_type", "field 'p': expected array<decimal(4,2)>, got array: element [1] "
+                          "is double")}
