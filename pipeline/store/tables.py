@@ -210,11 +210,11 @@ def tombstone_columns(sink: SinkSettings) -> list[str]:
 
 
 def written(table: Table) -> list[Column]:
-    """The columns a run writes into a table, in COPY order (ingested_at, updated_at and
-    deleted_at are defaulted): for ``record_rows``, the executors' lines (encode.py,
-    stage.copy_line), which end with run_id."""
-    return [c for c in table.columns if c.name not in ("ingested_at", "updated_at",
-                                                       "deleted_at")]
+    """The columns a run writes into a table, in COPY order (the pipeline's ingested_at,
+    updated_at and deleted_at are defaulted: by their server default, not their name, so
+    a declared column called updated_at is written): for ``record_rows``, the executors'
+    lines (encode.py, stage.copy_line), which end with run_id."""
+    return [c for c in table.columns if c.server_default is None]
 
 
 def from_record(table: Table) -> list[Column]:
