@@ -102,6 +102,12 @@ class SinkSettings:
     tombstones: str = "delete"  # upsert: a null value with a key deletes | dead_letter
     aggregates: tuple[Aggregate, ...] = ()
     evolve: Evolve = "off"
+    envelope: str = "none"  # "debezium": values are change events (formats/debezium.py)
+
+    @property
+    def record_format(self) -> str:
+        """The executors' record format (formats.registry.FORMATS)."""
+        return "debezium" if self.envelope == "debezium" else self.format
 
     @property
     def deletes(self) -> bool:
@@ -250,7 +256,7 @@ _SECTIONS: dict[str, set[str]] = {
               "consumer", "spark_consumer", "admin_client"},
     "database": {"url", "schema", "lock_timeout_seconds", "statement_timeout_seconds"},
     "sink": {"format", "table", "max_bad_records", "transform", "columns", "mode", "key",
-             "tombstones", "group_by", "aggregates", "evolve"},
+             "tombstones", "group_by", "aggregates", "evolve", "envelope"},
     "spark": {"master", "min_partitions", "conf"},
     "metrics": {"textfile", "pushgateway"},
     "schema_registry": {"url", "user", "password", "ssl_ca_location", "schemas_dir",
@@ -427,8 +433,8 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
         # from_avro) is not built yet.
         raise ConfigError(f"'sink.transform' = {transform!r} is not supported with "
                           "sink.format = 'avro' yet: remove sink.transform, or use json")
-    sink = _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
-                                                  tuple(columns))))
+    sink = _envelope(s, _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
+                                                              tuple(columns)))))
 
     sp = doc.get("spark", {})
     spark_conf = _get(sp, "spark", "conf", dict, {})
@@ -569,6 +575,22 @@ def _evolve(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
             "that counted everything before; add it by hand and rebuild the totals (see "
             "docs/operations.md), or remove sink.evolve")
     return replace(sink, evolve=evolve)
+
+
+def _envelope(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
+    """[sink] envelope: "debezium" reads change events into an upsert sink."""
+    envelope = _choice(_get(s, "sink", "envelope", str, "none"), "sink.envelope",
+                       ("none", "debezium"))
+    if envelope == "none":
+        return sink
+    if sink.format != "json" or sink.transform:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' and no "
+                          "sink.transform (Avro change events and transforms: not yet)")
+    if sink.mode != "upsert" or not sink.deletes:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
+                          "[the source table's key columns] and tombstones = 'delete' (the "
+                          "default): a change event upserts or deletes its row")
+    return replace(sink, envelope=envelope)
 
 
 def _schema_registry(doc: dict[str, Any], fmt: str, env: dict[str, str]) -> SchemaSource | None:

@@ -47,6 +47,7 @@ class Encoder:
         # Only a format that reads schemas (avro) takes a schema source.
         options = {} if schemas is None else {"schemas": schemas}
         self.format = record_format(fmt)(columns, run_id, **options)
+        self.delete_key = getattr(self.format, "delete_key", None)
         self.wire = self.format.wire
         self.binary = self.wire.binary
         self.run_id = run_id
@@ -107,12 +108,16 @@ class Encoder:
             # A timestamp Postgres cannot hold raises here (the format rejected it):
             # encode() then makes the record a dead letter of that type.
             timestamp = kafka_timestamp(m.timestamp()[1])
-            if m.value() is None and self.key:
+            # A format that deletes by more than null values (debezium) names the key.
+            deletes = self.delete_key is not None or m.value() is None
+            if deletes and self.key:
+                what = "tombstone (null value)" if m.value() is None else "delete"
                 try:
-                    fields = "\t".join(key_fields(m.key(), self.key))
+                    key = m.key() if self.delete_key is None else self.delete_key(m)
+                    fields = "\t".join(key_fields(key, self.key))
                 except BadTombstone as e:
-                    dead.append(dead_line(head, m, "bad_tombstone", f"tombstone (null "
-                                          f"value) {e}: it cannot name the row to delete"))
+                    dead.append(dead_line(head, m, "bad_tombstone", f"{what} {e}: it cannot "
+                                          "name the row to delete"))
                 else:
                     tombstones.append(f"{head}{m.offset()}\t{timestamp}\t{fields}"
                                       f"\t{self.run_id}\tt\n")

@@ -20,7 +20,7 @@ class BadTombstone(ValueError):
     """A null-valued record whose Kafka key cannot name the row to delete."""
 
 
-def key_fields(key: bytes | None, columns: Sequence[tuple]) -> list[str]:
+def key_fields(key: bytes | dict | None, columns: Sequence[tuple]) -> list[str]:
     """The business key of an upsert sink's tombstone, from its Kafka key, as COPY text
     fields. ``columns``: (name, converter, declared type[, path]) of the key columns. The
     Kafka key is a JSON object holding them (``{"order_id": 42}``, or at the column's path);
@@ -28,6 +28,8 @@ def key_fields(key: bytes | None, columns: Sequence[tuple]) -> list[str]:
     JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``).
     Whitespace around the key is insignificant in every form, as JSON has it around a
     value: ``"42"\\n``, ``42\\n`` and ``42`` all name the row whose key is '42'."""
+    if type(key) is dict:  # a key document a format found (debezium's before image)
+        key = json.dumps(key, default=str).encode()
     if key is None:
         raise BadTombstone("has no Kafka key")
     try:
