@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from pipeline.errors import ConfigError
-from pipeline.formats import types
+from pipeline.formats import paths, types
 from pipeline.formats.avro_schemas import SchemaSource
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -42,6 +42,7 @@ class Column:
     name: str
     type: str  # as declared, without " not null": a key of formats/types.py's registry
     required: bool
+    source: tuple[str, ...] = ()  # ``from``: the value's path in a record (formats/paths.py)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,12 @@ class SinkSettings:
     tombstones: str = "delete"  # upsert: a null value with a key deletes | dead_letter
     aggregates: tuple[Aggregate, ...] = ()
     evolve: Evolve = "off"
+    envelope: str = "none"  # "debezium": values are change events (formats/debezium.py)
+
+    @property
+    def record_format(self) -> str:
+        """The executors' record format (formats.registry.FORMATS)."""
+        return "debezium" if self.envelope == "debezium" else self.format
 
     @property
     def deletes(self) -> bool:
@@ -249,7 +256,7 @@ _SECTIONS: dict[str, set[str]] = {
               "consumer", "spark_consumer", "admin_client"},
     "database": {"url", "schema", "lock_timeout_seconds", "statement_timeout_seconds"},
     "sink": {"format", "table", "max_bad_records", "transform", "columns", "mode", "key",
-             "tombstones", "group_by", "aggregates", "evolve"},
+             "tombstones", "group_by", "aggregates", "evolve", "envelope"},
     "spark": {"master", "min_partitions", "conf"},
     "metrics": {"textfile", "pushgateway"},
     "schema_registry": {"url", "user", "password", "ssl_ca_location", "schemas_dir",
@@ -408,27 +415,26 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     transform = _get(s, "sink", "transform", str, None)
     if transform is not None and not re.match(r"^[\w.]+:\w+$", transform):
         raise ConfigError(f"'sink.transform' = {transform!r}: write it as 'module:function'")
-    columns = []
-    for cname, ctype in _get(s, "sink", "columns", dict, {}).items():
-        _identifier(cname, f"sink.columns.{cname}")
-        if cname in RESERVED_COLUMNS:
-            raise ConfigError(f"'sink.columns.{cname}' is reserved; rename the column")
-        if not isinstance(ctype, str) or not (m := COLUMN_TYPE.match(ctype.strip().lower())):
-            raise ConfigError(
-                f"'sink.columns.{cname}' = {ctype!r}: use {types.SPELLED}, optionally "
-                "followed by ' not null'")
-        columns.append(Column(cname, m.group(1), m.group(4) is not None))
+    columns = [_column(cname, spec)
+               for cname, spec in _get(s, "sink", "columns", dict, {}).items()]
     if fmt in COLUMN_FORMATS and not columns:
         raise ConfigError(f"sink.format = '{fmt}' needs at least one column in [sink.columns]")
     if fmt == "raw" and columns:
         raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
+    for c in columns if transform is not None else ():
+        if c.source or not types.column_type(c.type).scalar:
+            # The transform path parses with Spark's from_json by column name, scalars only.
+            what = f"from = {paths.label(c.source)!r}" if c.source else c.type
+            raise ConfigError(
+                f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' = "
+                f"{transform!r} yet: remove sink.transform, or read the field in the transform")
     if fmt == "avro" and transform is not None:
         # A transform gets records Spark parsed as JSON; Avro decoding on that path (Spark's
         # from_avro) is not built yet.
         raise ConfigError(f"'sink.transform' = {transform!r} is not supported with "
                           "sink.format = 'avro' yet: remove sink.transform, or use json")
-    sink = _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
-                                                  tuple(columns))))
+    sink = _envelope(s, _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
+                                                              tuple(columns)))))
 
     sp = doc.get("spark", {})
     spark_conf = _get(sp, "spark", "conf", dict, {})
@@ -440,6 +446,34 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     return Settings(name, kafka, url, schema, sink, spark, source, **timeouts,
                     metrics=_metrics(doc.get("metrics", {}), env),
                     schema_registry=_schema_registry(doc, fmt, env))
+
+
+def _column(cname: str, spec: Any) -> Column:
+    """One [sink.columns] entry: ``name = "type"`` or ``name = { type = "type", from =
+    "path" }`` (the value's path in a record: formats/paths.py)."""
+    where = f"sink.columns.{cname}"
+    _identifier(cname, where)
+    if cname in RESERVED_COLUMNS:
+        raise ConfigError(f"'{where}' is reserved; rename the column")
+    source: tuple[str, ...] = ()
+    ctype = spec
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"type", "from"}
+        if unknown or "type" not in spec:
+            raise ConfigError(f"'{where}' = {spec!r}: write {{ type = \"long\", from = "
+                              "\"customer.id\" }} (keys type and from only)")
+        ctype = spec["type"]
+        if "from" in spec:
+            try:
+                source = paths.parse(spec["from"])
+            except paths.BadPath as e:
+                raise ConfigError(f"'{where}.from' = {spec['from']!r} {e}") from None
+            if source == (cname,):
+                source = ()  # the column's own name: the short form
+    if not isinstance(ctype, str) or not (m := COLUMN_TYPE.match(ctype.strip().lower())):
+        raise ConfigError(f"'{where}' = {ctype!r}: use {types.SPELLED}, optionally followed "
+                          "by ' not null'")
+    return Column(cname, m.group(1), m.group(4) is not None, source)
 
 
 def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
@@ -468,6 +502,9 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
         if declared[k].type in ("double",):
             raise ConfigError(f"'sink.{name}' column '{k}' is a double: floating-point keys "
                               "do not compare exactly; use long, string or decimal(p,s)")
+        if not types.column_type(declared[k].type).scalar:
+            raise ConfigError(f"'sink.{name}' column '{k}' is a {declared[k].type}: a key "
+                              "holds one value; use long, string or decimal(p,s)")
     # Columns the mode's own tables add (tables.py): a declared one would clash.
     taken = {"upsert": {"deleted_at"}, "aggregate": {"updated_at"}}[mode]
     for k in key:
@@ -477,8 +514,7 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
     if mode == "upsert" and "_tombstone" in declared:
         raise ConfigError("'sink.columns._tombstone' is reserved for an upsert sink; rename it")
     # Key columns are required: a record without one becomes a dead letter.
-    columns = tuple(Column(c.name, c.type, c.required or c.name in key)
-                    for c in sink.columns)
+    columns = tuple(replace(c, required=c.required or c.name in key) for c in sink.columns)
     if mode == "upsert":
         tombstones = _choice(_get(s, "sink", "tombstones", str, "delete"), "sink.tombstones",
                              ("delete", "dead_letter"))
@@ -510,6 +546,9 @@ def _sink_mode(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
         kind = declared[of].type if of else "long"
         if function == "sum" and types.column_type(kind).sum is None:
             raise ConfigError(f"{where}: sum() needs a number column; '{of}' is {kind}")
+        if function in ("min", "max") and not types.column_type(kind).scalar:
+            raise ConfigError(f"{where}: {function}() of a {kind} is not defined; aggregate "
+                              "a scalar column")
         if function in ("min", "max") and kind == "boolean":
             raise ConfigError(f"{where}: {function}() of a boolean is not defined; use "
                               "count(column) of the rows you want, or a long 0/1 column")
@@ -536,6 +575,22 @@ def _evolve(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
             "that counted everything before; add it by hand and rebuild the totals (see "
             "docs/operations.md), or remove sink.evolve")
     return replace(sink, evolve=evolve)
+
+
+def _envelope(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
+    """[sink] envelope: "debezium" reads change events into an upsert sink."""
+    envelope = _choice(_get(s, "sink", "envelope", str, "none"), "sink.envelope",
+                       ("none", "debezium"))
+    if envelope == "none":
+        return sink
+    if sink.format != "json" or sink.transform:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' and no "
+                          "sink.transform (Avro change events and transforms: not yet)")
+    if sink.mode != "upsert" or not sink.deletes:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
+                          "[the source table's key columns] and tombstones = 'delete' (the "
+                          "default): a change event upserts or deletes its row")
+    return replace(sink, envelope=envelope)
 
 
 def _schema_registry(doc: dict[str, Any], fmt: str, env: dict[str, str]) -> SchemaSource | None:

@@ -105,7 +105,9 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
     sink = settings.sink
     # The executors' encoder, built as job.stage_ranges builds it: the same rows.
     encoder = EncoderSettings(
-        sink.format, tuple((c.name, c.type, c.required) for c in sink.columns), run.id,
+        sink.record_format,
+        tuple((c.name, c.type, c.required, c.source) for c in sink.columns),
+        run.id,
         sink.key if sink.deletes else (), settings.schema_registry).encoder()
     with store.transaction() as conn:
         store.set_timeouts(conn)

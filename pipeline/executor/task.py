@@ -34,12 +34,12 @@ class StagingTarget:
 @dataclass(frozen=True)
 class EncoderSettings:
     """How a read task turns records into rows (formats.encode.Encoder): the sink's format,
-    the JSON sink's declared (name, type, required) columns, the run id every row carries,
-    an upsert sink's key columns when a null value deletes its key (else empty), and where
-    the avro format's writer schemas come from."""
+    the declared (name, type, required, source path) columns (formats/paths.py), the run id
+    every row carries, an upsert sink's key columns when a null value deletes its key (else
+    empty), and where the avro format's writer schemas come from."""
 
     format: str
-    columns: tuple[tuple[str, str, bool], ...]
+    columns: tuple[tuple, ...]
     run_id: int
     tombstone_key: tuple[str, ...] = ()
     schemas: SchemaSource | None = None

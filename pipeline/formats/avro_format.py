@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Sequence
 
+from pipeline.formats import paths
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
@@ -37,15 +38,18 @@ class Refused(ValueError):
 
 
 class AvroFormat:
-    """``columns``: the declared (name, type, required) triples, in table order;
+    """``columns``: the declared (name, type, required[, path]) columns, in table order;
     ``schemas``: where writer schemas come from (config's [schema_registry])."""
     wire = TEXT
 
-    def __init__(self, columns: Sequence[tuple[str, str, bool]], run_id: int,
+    def __init__(self, columns: Sequence[Sequence], run_id: int,
                  schemas: SchemaSource | None = None):
         if schemas is None:
             raise ValueError("the avro format needs a schema source ([schema_registry])")
-        self.columns = [(n, column_type(t).from_avro, r, t) for n, t, r in columns]
+        # A top-level field is read by its key; a nested one (a field of a record field) by
+        # its path (paths.py): key None.
+        self.columns = [(p[0] if len(p) == 1 else None, p, column_type(t).from_avro, r, t, n)
+                        for n, t, r, p in paths.columns(columns)]
         self.schemas = schemas
         self.tail = f"\t{run_id}\n"
 
@@ -101,22 +105,33 @@ class AvroFormat:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "
                           f"{avro_kind(doc)}, not a record: nothing to project to columns")
         out = []
-        for name, convert, required, declared in self.columns:
-            x = doc.get(name)
+        for key, path, convert, required, declared, name in self.columns:
+            if key is not None:
+                x = doc.get(key)
+            else:
+                try:
+                    x = paths.lookup(doc, path)
+                except paths.NotAnObject as e:
+                    raise Refused("wrong_type", f"field {paths.field(name, path)} (writer schema "
+                                  f"id {schema_id}): '{paths.label(e.where)}' is an Avro "
+                                  f"{avro_kind(e.value)}, not a record") from None
             if x is None:
                 if required:
-                    why = "is null" if name in doc else "is not in the writer schema"
-                    raise Refused("missing_field", f"required field '{name}' {why} (writer "
-                                  f"schema id {schema_id})")
+                    why = "is null" if paths.holds_key(doc, path) else ("is not in the writer "
+                                                                         "schema")
+                    raise Refused("missing_field", f"required field {paths.field(name, path)} "
+                                  f"{why} (writer schema id {schema_id})")
                 out.append(NULL)
                 continue
             try:
                 out.append(convert(x))
-            except WrongType:
-                raise Refused("wrong_type", f"field '{name}' (writer schema id {schema_id}): "
-                              f"expected {declared}, got {avro_kind(x)}") from None
+            except WrongType as e:
+                detail = f": {e}" if str(e) else ""
+                raise Refused("wrong_type", f"field {paths.field(name, path)} (writer schema id "
+                              f"{schema_id}): expected {declared}, got {avro_kind(x)}"
+                              f"{detail}") from None
             except Unstorable as e:
-                raise Refused("unstorable", f"field '{name}' {e}") from None
+                raise Refused("unstorable", f"field {paths.field(name, path)} {e}") from None
         return "\t".join(out)
 
     def explain(self, m) -> tuple[str, str]:

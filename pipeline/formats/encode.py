@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from pipeline.executor.task_errors import TaskError
+from pipeline.formats import paths
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.copy_text import text
 from pipeline.formats.dead_letters import dead_line, unexpected
@@ -36,7 +37,7 @@ class Encoder:
     """Turns a batch of one partition's records into result lines and dead-letter lines.
 
     ``fmt``: the record format's name (config.SinkSettings.format), chosen here once.
-    ``columns``: the declared (name, type, required) triples; empty for raw.
+    ``columns``: the declared (name, type, required[, path]) columns; empty for raw.
     ``tombstone_key``: an upsert sink's key columns when a null value deletes its key
     (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter.
     ``schemas``: where the avro format's writer schemas come from ([schema_registry])."""
@@ -46,11 +47,13 @@ class Encoder:
         # Only a format that reads schemas (avro) takes a schema source.
         options = {} if schemas is None else {"schemas": schemas}
         self.format = record_format(fmt)(columns, run_id, **options)
+        self.delete_key = getattr(self.format, "delete_key", None)
         self.wire = self.format.wire
         self.binary = self.wire.binary
         self.run_id = run_id
-        types = {n: t for n, t, _ in columns}
-        self.key = [(n, column_type(types[n]).from_json, types[n]) for n in tombstone_key]
+        declared = {c[0]: c for c in paths.columns(columns)}
+        self.key = [(n, column_type(declared[n][1]).from_json, declared[n][1], declared[n][3])
+                    for n in tombstone_key]
 
     def encode(self, topic: str, partition: int, records) -> Encoded:
         """(result rows, dead-letter lines, tombstones): rows in the format's wire encoding
@@ -105,12 +108,16 @@ class Encoder:
             # A timestamp Postgres cannot hold raises here (the format rejected it):
             # encode() then makes the record a dead letter of that type.
             timestamp = kafka_timestamp(m.timestamp()[1])
-            if m.value() is None and self.key:
+            # A format that deletes by more than null values (debezium) names the key.
+            deletes = self.delete_key is not None or m.value() is None
+            if deletes and self.key:
+                what = "tombstone (null value)" if m.value() is None else "delete"
                 try:
-                    fields = "\t".join(key_fields(m.key(), self.key))
+                    key = m.key() if self.delete_key is None else self.delete_key(m)
+                    fields = "\t".join(key_fields(key, self.key))
                 except BadTombstone as e:
-                    dead.append(dead_line(head, m, "bad_tombstone", f"tombstone (null "
-                                          f"value) {e}: it cannot name the row to delete"))
+                    dead.append(dead_line(head, m, "bad_tombstone", f"{what} {e}: it cannot "
+                                          "name the row to delete"))
                 else:
                     tombstones.append(f"{head}{m.offset()}\t{timestamp}\t{fields}"
                                       f"\t{self.run_id}\tt\n")

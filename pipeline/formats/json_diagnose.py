@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 NULL_VALUE = "null_value"
@@ -33,7 +34,7 @@ def json_kind(value: Any) -> str:
         return "boolean"
     if isinstance(value, int):
         return "bigint"
-    if isinstance(value, float):
+    if isinstance(value, float | Decimal):  # Decimal: a number parsed exactly
         return "double"
     if isinstance(value, str):
         return "string"

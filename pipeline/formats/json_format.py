@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 
 from pipeline.formats import json_diagnose as d
+from pipeline.formats import paths
 from pipeline.formats.copy_text import TEXT, Unstorable
 from pipeline.formats.json_rows import row_encoder
 from pipeline.formats.json_values import WrongType
@@ -22,7 +23,7 @@ from pipeline.formats.types import column_type
 
 def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]:
     """orjson for speed; the standard library with exact decimals when a decimal column is
-    wider than a double's 15 exact digits."""
+    wider than a double's 15 exact digits, or a jsonb column keeps numbers as written."""
     if wide_decimals(columns):
         return lambda v: json.loads(v, parse_float=Decimal)
     import orjson
@@ -37,12 +38,13 @@ def wide_decimals(columns: Sequence[tuple[str, str]]) -> bool:
 
 
 class JsonFormat:
-    """``columns``: the declared (name, type, required) triples, in table order."""
+    """``columns``: the declared (name, type, required[, path]) columns, in table order."""
     wire = TEXT
 
-    def __init__(self, columns: Sequence[tuple[str, str, bool]], run_id: int):
-        self.columns = [(n, column_type(t).from_json, r) for n, t, r in columns]
-        self.declared = [(n, t) for n, t, _ in columns]
+    def __init__(self, columns: Sequence[Sequence], run_id: int):
+        columns = paths.columns(columns)
+        self.columns = [(n, column_type(t).from_json, r, p) for n, t, r, p in columns]
+        self.declared = [(n, t) for n, t, _, _ in columns]
         self.types = dict(self.declared)
         self.tail = f"\t{run_id}\n"
         self.loads = json_loader(self.declared)
@@ -57,12 +59,12 @@ class JsonFormat:
         ``rejected`` (JsonFormat.explain says why), lines that are not UTF-8 to
         ``refuse(record, error_type, message)``."""
         rows = self.encode_rows(records, head, self.tail, self.loads, kafka_timestamp,
-                                *[c for _, c, _ in self.columns], rejected)
+                                *[c for _, c, _, _ in self.columns], rejected)
         if self.surrogates_possible:
-            rows = self._utf8_only(rows, records, refuse)
+            rows = self.utf8_only(rows, records, refuse)
         return rows
 
-    def _utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
+    def utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
         """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails
         on every rerun); found by their offset, the line's third field."""
         kept = []
@@ -101,24 +103,41 @@ class JsonFormat:
         if type(doc) is not dict:
             return d.diagnose(d.PARSE, value, None, self.declared)
         typed = {}
-        for name, convert, _ in self.columns:
-            x = doc.get(name)
+        for name, convert, _, path in self.columns:
+            try:
+                x = paths.lookup(doc, path)
+            except paths.NotAnObject as e:
+                return "wrong_type", (f"field {paths.field(name, path)}: '{paths.label(e.where)}' "
+                                      f"is JSON {d.json_kind(e.value)}, not an object")
             if x is None:
                 continue
             try:
                 convert(x)
                 typed[name] = x
-            except WrongType:
-                if self.types[name] != "string":
+            except WrongType as e:
+                if self.types[name] == "string":
+                    continue
+                if path == (name,) and not str(e):  # as the Spark path diagnoses it
                     return d.diagnose(d.PARSE, value, json.dumps(typed, default=str),
                                       self.declared)
+                detail = f": {e}" if str(e) else ""
+                return "wrong_type", (f"field {paths.field(name, path)}: expected "
+                                      f"{self.types[name]}, got {d.json_kind(x)}{detail}")
             except Unstorable as e:
-                return "unstorable", f"field '{name}' {e}"
-        for name, _, required in self.columns:
-            x = doc.get(name)
+                return "unstorable", f"field {paths.field(name, path)} {e}"
+        for name, _, required, path in self.columns:
+            x = paths.lookup(doc, path)
+            flat = path == (name,)
             if x is None:
-                if required:
+                if required and flat:
                     return d.diagnose(d.MISSING + name, value, None, self.declared)
+                if required:
+                    return "missing_field", (f"required field {paths.field(name, path)} is missing "
+                                             "or null")
             elif self.types[name] == "string" and type(x) is not str:
-                return d.diagnose(d.NOT_A_STRING + name, value, None, self.declared)
+                if flat:
+                    return d.diagnose(d.NOT_A_STRING + name, value, None, self.declared)
+                return "wrong_type", (f"field {paths.field(name, path)}: expected string, got "
+                                      f"{d.json_kind(x)}")
         return "malformed_json", "value does not match the declared columns"
+

@@ -22,19 +22,32 @@ def _inline(i: int, declared: str) -> list[str]:
     return [line.format(i=i) for line in lines]
 
 
-def row_encoder(columns: Sequence[tuple[str, str, bool]]) -> Callable:
+def _nested(path: Sequence[str]) -> list[str]:
+    """x = the value at a path of two or more keys, None where it is absent or runs through
+    a null; a value on the way that is not an object has no .get: the record is rejected."""
+    return [f"x = doc.get({path[0]!r})",
+            *(f"if x is not None: x = x.get({key!r})" for key in path[1:])]
+
+
+def row_encoder(columns: Sequence[tuple[str, str, bool, Sequence[str]]]) -> Callable:
     """A function (records, head, tail, loads, ts, convert..., rejected) -> result lines,
-    ``convert``: each column's from_json. Any record it cannot turn into a line, for
-    whatever reason, goes to ``rejected`` for the general path (JsonFormat.explain), so this
-    function only ever accepts what the column rules (json_values) accept."""
+    ``convert``: each column's from_json; ``columns``: (name, type, required, path). Any
+    record it cannot turn into a line, for whatever reason, goes to ``rejected`` for the
+    general path (JsonFormat.explain), so this function only ever accepts what the column
+    rules (json_values) accept."""
     params = [f"c{i}" for i in range(len(columns))]
     body = []
-    for i, (name, declared, required) in enumerate(columns):
+    for i, (_, declared, required, path) in enumerate(columns):
         convert = _inline(i, declared)
-        if required:
-            body += [f"x = doc[{name!r}]", "if x is None: raise W", *convert]
+        if len(path) > 1:
+            body += _nested(path)
+            body += (["if x is None: raise W", *convert] if required else
+                     ["if x is None:", f"    f{i} = NULL", "else:",
+                      *("    " + line for line in convert)])
+        elif required:  # a top-level key: the flat path, as fast as it was
+            body += [f"x = doc[{path[0]!r}]", "if x is None: raise W", *convert]
         else:
-            body += [f"x = doc.get({name!r})", "if x is None:", f"    f{i} = NULL", "else:",
+            body += [f"x = doc.get({path[0]!r})", "if x is None:", f"    f{i} = NULL", "else:",
                      *("    " + line for line in convert)]
     fields = [f"{{f{i}}}" for i in range(len(columns))]
     line = "\\t".join(["{head}{m.offset()}", "{kts}", *fields]) + "{tail}"

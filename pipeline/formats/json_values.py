@@ -16,6 +16,7 @@ the same answers).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
@@ -55,6 +56,11 @@ def double(x):
         return repr(x)
     if t is int:
         return repr(float(x))
+    if t is Decimal:  # parsed exactly (a wide decimal or jsonb column beside it)
+        f = float(x)
+        if math.isfinite(f):
+            return repr(f)
+        raise WrongType
     if t is str and x in _SPECIAL_DOUBLES:
         return _SPECIAL_DOUBLES[x]
     raise WrongType

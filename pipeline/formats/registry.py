@@ -17,6 +17,7 @@ from typing import Protocol
 from pipeline.formats.avro_format import AvroFormat
 from pipeline.formats.copy_binary import BinaryWire
 from pipeline.formats.copy_text import TextWire
+from pipeline.formats.debezium import DebeziumFormat
 from pipeline.formats.json_format import JsonFormat
 from pipeline.formats.raw_format import RawFormat
 
@@ -40,9 +41,13 @@ class RecordFormat(Protocol):
         """(error_type, message) of a record ``rows`` rejected; slow is fine."""
         ...
 
+    # Optional, for a format whose records delete by more than a null value (debezium):
+    # ``delete_key(m)``, the key (Kafka key bytes or a document) of the row a rejected
+    # record deletes under an upsert sink; without it only a null value deletes, by its key.
+
 
 FORMATS: dict[str, type[RecordFormat]] = {"json": JsonFormat, "raw": RawFormat,
-                                           "avro": AvroFormat}
+                                           "avro": AvroFormat, "debezium": DebeziumFormat}
 
 
 def record_format(name: str) -> type[RecordFormat]:

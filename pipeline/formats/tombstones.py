@@ -5,9 +5,10 @@ tombstone names exactly the row its key value was written with."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 
+from pipeline.formats import paths
 from pipeline.formats.copy_text import Unstorable
 from pipeline.formats.json_values import WrongType
 
@@ -19,13 +20,16 @@ class BadTombstone(ValueError):
     """A null-valued record whose Kafka key cannot name the row to delete."""
 
 
-def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) -> list[str]:
+def key_fields(key: bytes | dict | None, columns: Sequence[tuple]) -> list[str]:
     """The business key of an upsert sink's tombstone, from its Kafka key, as COPY text
-    fields. ``columns``: (name, converter, declared type) of the key columns. The Kafka key
-    is a JSON object holding them (``{"order_id": 42}``); for a one-column key also a bare
+    fields. ``columns``: (name, converter, declared type[, path]) of the key columns. The
+    Kafka key is a JSON object holding them (``{"order_id": 42}``, or at the column's path);
+    for a one-column key also a bare
     JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``).
     Whitespace around the key is insignificant in every form, as JSON has it around a
     value: ``"42"\\n``, ``42\\n`` and ``42`` all name the row whose key is '42'."""
+    if type(key) is dict:  # a key document a format found (debezium's before image)
+        key = json.dumps(key, default=str).encode()
     if key is None:
         raise BadTombstone("has no Kafka key")
     try:
@@ -39,14 +43,21 @@ def key_fields(key: bytes | None, columns: Sequence[tuple[str, Callable, str]]) 
     if type(doc) is not dict:
         single_string = len(columns) == 1 and columns[0][2] == "string"
         if len(columns) != 1 or (doc is _NOT_JSON and not single_string):
-            names = ", ".join(n for n, _, _ in columns)
+            names = ", ".join(c[0] for c in columns)
             raise BadTombstone(f"has a Kafka key that is not a JSON object with {names}")
         if single_string and type(doc) is not str:
             doc = as_text.strip(JSON_WHITESPACE)  # 42 (or null, or any text) names '42'
         doc = {columns[0][0]: doc}
     fields = []
-    for name, convert, declared in columns:
-        x = doc.get(name)
+    for name, convert, declared, *source in columns:
+        # The key's field at the column's path (as in the value), else under its name.
+        path = source[0] if source else (name,)
+        try:
+            x = paths.lookup(doc, path)
+        except paths.NotAnObject:
+            x = None
+        if x is None and path != (name,):
+            x = doc.get(name)
         if x is None:
             raise BadTombstone(f"has a Kafka key without '{name}'")
         try:

@@ -6,7 +6,8 @@ config.py validates declarations against it, store/tables.py builds the SQLAlche
 from its Postgres types, spark/transform.py takes its Spark types, executor/stage.py how
 Spark writes each Postgres type as COPY text, json_rows.py its inlined checks. A new
 column type is one entry here (and a new format's value rule, a new field). Plain Python:
-the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` is parsed here only.
+the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` and ``array<T>`` (a
+Postgres T[] of a scalar type; jsonb and arrays: documents.py) are parsed here only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from pipeline.formats import avro_values as av
+from pipeline.formats import documents as doc
 from pipeline.formats import json_values as jv
+from pipeline.formats.json_diagnose import json_kind
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,20 @@ class ColumnType:
     sum: str | None = None  # the declared type of sum(column); None: not a number
     precision: int | None = None  # of a decimal
     scale: int | None = None
+    element: ColumnType | None = None  # of an array
+
+    @property
+    def scalar(self) -> bool:
+        """One value (not jsonb, not an array): a key, a group, a min or max."""
+        return self.element is None and self.pg != "jsonb"
 
     @property
     def exact_json(self) -> bool:
-        """A decimal wider than a double's 15 exact digits: its JSON is parsed exactly."""
-        return self.precision is not None and self.precision > 15
+        """A decimal wider than a double's 15 exact digits (or an array of them), or jsonb
+        (its numbers are kept as written): its JSON is parsed exactly."""
+        if self.element is not None:
+            return self.element.exact_json
+        return self.pg == "jsonb" or (self.precision is not None and self.precision > 15)
 
 
 def _integer_check(bits: int) -> tuple[str, ...]:
@@ -66,12 +78,17 @@ TYPES: dict[str, ColumnType] = {t.declared: t for t in (
         "else:",
         "    f{i} = c{i}(x)")),
     ColumnType("date", "date", "date", jv.date_, av.date_),
+    # A sub-document kept whole (documents.py); Spark's from_json keeps any value's text.
+    ColumnType("jsonb", "string", "jsonb", doc.jsonb, doc.jsonb),
 )}
+SCALARS = [t for t in TYPES if TYPES[t].scalar]
 
 _DECIMAL = r"decimal\((\d{1,2}),(\d{1,2})\)"
+_ARRAY = r"array<(?:" + "|".join(SCALARS) + r"|decimal\(\d{1,2},\d{1,2}\))>"
 # A declared type (config.COLUMN_TYPE): group 1 the type, 2 and 3 a decimal's p and s.
-DECLARED = "(" + "|".join([*TYPES, _DECIMAL]) + ")"
-SPELLED = ", ".join(TYPES) + " or decimal(p,s)"  # for error messages
+DECLARED = "(" + "|".join([*TYPES, _DECIMAL, _ARRAY]) + ")"
+SPELLED = (", ".join(SCALARS) + ", decimal(p,s), jsonb or array<T> (T one of these but "
+           "jsonb)")  # for error messages
 
 
 @cache
@@ -92,11 +109,29 @@ def decimal(precision: int, scale: int) -> ColumnType:
                       precision=precision, scale=scale)  # a sum outgrows p
 
 
+@cache
+def array(element: ColumnType) -> ColumnType:
+    """array<T>: a Postgres array of T; its values by T's rules, element by element."""
+    return ColumnType(
+        f"array<{element.declared}>", f"array<{element.spark}>", f"{element.pg}[]",
+        doc.array(element.from_json, doc.json_string if element.declared == "string"
+                  else None, json_kind),
+        doc.array(element.from_avro, doc.avro_string if element.declared == "string"
+                  else None, av.avro_kind),
+        element=element)
+
+
 def column_type(declared: str) -> ColumnType:
     """The registry's entry of a declared type (config.Column.type); KeyError if unknown."""
     t = TYPES.get(declared)
     if t is not None:
         return t
+    if declared.startswith("array<") and declared.endswith(">"):
+        inner = column_type(declared[6:-1])
+        if not inner.scalar:
+            raise KeyError(f"unknown column type {declared!r}; an array's elements are one "
+                           f"of {', '.join(SCALARS)} or decimal(p,s)")
+        return array(inner)
     m = re.fullmatch(_DECIMAL, declared)
     if m is None:
         raise KeyError(f"unknown column type {declared!r}; use {SPELLED}")

@@ -161,13 +161,16 @@ RESULTS_ARCHIVE_COLUMNS = _archive_columns()
 # The SQLAlchemy type of each Postgres type of the column-type registry (formats/types.py).
 _POSTGRES_TYPES = {"text": Text, "bigint": BigInteger, "integer": Integer,
                    "double precision": DOUBLE_PRECISION, "boolean": Boolean,
-                   "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date}
+                   "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date,
+                   "jsonb": JSONB}
 
 
 def sink_type(declared: str) -> TypeEngine:
     """The Postgres type of a [sink.columns] type (config.COLUMN_TYPE, without 'not null'),
     from its entry in the column-type registry."""
     t = column_type(declared)
+    if t.element is not None:  # array<T>: T[]
+        return postgresql.ARRAY(sink_type(t.element.declared))
     if t.precision is not None:
         return Numeric(t.precision, t.scale)
     return _POSTGRES_TYPES[t.pg]()
@@ -226,11 +229,11 @@ def tombstone_columns(sink: SinkSettings) -> list[str]:
 
 
 def written(table: Table) -> list[Column]:
-    """The columns a run writes into a table, in COPY order (ingested_at, updated_at and
-    deleted_at are defaulted): for ``record_rows``, the executors' lines (encode.py,
-    stage.copy_line), which end with run_id."""
-    return [c for c in table.columns if c.name not in ("ingested_at", "updated_at",
-                                                       "deleted_at")]
+    """The columns a run writes into a table, in COPY order (the pipeline's ingested_at,
+    updated_at and deleted_at are defaulted: by their server default, not their name, so
+    a declared column called updated_at is written): for ``record_rows``, the executors'
+    lines (encode.py, stage.copy_line), which end with run_id."""
+    return [c for c in table.columns if c.server_default is None]
 
 
 def from_record(table: Table) -> list[Column]:

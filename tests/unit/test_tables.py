@@ -78,3 +78,13 @@ def test_each_declared_type_gets_the_registrys_postgres_type():
 
     for declared in [*types.TYPES, "decimal(12,2)", "decimal(38,0)"]:
         assert tables.ddl_type(tables.sink_type(declared)) == types.column_type(declared).pg
+
+
+def test_a_declared_column_named_like_a_defaulted_one_is_written():
+    # Before, written() dropped any column called updated_at or deleted_at by its name:
+    # a CDC table's updated_at was missing from the COPY list (exit 1, extra data).
+    sink = SinkSettings("json", "t", columns=(Column("updated_at", "timestamp", False),
+                                              Column("deleted_at", "timestamp", False)))
+    assert [c.name for c in tables.written(results(sink))] == [
+        "topic", "partition", "offset", "kafka_timestamp", "updated_at", "deleted_at",
+        "run_id"]

@@ -31,7 +31,7 @@ def test_every_declared_type_is_accepted_by_the_config_and_has_every_part(declar
 def test_the_spark_types_are_spark_sql_names():
     assert {d: column_type(d).spark for d in types.TYPES} == {
         "string": "string", "long": "bigint", "int": "int", "double": "double",
-        "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
+        "boolean": "boolean", "timestamp": "timestamp", "date": "date", "jsonb": "string"}
 
 
 def test_only_numbers_can_be_summed():
@@ -47,7 +47,8 @@ def test_an_unknown_type_is_refused_with_the_spellings():
            "database": {"url": "postgresql://u:pw@h/db"},
            "sink": {"format": "json", "table": "t", "columns": {"a": "varchar"}}}
     with pytest.raises(ConfigError, match="use string, long, int, double, boolean, timestamp, "
-                                          "date or decimal\\(p,s\\), optionally"):
+                                          "date, decimal\\(p,s\\), jsonb or array<T> "
+                                          "\\(T one of these but jsonb\\), optionally"):
         parse_settings(doc)
 
 
@@ -64,4 +65,6 @@ def test_how_spark_writes_each_postgres_type_as_copy_text(pg_type, form):
 def test_every_declared_types_postgres_type_has_a_copy_form():
     forms = {d: types.copy_form(column_type(d).pg) for d in DECLARED}
     assert forms["string"] == types.ESCAPED and forms["timestamp"] == types.TIMESTAMP
-    assert {f for d, f in forms.items() if d not in ("string", "timestamp")} == {types.PLAIN}
+    assert forms["jsonb"] == types.ESCAPED  # the JSON text
+    assert {f for d, f in forms.items() if d not in ("string", "timestamp", "jsonb")} == {
+        types.PLAIN}

@@ -1,0 +1,118 @@
+"""Debezium change events ([sink] envelope = "debezium"): what each op becomes (a row of
+the after image, a deletion of the key), with and without Kafka Connect's schema envelope,
+Debezium's date/timestamp/decimal encodings, and the config's rules; no Kafka, no Spark."""
+
+import base64
+import json
+
+import pytest
+
+from pipeline.config import parse_settings
+from pipeline.errors import ConfigError
+from pipeline.formats.encode import Encoder
+from tests.unit.test_encode import Record
+
+COLUMNS = (("id", "long", True), ("name", "string", False), ("city", "string", False,
+                                                              ("address", "city")))
+
+
+def event(op, after=None, before=None, schema=None):
+    payload = {"before": before, "after": after, "op": op, "source": {"db": "shop"},
+               "ts_ms": 1}
+    doc = payload if schema is None else {"schema": schema, "payload": payload}
+    return json.dumps(doc).encode()
+
+
+def encode(records, columns=COLUMNS):
+    return Encoder("debezium", columns, 1, tombstone_key=("id",)).encode("t", 0, records)
+
+
+def test_creates_reads_and_updates_are_rows_of_the_after_image_deletes_delete_the_key():
+    out = encode([
+        Record(0, event("c", {"id": 1, "name": "a", "address": {"city": "X"}}), k=b'{"id":1}'),
+        Record(1, event("r", {"id": 2, "name": "b"}), k=b'{"id":2}'),
+        Record(2, event("u", {"id": 1, "name": "a2"}, {"id": 1}), k=b'{"id":1}'),
+        Record(3, event("d", None, {"id": 2, "name": "b"}), k=b'{"id":2}'),
+        Record(4, None, k=b'{"id":2}'),  # the tombstone after the delete
+        Record(5, event("d", None, {"id": 7}), k=None),  # no Kafka key: the before image
+        Record(6, event("d", None, {"id": 8}),
+               k=json.dumps({"schema": {"type": "struct"}, "payload": {"id": 9}}).encode()),
+    ])
+    assert [line.split("\t")[4:-1] for line in out.rows] == [
+        ["1", "a", "X"], ["2", "b", "\\N"], ["1", "a2", "\\N"]]
+    assert [(line.split("\t")[2], line.split("\t")[4]) for line in out.tombstones] == [
+        ("3", "2"), ("4", "2"), ("5", "7"), ("6", "9")]
+    assert out.dead == []
+
+
+def test_bad_events_are_dead_letters_naming_why():
+    out = encode([
+        Record(0, event("t")),
+        Record(1, b'{"id": 1}'),
+        Record(2, event("c", {"id": "one"})),
+        Record(3, event("u", None)),
+        Record(4, b"not json"),
+        Record(5, event("d", None, None), k=None),
+    ])
+    dead = {int(f[2]): (f[7], f[8].rstrip("\n")) for f in (d.split("\t") for d in out.dead)}
+    assert dead == {
+        0: ("unsupported_op", "op 't' is not a row change this sink applies (c, r, u upsert; d "
+                              "deletes)"),
+        1: ("not_a_change_event", "value is not a Debezium change event (no 'op'; with the "
+                                  "schema envelope, no 'payload.op')"),
+        2: ("wrong_type", "field 'id': expected long, got string"),
+        3: ("not_a_change_event", "op 'u' without an 'after' image"),
+        4: ("malformed_json", "value is not valid JSON"),
+        5: ("bad_tombstone", "delete has no Kafka key: it cannot name the row to delete"),
+    }
+    assert out.rows == [] and out.tombstones == []
+
+
+def test_the_schema_envelope_decodes_debeziums_dates_timestamps_and_decimals():
+    fields = [{"field": "id", "type": "int64"},
+              {"field": "at_ms", "type": "int64", "name": "io.debezium.time.Timestamp"},
+              {"field": "at_us", "type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+              {"field": "day", "type": "int32", "name": "io.debezium.time.Date"},
+              {"field": "price", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+               "parameters": {"scale": "2"}}]
+    schema = {"type": "struct", "fields": [{"field": "before", "type": "struct",
+                                            "fields": fields},
+                                           {"field": "after", "type": "struct",
+                                            "fields": fields}]}
+    price = base64.b64encode((-12345).to_bytes(2, "big", signed=True)).decode()
+    after = {"id": 1, "at_ms": 1_700_000_000_123, "at_us": -1, "day": 19_000, "price": price}
+    columns = (("id", "long", True), ("at_ms", "timestamp", False),
+               ("at_us", "timestamp", False), ("day", "date", False),
+               ("price", "decimal(8,2)", False))
+    out = encode([Record(0, event("c", after, schema=schema), k=b"1")], columns)
+    assert out.dead == []
+    assert out.rows[0].split("\t")[4:-1] == [
+        "1", "2023-11-14T22:13:20.123000+00:00", "1969-12-31T23:59:59.999999+00:00",
+        "2022-01-08", "-123.45"]
+
+
+def settings(**sink):
+    return parse_settings({
+        "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "h:9092", "topics": ["t"]},
+        "database": {"url": "postgresql://u:pw@h/db"},
+        "sink": {"format": "json", "table": "t", "columns": {"id": "long"}, **sink}},
+        environ={})
+
+
+def test_the_envelope_needs_a_json_upsert_that_deletes():
+    s = settings(envelope="debezium", mode="upsert", key=["id"]).sink
+    assert (s.envelope, s.record_format, settings().sink.record_format) == (
+        "debezium", "debezium", "json")
+    for sink, why in (({}, "needs sink.mode = 'upsert'"),
+                      ({"mode": "upsert", "key": ["id"], "tombstones": "dead_letter"},
+                       "needs sink.mode = 'upsert'"),
+                      ({"envelope": "maxwell"}, "must be one of none, debezium")):
+        with pytest.raises(ConfigError, match=why):
+            settings(**{"envelope": "debezium", **sink})
+
+
+def test_the_example_config_reads_change_events():
+    from pipeline.config import load_settings
+
+    s = load_settings("conf/examples/debezium.toml", environ={}).sink
+    assert (s.record_format, s.mode, s.key, s.deletes) == ("debezium", "upsert", ("id",), True)
