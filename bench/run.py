@@ -9,6 +9,10 @@
                                      # (scripts/cluster on its own ports), local[2] beside
     scripts/bench --modes 2000000    # only the sink modes: append, upsert, an upsert replay
                                      # (backfill), aggregate; each BENCH_REPEAT times
+    scripts/bench --transform [N ...]  # only user transforms (2,000,000): the built-in
+                                     # path, + identity transform, + the realistic one of
+                                     # conf/examples/transform.toml, against Structured
+                                     # Streaming with and without it (bench/transform.py)
     scripts/bench --wide             # only wide topics: 256 x 100 and 64 x 1,000 records
                                      # against the peers, 200 x 100 against 4 x 5,000
                                      # (bench/wide.py); BENCH_BASELINE=<checkout> adds it;
@@ -61,6 +65,10 @@ def main(argv: list[str]) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
            "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
     env.pop("PIPELINE_DATABASE_URL", None)
+    if "--transform" in argv:
+        from bench import transform
+
+        return transform.main(sizes, env)
     if "--wide" in argv:
         from bench import wide
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from bench.peers.common import COLUMNS, create_table, main, spark_session, stream_once
 
 
-def copy_writer(db_url: str, table: str):
+def copy_writer(db_url: str, table: str, columns: list[str] = COLUMNS):
     def write(batches):
         import io
 
@@ -15,7 +15,7 @@ def copy_writer(db_url: str, table: str):
         import pyarrow.csv as pacsv
 
         n = 0
-        cols = ", ".join(f'"{c}"' for c in COLUMNS)
+        cols = ", ".join(f'"{c}"' for c in columns)
         with psycopg.connect(db_url, options="-c TimeZone=UTC") as conn:
             with conn.cursor() as cur, cur.copy(
                     f"COPY {table} ({cols}) FROM STDIN (FORMAT csv)") as copy:

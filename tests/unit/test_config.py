@@ -35,6 +35,8 @@ def test_example_configs_are_valid():
     avro = load_settings("conf/examples/avro.toml", environ={})
     assert avro.sink.format == "avro" and avro.schema_registry.schemas_dir.endswith(
         "conf/examples/avro-schemas")
+    enriched = load_settings("conf/examples/transform.toml", environ={}).sink
+    assert enriched.transform == "order_enrichment:enrich" and enriched.mode == "append"
 
 
 @pytest.mark.parametrize("changes, message", [
