@@ -59,9 +59,22 @@ def split(marked, sink: SinkSettings):
         dead = dead.withColumn("headers", _headers_json(F))
     dead = dead.select(*DEAD_INPUT_COLUMNS)
     if sink.transform:
-        results = load_transform(sink.transform)(results)
+        transform = load_transform(sink.transform)
+        try:
+            results = transform(results)
+        except Exception as e:  # the user's code, run here on the driver: it built no plan
+            raise ConfigError(
+                f"[sink] transform {sink.transform!r} failed while building its DataFrame "
+                f"({type(e).__name__}: {first_line(e)}); nothing was read: fix the transform "
+                "(it runs on the driver when a run starts), then rerun") from None
         check_output(results.columns, sink)
     return results, dead
+
+
+def first_line(e: Exception) -> str:
+    """Spark's analysis errors span many lines (the plan); the first says what is wrong."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else "no message"
 
 
 def check_output(columns: list[str], sink: SinkSettings) -> None:

@@ -100,6 +100,8 @@ def test_aggregate_with_a_filtering_transform_totals_its_output_exactly_once(spa
 @pytest.mark.parametrize("transform, words", [
     ("drop_order_id", ["dropped the upsert key column 'order_id'", "missing: order_id"]),
     ("order_7_without_id", ["returned a null order_id", "[0] offset 7", "nothing committed"]),
+    ("select_a_column_that_is_not_there", ["failed while building its DataFrame",
+                                           "no_such_column", "fix the transform"]),
 ])
 def test_a_transform_breaking_the_upsert_contract_is_exit_2_naming_it(spark, transform, words):
     name = unique("tbad")

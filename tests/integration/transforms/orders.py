@@ -53,3 +53,8 @@ def order_7_without_id(df):
     from pyspark.sql import functions as F
 
     return df.withColumn("order_id", F.when(F.col("order_id") != 7, F.col("order_id")))
+
+
+def select_a_column_that_is_not_there(df):
+    """A transform gone wrong: Spark refuses its plan (AnalysisException) when it is built."""
+    return df.select("order_id", "no_such_column")
