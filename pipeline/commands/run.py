@@ -79,8 +79,10 @@ def print_summary(result, out=None) -> None:
           f"{result.timings.get('total', 0):.1f} s", file=out)
     for tp, counts in result.per_partition.items():
         tombstones = f", {counts['deletes']} tombstones" if counts.get("deletes") else ""
-        print(f"  {tp}: {counts['rows']} rows{tombstones}, {counts['dead']} dead letters",
-              file=out)
+        filtered = (f", {counts['filtered']} filtered out by the transform"
+                    if counts.get("filtered") else "")
+        print(f"  {tp}: {counts['rows']} rows{tombstones}, {counts['dead']} dead letters"
+              f"{filtered}", file=out)
 
 
 def register(sub) -> None:

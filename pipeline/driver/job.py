@@ -106,15 +106,17 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
         binary = not settings.sink.transform and binary_rows(settings.sink.format)
         with Publisher(store, run, ranges, binary=binary) as publisher:
+            read: dict[tuple[str, int], int] = {}  # a transform's records, per partition
             if sc is not None:
-                overlapped(lambda: stage(sc, settings, run, ranges),
+                overlapped(lambda: read.update(stage(sc, settings, run, ranges) or {}),
                            publisher.take, signals)
                 timer.lap("read_and_stage")
             # What one attempt of each task staged: a retried task is not counted twice.
             staged = publisher.staged()
             staged_dead = sum(v["dead"] for v in staged.values())
             if sc is not None:
-                records = sum(sum(v.values()) for v in staged.values())
+                records = sum(read.values()) if read else \
+                    sum(sum(v.values()) for v in staged.values())
                 log.info("read and staged %d records of %s in %.1f s", records,
                          describe(ranges), timer.stages["read_and_stage"],
                          extra={"event": "read.done", "records": records,
@@ -133,7 +135,8 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                 check_topic_ids({t: {i} for t, i in topic_ids.items()},
                                 meta.topic_ids(list(topic_ids)), "the planned ranges")
             with signals.shielded():
-                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids)
+                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,
+                                             read=read)
         timer.lap("publish")
         log.info("run %s %s: published %d rows (%d deleted), %d dead letters from %d records; "
                  "offsets %s", run_id, kind, published.rows_written,
@@ -165,18 +168,21 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                      **published.counts(), timings=timer.as_dict())
 
 
-def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
+def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
+          ) -> dict[tuple[str, int], int] | None:
     """Executors read the planned ranges and store them as COPY text, one blob per batch,
     in this run's staging table; nothing is collected on the driver but one tiny summary
     row per task. The built-in sinks read with confluent-kafka inside Spark tasks
-    (stage_ranges); a user transform gets Spark's Kafka source (stage_transformed)."""
+    (stage_ranges); a user transform gets Spark's Kafka source (stage_transformed), and
+    returns the records read per partition (a transform may filter records out, so the
+    staged rows and dead letters do not count them)."""
     sc.setJobGroup(f"run-{run.id}", f"{settings.name} run {run.id}: {describe(ranges)}",
                    interruptOnCancel=True)
     try:
         if settings.sink.transform:
-            stage_transformed(sc, settings, run, ranges)
-        else:
-            stage_ranges(sc, settings, run, ranges)
+            return stage_transformed(sc, settings, run, ranges)
+        stage_ranges(sc, settings, run, ranges)
+        return None
     except Exception as e:
         raise classify_spark_error(e, settings, ranges) from None
 
@@ -209,7 +215,8 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
     sc.parallelize(tasks, len(tasks)).mapPartitions(stager).collect()
 
 
-def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
+def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
+                      ) -> dict[tuple[str, int], int]:
     """A user transform works on a DataFrame of the good rows: Spark's Kafka source reads
     once, Spark SQL parses and marks each record (transform.mark) into the executors'
     cache (never the driver), and both outputs are staged from it."""
@@ -248,6 +255,10 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
         writer = blob_writer(LineStageTask(
             StagingTarget(settings.database_url, *run.staging_copy()), declared))
         lines.mapInArrow(writer, WRITER_SCHEMA).collect()
+        # Records read per partition, from the cache (a small job): what the transform
+        # filtered out is in neither staged output.
+        return {(r["topic"], r["partition"]): r["count"]
+                for r in cached.groupBy("topic", "partition").count().collect()}
     finally:
         cached.unpersist()
 

@@ -177,10 +177,12 @@ class Publisher:
 
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
-               topic_ids: dict[str, str] | None = None) -> Published:
+               topic_ids: dict[str, str] | None = None,
+               read: dict[tuple[str, int], int] | None = None) -> Published:
         """Everything after the read: the last blobs, the columns sink.evolve adds and the
         merge if needed, dead letters, the ledger rows, the offsets compare-and-set and the
-        run row, then COMMIT."""
+        run row, then COMMIT. ``read``: a transform's records per partition (those it
+        filtered out are staged nowhere: ``filtered`` in the run's per-partition counts)."""
         store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
@@ -203,8 +205,14 @@ class Publisher:
                 merged = store.sink.merge(conn, _ROWS, run)
                 rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
-            per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
             records_read = sum(sum(v.values()) for v in staged.values())
+            if read:
+                for tp, n in read.items():
+                    item = staged.setdefault(tp, {"rows": 0, "dead": 0})
+                    if (filtered := n - item["rows"] - item["dead"]) > 0:
+                        item["filtered"] = filtered
+                records_read = sum(read.values())
+            per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
             store.record_ranges(run, self.parts)  # the ledger, from the same attempts
             store.compare_and_set_offsets(run, offset_updates, topic_ids)
             faults.inject("before_commit")

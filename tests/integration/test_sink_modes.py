@@ -407,9 +407,13 @@ def run_transform_example(tmp_path) -> None:
                 env={"PYTHONPATH": "conf/examples/transforms"})
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout)
-    # (records_read counts staged rows and dead letters: the filtered order is not one.)
     assert sum(r["until"] - r["from"] for r in summary["plan"]) == 300, summary
-    assert (summary["rows_written"], summary["dead_letters"]) == (293, 6), summary
+    # Every record read is counted, the one the transform filtered out too.
+    assert (summary["records_read"], summary["rows_written"], summary["dead_letters"]) == \
+        (300, 293, 6), summary
+    [(per_partition,)] = query("SELECT per_partition FROM pipeline_runs WHERE pipeline = %s "
+                               "AND status = 'succeeded'", (name,))
+    assert sum(v.get("filtered", 0) for v in per_partition.values()) == 1, per_partition
 
     with (ROOT / "conf/examples/transforms/customers.csv").open() as f:
         dimension = {row["customer"]: (row["region"], row["segment"])
