@@ -104,7 +104,7 @@ def verify_state(args: argparse.Namespace, settings: Settings) -> int:
     """An upsert or aggregate sink: its state recomputed from Kafka (driver/verify_state.py)."""
     from pipeline.driver.verify_state import check_filters, run_state_verify
 
-    check_filters(settings, args.partition, args.from_offset, args.to_offset)
+    check_filters(settings, args.partition, args.from_offset, args.to_offset, args.topic)
     if args.values:
         raise ConfigError(f"pipeline '{settings.name}': --values is for append sinks; an "
                           f"{settings.sink.mode} sink's verify compares its values always")
@@ -119,8 +119,9 @@ def verify_state(args: argparse.Namespace, settings: Settings) -> int:
                              report.table_rows, report.missing, report.unexpected,
                              "match" if report.ok else "MISMATCH"]]))
         for n in report.not_verifiable:
-            print(f"{n['topic']}[{n['partition']}]: not verifiable ({n['why']}): the state "
-                  "can only be recomputed from every record published; nothing compared")
+            where = n["topic"] + ("" if n["partition"] is None else f"[{n['partition']}]")
+            print(f"{where}: not verifiable ({n['why']}): the state can only be recomputed "
+                  "from every record published; nothing compared")
         for name, keys in (("missing", report.missing_keys),
                            ("unexpected", report.unexpected_keys)):
             for k in keys:

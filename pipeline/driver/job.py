@@ -201,12 +201,9 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
     tasks = pack_ranges(split_ranges(ranges, slots), slots)
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
-    columns = tuple((c.name, c.type, c.required, c.source) for c in settings.sink.columns)
     stager = range_stager(RangeStageTask(
         StagingTarget(settings.database_url, *run.staging_copy()), reader, k.timeout_seconds,
-        EncoderSettings(settings.sink.record_format, columns, run.id,
-                        settings.sink.key if settings.sink.deletes else (),
-                        settings.schema_registry)))
+        EncoderSettings.for_settings(settings, run.id)))
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})

@@ -104,11 +104,7 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
 
     sink = settings.sink
     # The executors' encoder, built as job.stage_ranges builds it: the same rows.
-    encoder = EncoderSettings(
-        sink.record_format,
-        tuple((c.name, c.type, c.required, c.source) for c in sink.columns),
-        run.id,
-        sink.key if sink.deletes else (), settings.schema_registry).encoder()
+    encoder = EncoderSettings.for_settings(settings, run.id).encoder()
     with store.transaction() as conn:
         store.set_timeouts(conn)
         report.chosen = store.choose_dead_letters(f)

@@ -47,12 +47,18 @@ class StateReport:
         return {**asdict(self), "ok": self.ok, "compared": self.compared}
 
 
-def check_filters(settings: Settings, partition, from_offset, to_offset) -> None:
+def check_filters(settings: Settings, partition, from_offset, to_offset,
+                  topic: str | None = None) -> None:
     if partition is not None or from_offset is not None or to_offset is not None:
         raise ConfigError(
             f"pipeline '{settings.name}' (sink.mode = '{settings.sink.mode}'): its table is "
             "state made from every record, so verify compares all of it; --partition, "
-            "--from and --to apply to append sinks only (--topic is fine)")
+            "--from and --to apply to append sinks only")
+    if topic is not None and len(settings.kafka.topics) > 1:
+        raise ConfigError(
+            f"pipeline '{settings.name}' (sink.mode = '{settings.sink.mode}'): its table is "
+            f"state made from the records of all its topics ({', '.join(settings.kafka.topics)})"
+            ", so verify compares all of it: drop --topic")
 
 
 def run_state_verify(settings: Settings, topic: str | None = None,
@@ -69,18 +75,24 @@ def run_state_verify(settings: Settings, topic: str | None = None,
 
     k, sink = settings.kafka, settings.sink
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
-    encoder = EncoderSettings(sink.format, tuple((c.name, c.type, c.required)
-                                                for c in sink.columns), 0,
-                              sink.key if sink.deletes else (),
-                              settings.schema_registry).encoder()
+    encoder = EncoderSettings.for_settings(settings, 0).encoder()
     report = StateReport(settings.name, sink.mode)
     with Store(settings) as store:
         store.check_schema()
         with store.transaction() as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             plans = store.published_plans()
-            ranges = published([p for _, p in plans], store.archiving_runs(),
+            archived = store.archiving_runs()
+            ranges = published([p for _, p in plans], archived,
                                [run_id for run_id, _ in plans])
+            if sink.mode == "aggregate":
+                # Totals kept through a topic's recreation count the old topic's records,
+                # which Kafka no longer holds (sinks/aggregate.py).
+                report.not_verifiable += [
+                    {"topic": t, "partition": None,
+                     "why": "the totals include records of the topic before it was "
+                            "recreated"} for t in sorted(archived)
+                    if t in settings.kafka.topics and topic in (None, t)]
             if topic is not None:
                 ranges = {tp: rs for tp, rs in ranges.items() if tp[0] == topic}
             if filters is not None:

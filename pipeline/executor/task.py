@@ -48,6 +48,15 @@ class EncoderSettings:
         object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))
         object.__setattr__(self, "tombstone_key", tuple(self.tombstone_key))
 
+    @classmethod
+    def for_settings(cls, settings, run_id: int) -> EncoderSettings:
+        """The one way a pipeline's settings become an encoder's (a run's read tasks, a
+        dead-letter replay and verify must encode a record alike)."""
+        sink = settings.sink
+        return cls(sink.record_format,
+                   tuple((c.name, c.type, c.required, c.source) for c in sink.columns),
+                   run_id, sink.key if sink.deletes else (), settings.schema_registry)
+
     def encoder(self):
         from pipeline.formats.encode import Encoder
 

@@ -59,10 +59,16 @@ def split(marked, sink: SinkSettings):
         dead = dead.withColumn("headers", _headers_json(F))
     dead = dead.select(*DEAD_INPUT_COLUMNS)
     if sink.transform:
+        from pyspark.errors import AnalysisException, ParseException
+
         transform = load_transform(sink.transform)
         try:
             results = transform(results)
-        except Exception as e:  # the user's code, run here on the driver: it built no plan
+        # The user's code, run here on the driver, built no plan: Spark refused it, or the
+        # code itself is wrong. Anything else (the JVM gone, Kafka or I/O errors from an
+        # action the transform ran) goes on to the usual classification (transient or not).
+        except (AnalysisException, ParseException, TypeError, AttributeError, KeyError,
+                NameError, ValueError, IndexError, AssertionError) as e:
             raise ConfigError(
                 f"[sink] transform {sink.transform!r} failed while building its DataFrame "
                 f"({type(e).__name__}: {first_line(e)}); nothing was read: fix the transform "
