@@ -73,6 +73,15 @@ def test_the_header_reads_the_schema_id_and_the_message_index_path(indexes, enco
     assert header(value) == (300, indexes, 5 + len(encoded))
 
 
+@pytest.mark.parametrize("indexes", [(0,), (1,), (0, 0), (2, 70), (5, 1, 3)])
+def test_the_header_reads_what_confluent_kafkas_serializer_writes(indexes):
+    # confluent-kafka's own encoder of the header (its ProtobufSerializer calls it).
+    from confluent_kafka.schema_registry.common.serde import SchemaId
+
+    value = SchemaId("PROTOBUF", 70000, None, list(indexes)).id_to_bytes()
+    assert header(value + b"\x08\x01") == (70000, indexes, len(value))
+
+
 @pytest.mark.parametrize("value, error_type, says", [
     (b"\x01\x00\x00\x00\x01\x00", "bad_magic_byte", "first byte is 0x01"),
     (b"", "corrupt_protobuf", "value is empty"),
