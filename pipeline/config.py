@@ -78,9 +78,9 @@ class Aggregate:
     of: str | None
 
 
-SINK_FORMATS = ("raw", "json", "avro")
+SINK_FORMATS = ("raw", "json", "avro", "protobuf")
 # The formats whose rows are the declared [sink.columns] (raw's columns are fixed).
-COLUMN_FORMATS = ("json", "avro")
+COLUMN_FORMATS = ("json", "avro", "protobuf")
 SINK_MODES = ("append", "upsert", "aggregate")
 # [sink] evolve: "off" (a column the table lacks is an exit-2 error before reading) or
 # "add_columns" (added in the publishing transaction: pipeline/store/evolve.py).
@@ -428,11 +428,11 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
             raise ConfigError(
                 f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' = "
                 f"{transform!r} yet: remove sink.transform, or read the field in the transform")
-    if fmt == "avro" and transform is not None:
+    if fmt in ("avro", "protobuf") and transform is not None:
         # A transform gets records Spark parsed as JSON; Avro decoding on that path (Spark's
         # from_avro) is not built yet.
         raise ConfigError(f"'sink.transform' = {transform!r} is not supported with "
-                          "sink.format = 'avro' yet: remove sink.transform, or use json")
+                          f"sink.format = '{fmt}' yet: remove sink.transform, or use json")
     sink = _envelope(s, _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
                                                               tuple(columns)))))
 
@@ -597,17 +597,18 @@ def _schema_registry(doc: dict[str, Any], fmt: str, env: dict[str, str]) -> Sche
     """[schema_registry]: where the avro format's writer schemas come from, a registry's
     url (basic auth via ${VAR}) or a folder of <id>.avsc files."""
     r = doc.get("schema_registry")
-    if fmt != "avro":
+    if fmt not in ("avro", "protobuf"):
         if r is not None:
-            raise ConfigError("[schema_registry] is only for sink.format = 'avro'; remove it")
+            raise ConfigError("[schema_registry] is only for sink.format = 'avro' or "
+                              "'protobuf'; remove it")
         return None
     r = r or {}
     url = _get(r, "schema_registry", "url", str, None)
     folder = _get(r, "schema_registry", "schemas_dir", str, None)
     if (url is None) == (folder is None):
-        raise ConfigError("sink.format = 'avro' needs exactly one of schema_registry.url (a "
+        raise ConfigError(f"sink.format = '{fmt}' needs exactly one of schema_registry.url (a "
                           "Confluent-API registry) or schema_registry.schemas_dir (a folder "
-                          "of <id>.avsc files) in [schema_registry]")
+                          "of <id>.avsc or <id>.proto files) in [schema_registry]")
     timeout = _get(r, "schema_registry", "timeout_seconds", float, 10.0)
     if timeout <= 0:
         raise ConfigError("'schema_registry.timeout_seconds' must be > 0")

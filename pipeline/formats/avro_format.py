@@ -21,20 +21,12 @@ from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_sc
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
+from pipeline.formats.refused import Refused
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 
 MAGIC = 0
 HEADER = 5  # magic byte + schema id
-
-
-class Refused(ValueError):
-    """A record that is not a result row: its dead letter's error type and message."""
-
-    def __init__(self, error_type: str, message: str):
-        super().__init__(message)
-        self.error_type = error_type
-        self.message = message
 
 
 class AvroFormat:

@@ -19,13 +19,14 @@ from pipeline.formats.copy_binary import BinaryWire
 from pipeline.formats.copy_text import TextWire
 from pipeline.formats.debezium import DebeziumFormat
 from pipeline.formats.json_format import JsonFormat
+from pipeline.formats.protobuf_format import ProtobufFormat
 from pipeline.formats.raw_format import RawFormat
 
 
 class RecordFormat(Protocol):
     wire: TextWire | BinaryWire  # the COPY encoding of its rows
 
-    # A format that decodes by writer schemas (avro) also takes ``schemas=``, a
+    # A format that decodes by writer schemas (avro, protobuf) also takes ``schemas=``, a
     # SchemaSource (the Encoder passes it when [schema_registry] is configured).
     def __init__(self, columns: Sequence[tuple[str, str, bool]], run_id: int): ...
 
@@ -47,7 +48,8 @@ class RecordFormat(Protocol):
 
 
 FORMATS: dict[str, type[RecordFormat]] = {"json": JsonFormat, "raw": RawFormat,
-                                           "avro": AvroFormat, "debezium": DebeziumFormat}
+                                           "avro": AvroFormat, "debezium": DebeziumFormat,
+                                           "protobuf": ProtobufFormat}
 
 
 def record_format(name: str) -> type[RecordFormat]:
@@ -56,5 +58,5 @@ def record_format(name: str) -> type[RecordFormat]:
 
 def binary_rows(fmt: str) -> bool:
     """True when a format's result rows are COPY binary (raw), False for COPY text (json,
-    avro)."""
+    avro, protobuf)."""
     return FORMATS[fmt].wire.binary
