@@ -19,6 +19,7 @@ from pipeline.plan.offsets import OffsetRange, PartitionOffsets
 from pipeline.store.ledger import LedgerRow
 
 SPAN_ROWS = 1000  # ledger rows read with one consumer, at most
+KEPT = 100  # mismatches and ledger-only ranges listed per partition (all are counted)
 _offset = methodcaller("offset")
 
 
@@ -30,14 +31,24 @@ class LedgerFindings:
 
     checked: int = 0
     hashed: int = 0
-    ledger_only: list[dict] = field(default_factory=list)
-    mismatches: list[dict] = field(default_factory=list)
+    ledger_only: list[dict] = field(default_factory=list)  # the first KEPT
+    mismatches: list[dict] = field(default_factory=list)  # the first KEPT
+    mismatched: int = 0  # all of them (a recreated topic makes every row one)
+    ledger_only_count: int = 0
 
     def mismatch(self, row: LedgerRow, kind: str, what: str) -> None:
-        r = row.range
-        self.mismatches.append({"topic": r.topic, "partition": r.partition,
-                                "offset": r.from_offset, "until": r.until_offset,
-                                "run_id": row.run_id, "kind": kind, "what": what})
+        self.mismatched += 1
+        if len(self.mismatches) < KEPT:
+            r = row.range
+            self.mismatches.append({"topic": r.topic, "partition": r.partition,
+                                    "offset": r.from_offset, "until": r.until_offset,
+                                    "run_id": row.run_id, "kind": kind, "what": what})
+
+    def only_ledger(self, row: LedgerRow, why: str) -> None:
+        self.ledger_only_count += 1
+        if len(self.ledger_only) < KEPT:
+            self.ledger_only.append({**row.range.as_dict(count=False), "run_id": row.run_id,
+                                     "why": why})
 
 
 Reader = Callable[[OffsetRange], Iterable[list]]  # batches of Messages of a range
@@ -48,19 +59,20 @@ def check_ledger(rows: Iterable[LedgerRow], read: Reader, held: PartitionOffsets
     """``rows``: one partition's ledger rows, by from_offset; ``held``: its offsets in
     Kafka now (None: the partition is gone)."""
     f = LedgerFindings()
-    readable: list[LedgerRow] = []
-    for row in rows:
-        f.checked += 1
-        _check_tables(f, row, table_counts(row.range))
-        gone, why = _not_readable(row.range, held)
-        if why is None:
-            readable.append(row)
-        elif gone:
-            f.ledger_only.append({**row.range.as_dict(count=False), "run_id": row.run_id,
-                                  "why": why})
-        else:
-            f.mismatch(row, "changed", why)
-    for span in _spans(readable):
+
+    def readable() -> Iterator[LedgerRow]:  # streamed: the ledger is never all in memory
+        for row in rows:
+            f.checked += 1
+            _check_tables(f, row, table_counts(row.range))
+            gone, why = _not_readable(row.range, held)
+            if why is None:
+                yield row
+            elif gone:
+                f.only_ledger(row, why)
+            else:
+                f.mismatch(row, "changed", why)
+
+    for span in _spans(readable()):
         for row, got in _hash_span(span, read):
             f.hashed += 1
             if got.records != row.records:
@@ -94,7 +106,7 @@ def _not_readable(r: OffsetRange, held: PartitionOffsets | None) -> tuple[bool, 
     return False, None
 
 
-def _spans(rows: list[LedgerRow]) -> Iterator[list[LedgerRow]]:
+def _spans(rows: Iterable[LedgerRow]) -> Iterator[list[LedgerRow]]:
     """Runs of overlapping or adjacent ranges, at most SPAN_ROWS each."""
     span: list[LedgerRow] = []
     end = -1

@@ -66,7 +66,7 @@ class PartitionReport:
     def add_ledger(self, f: LedgerFindings) -> None:
         self.ledger_ranges, self.ledger_hashed = f.checked, f.hashed
         self.ledger_only = f.ledger_only
-        self.ledger_mismatches = len(f.mismatches)
+        self.ledger_mismatches = f.mismatched
         # After the offsets' mismatches (they name single records), the first few ranges.
         self.mismatches += f.mismatches[:KEEP]
 

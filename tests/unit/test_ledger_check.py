@@ -113,3 +113,15 @@ def test_a_span_holds_at_most_span_rows_ledger_rows(monkeypatch):
     reads: list = []
     f = check_ledger(rows, read_from(KAFKA, reads), HELD, counts_from(rows))
     assert f.mismatches == [] and reads == [(0, 20), (20, 40)]
+
+
+def test_every_mismatch_is_counted_and_only_the_first_are_kept():
+    # A recreated topic makes every ledger row a mismatch: a big ledger must not make an
+    # equally big report.
+    rows = [row(o, o + 1) for o in range(20, 20 + ledger_check.KEPT + 30)]
+    other = {o: Record(o, b"k", b"other") for o in range(200)}
+    f = check_ledger(iter(rows), read_from(other), PartitionOffsets(T, 0, 0, 200),
+                     counts_from(rows))
+    assert f.mismatched == ledger_check.KEPT + 30
+    assert len(f.mismatches) == ledger_check.KEPT
+    assert f.mismatches[0]["offset"] == 20
