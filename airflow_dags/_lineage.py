@@ -98,8 +98,10 @@ def _facet_class() -> type:
 
 def offsets_facet(summary: dict[str, Any] | None, exit_code: int,
                   exit_meaning: str = "") -> Any:
-    """The facet of a finished job: from its JSON summary when it succeeded; a failed job
-    published nothing (its transaction rolled back), so only its exit code is told."""
+    """The facet of a finished job: from its JSON summary when it succeeded; of a failed
+    job only its exit code is told (no ranges: a failed ingest rolled back; a failed
+    multi-chunk backfill may have committed chunks before it failed, which
+    ``pipeline runs`` lists - the job prints no summary on failure)."""
     summary = summary or {}
     return _facet_class()(
         runId=summary.get("run_id"), kind=summary.get("kind", ""),
