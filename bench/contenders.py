@@ -39,12 +39,14 @@ SHORT = {"pipeline_json": "this pipeline, json", "pipeline_raw": "this pipeline,
 def pipeline_config(path: Path, name: str, topic: str, fmt: str, spark: str = "",
                     mode: str = "", tables: str = "", more_columns: str = "") -> None:
     """``spark``: a [spark] section (e.g. a cluster master); none = the default local[2].
+    ``fmt`` json or avro: the orders' columns are declared (avro: ``tables`` holds its
+    [schema_registry]).
     ``mode``: more [sink] keys (a sink mode and its key), ``tables``: sub-tables of [sink]
     after the columns (e.g. [sink.aggregates]); ``more_columns``: declared columns beyond
     the orders' four (e.g. a transform's derived ones)."""
     columns = ('[sink.columns]\norder_id = "long not null"\ncustomer = "string not null"\n'
                'amount = "decimal(12,2)"\nplaced_at = "timestamp"\n'
-               f'{more_columns}') if fmt == "json" else ""
+               f'{more_columns}') if fmt in ("json", "avro") else ""
     path.write_text(
         f'[pipeline]\nname = "{name}"\n[kafka]\nbootstrap_servers = "{BOOTSTRAP}"\n'
         f'topics = ["{topic}"]\nmax_records_per_partition = 0\nmax_records_per_run = 0\n'
@@ -54,15 +56,17 @@ def pipeline_config(path: Path, name: str, topic: str, fmt: str, spark: str = ""
 
 def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict, *, spark: str = "",
                  tag: str = "", root: Path = ROOT, sink: str = "", more_columns: str = "",
-                 check=None) -> tuple[float, float, dict]:
+                 tables: str = "", check=None) -> tuple[float, float, dict]:
     """``root``: the checkout whose pipeline runs (its own package first on the path);
-    ``sink``: more [sink] keys (e.g. a transform), ``more_columns`` more declared columns;
+    ``sink``: more [sink] keys (e.g. a transform), ``more_columns`` more declared columns,
+    ``tables`` more top-level tables (e.g. an avro sink's [schema_registry]);
     ``check(table, n)``: the verification of a table that is not the orders as produced
     (e.g. a transform's output), else the table must hold every order."""
     name = f"b_{fmt}{tag}_{STAMP}_{n}_{run}"
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
-        pipeline_config(config, name, topic, fmt, spark, mode=sink, more_columns=more_columns)
+        pipeline_config(config, name, topic, fmt, spark, mode=sink, tables=tables,
+                        more_columns=more_columns)
         cli = [PY, "-m", "pipeline"]
         subprocess.run([*cli, "init-db", "--config", str(config)], env=env, check=True,
                        capture_output=True, cwd=root)
@@ -72,7 +76,7 @@ def run_pipeline(fmt: str, topic: str, n: int, run: int, env: dict, *, spark: st
     if check is not None:  # records_read counts rows and dead letters: not what it filtered
         assert sum(r["until"] - r["from"] for r in summary["plan"]) == n, summary
         check(name, n)
-    elif fmt == "json":
+    elif fmt in ("json", "avro"):  # the same orders, whichever way they were encoded
         assert summary["records_read"] == n, summary
         got = checksum(DB, name)
         assert tuple(got[:3]) == expected(n) and got[4] == n, (name, got, expected(n))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -42,7 +43,9 @@ class Result:
     phases: list[dict] = field(default_factory=list)
 
 
-def produce(topic: str, n: int) -> None:
+def produce(topic: str, n: int, value: Callable[[int], bytes] = order) -> None:
+    """n records keyed order-<i>, record i with ``value(i)`` (the JSON order unless told),
+    round-robin over the partitions."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -54,7 +57,7 @@ def produce(topic: str, n: int) -> None:
     for i in range(n):
         while True:
             try:
-                p.produce(topic, key=f"order-{i}".encode(), value=order(i),
+                p.produce(topic, key=f"order-{i}".encode(), value=value(i),
                           partition=i % PARTITIONS)
                 break
             except BufferError:
@@ -188,3 +191,27 @@ def machine_load() -> tuple[float, int]:
                 or "scripts/soak" in line:
             others += 1
     return os.getloadavg()[0], others
+
+
+def in_turns(what: str, n: int, names: list[str], topic_of: Callable[[str], str],
+             run_one: Callable[[str, int], tuple[float, float, dict]]
+             ) -> list[tuple[Result, list]]:
+    """A scenario's contenders in turns (A, B, C, ...; BENCH_REPEAT rounds), each from a
+    warm topic (``topic_of(name)``) and a checkpointed server, the machine's load sampled
+    before it. ``run_one(name, run)``: (seconds, peak RSS MB, phases). Returns (result, load
+    samples) per contender."""
+    results = {name: (Result(name, n), []) for name in names}
+    for run in range(REPEAT):
+        for name, (result, loads) in results.items():
+            warm(topic_of(name))
+            checkpoint()
+            load = machine_load()
+            seconds, rss, phases = run_one(name, run)
+            result.seconds.append(seconds)
+            result.rss_mb.append(rss)
+            result.phases.append(phases)
+            loads.append(load)
+            print(f"bench: {what} {n:,} {name} run {run + 1}: {seconds:.1f} s, peak RSS "
+                  f"{rss:,.0f} MB, phases {phases}, load before {load[0]:.2f} ({load[1]} "
+                  "other pipeline processes)", flush=True)
+    return list(results.values())

@@ -126,3 +126,26 @@ def write_between(markers: tuple[str, str], text: str) -> None:
     head, rest = page.split(start, 1)
     tail = rest.split(end, 1)[1]
     docs.write_text(f"{head}{start}\n{text}\n{end}{tail}")
+
+
+def plot_rates(results: list[Result], short: dict[str, str], title: str, path: Path) -> None:
+    """A scenario's picture: rows/s of each contender's best run, one panel per size, in
+    the order given; this pipeline's bars in its colour. ``title`` is formatted with n."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r.size for r in results})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6.5 * len(sizes), 3.2), squeeze=False)
+    for ax, n in zip(axes[0], sizes, strict=True):
+        group = [r for r in results if r.size == n]
+        ax.barh([short[r.name] for r in group][::-1],
+                [n / min(r.seconds) for r in group][::-1],
+                color=["#aa3377" if r.name.startswith("pipeline") else "#4477aa"
+                       for r in group][::-1])
+        ax.set_xlabel("rows per second, best run (higher is better)")
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:g}k")
+        ax.set_title(title.format(n=n))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)

@@ -13,6 +13,11 @@
                                      # path, + identity transform, + the realistic one of
                                      # conf/examples/transform.toml, against Structured
                                      # Streaming with and without it (bench/transform.py)
+    scripts/bench --avro [N ...]     # only Avro (2,000,000): the same orders as Confluent
+                                     # wire-format Avro through the stack's Schema Registry
+                                     # and as JSON; this pipeline's avro sink against its
+                                     # json sink, Structured Streaming + from_avro and one
+                                     # Python process with fastavro (bench/avro.py)
     scripts/bench --wide             # only wide topics: 256 x 100 and 64 x 1,000 records
                                      # against the peers, 200 x 100 against 4 x 5,000
                                      # (bench/wide.py); BENCH_BASELINE=<checkout> adds it;
@@ -69,6 +74,10 @@ def main(argv: list[str]) -> int:
         from bench import transform
 
         return transform.main(sizes, env)
+    if "--avro" in argv:
+        from bench import avro
+
+        return avro.main(sizes, env)
     if "--wide" in argv:
         from bench import wide
 

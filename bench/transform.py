@@ -33,17 +33,8 @@ from decimal import Decimal
 import psycopg
 
 from bench.contenders import run_peer, run_pipeline
-from bench.harness import (
-    DB,
-    REPEAT,
-    ROOT,
-    Result,
-    bench_topic,
-    checkpoint,
-    machine_load,
-    warm,
-)
-from bench.report import write_between
+from bench.harness import DB, ROOT, Result, bench_topic, in_turns
+from bench.report import plot_rates, write_between
 
 EXAMPLE = ROOT / "conf" / "examples" / "transforms"
 IDENTITY = 'transform = "tests.integration.transforms.orders:identity"\n'
@@ -119,21 +110,8 @@ def bench_transform(sizes: list[int], env: dict) -> list[tuple[Result, list]]:
     out = []
     for n in sizes:
         topic = bench_topic(n)
-        results = {name: (Result(name, n), []) for name in LABELS}
-        for run in range(REPEAT):
-            for name, (result, loads) in results.items():
-                warm(topic)
-                checkpoint()
-                load = machine_load()
-                seconds, rss, phases = run_one(name, topic, n, run, env)
-                result.seconds.append(seconds)
-                result.rss_mb.append(rss)
-                result.phases.append(phases)
-                loads.append(load)
-                print(f"bench: transform {n:,} {name} run {run + 1}: {seconds:.1f} s, peak "
-                      f"RSS {rss:,.0f} MB, phases {phases}, load before {load[0]:.2f} "
-                      f"({load[1]} other pipeline processes)", flush=True)
-        out += list(results.values())
+        out += in_turns("transform", n, list(LABELS), lambda _, t=topic: t,
+                        lambda name, run, t=topic, n=n: run_one(name, t, n, run, env))
     return out
 
 
@@ -160,27 +138,6 @@ def transform_report(rows: list[tuple[Result, list]]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[tuple[Result, list]], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sizes = sorted({r.size for r, _ in rows})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(6.5 * len(sizes), 3.2), squeeze=False)
-    for ax, n in zip(axes[0], sizes, strict=True):
-        group = [r for r, _ in rows if r.size == n]
-        ax.barh([SHORT[r.name] for r in group][::-1],
-                [n / min(r.seconds) for r in group][::-1],
-                color=["#aa3377" if r.name.startswith("pipeline") else "#4477aa"
-                       for r in group][::-1])
-        ax.set_xlabel("rows per second, best run (higher is better)")
-        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:g}k")
-        ax.set_title(f"transforms: {n:,} JSON orders, 4 partitions, 2 cores")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
 def main(sizes: list[int], env: dict) -> int:
     rows = bench_transform(sizes, env)
     table = transform_report(rows)
@@ -194,7 +151,9 @@ def main(sizes: list[int], env: dict) -> int:
               "is verified.\n\n![transforms](benchmarks_transform.png)\n\n")
     write_between(("<!-- bench-transform:start -->", "<!-- bench-transform:end -->"),
                   header + table)
-    plot(rows, ROOT / "docs" / "benchmarks_transform.png")
+    plot_rates([r for r, _ in rows], SHORT,
+               "transforms: {n:,} JSON orders, 4 partitions, 2 cores",
+               ROOT / "docs" / "benchmarks_transform.png")
     print("bench: wrote the transform table in docs/benchmarks.md and "
           "docs/benchmarks_transform.png")
     return 0

@@ -64,25 +64,31 @@ def spark_session(extra_jars: list[str] | None = None):
                      app_name="bench-peer")
 
 
-def stream_orders(spark, bootstrap: str, topic: str):
-    """readStream over the whole topic, parsed with from_json: what a Spark user writes."""
-    from pyspark.sql import functions as F
-
+def kafka_stream(spark, bootstrap: str, topic: str):
+    """readStream over the whole topic, the records as Spark's Kafka source gives them."""
     return (spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
-            .load()
+            .load())
+
+
+def stream_orders(spark, bootstrap: str, topic: str):
+    """readStream over the whole topic, parsed with from_json: what a Spark user writes."""
+    from pyspark.sql import functions as F
+
+    return (kafka_stream(spark, bootstrap, topic)
             .select("topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
                     F.from_json(F.col("value").cast("string"), SCHEMA).alias("v"))
             .select("topic", "partition", "offset", "kafka_timestamp", "v.*"))
 
 
 def stream_once(spark, bootstrap: str, topic: str, write_batch: Callable[[object], int],
-                name: str) -> int:
-    """The Structured Streaming harness both streaming peers share: the whole topic once
+                name: str, source: Callable = stream_orders) -> int:
+    """The Structured Streaming harness the streaming peers share: the whole topic once
     (Trigger.AvailableNow) through foreachBatch, with a throwaway checkpoint.
-    ``write_batch`` writes one micro-batch and returns its row count; returns their sum."""
+    ``write_batch`` writes one micro-batch and returns its row count; returns their sum.
+    ``source(spark, bootstrap, topic)``: the parsed stream (the JSON orders unless told)."""
     counts: list[int] = []
 
     def write(batch, batch_id):
@@ -90,7 +96,7 @@ def stream_once(spark, bootstrap: str, topic: str, write_batch: Callable[[object
 
     checkpoint = tempfile.mkdtemp(prefix=f"{name}-")
     try:
-        (stream_orders(spark, bootstrap, topic).writeStream.foreachBatch(write)
+        (source(spark, bootstrap, topic).writeStream.foreachBatch(write)
          .option("checkpointLocation", checkpoint).trigger(availableNow=True)
          .start().awaitTermination())
     finally:

@@ -3,6 +3,7 @@ and the offsets in the same transaction: the strongest single-machine reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -13,7 +14,16 @@ from confluent_kafka import Consumer, TopicPartition
 from bench.peers.common import COLUMNS, create_table, end_offsets, main
 
 
-def run(topic: str, table: str, db_url: str, bootstrap: str) -> int:
+def json_order(value: bytes) -> tuple:
+    """(order_id, customer, amount, placed_at) of one JSON order."""
+    doc = orjson.loads(value)
+    return (doc["order_id"], doc["customer"], Decimal(str(doc["amount"])),
+            datetime.fromisoformat(doc["placed_at"]))
+
+
+def run(topic: str, table: str, db_url: str, bootstrap: str,
+        decode: Callable[[bytes], tuple] = json_order) -> int:
+    """``decode``: a record's value -> its four order columns (JSON unless told)."""
     create_table(db_url, table)
     ends = end_offsets(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "single-process",
@@ -37,12 +47,9 @@ def run(topic: str, table: str, db_url: str, bootstrap: str) -> int:
                     p, o = msg.partition(), msg.offset()
                     if p not in remaining or o >= ends[p]:
                         continue
-                    doc = orjson.loads(msg.value())
                     copy.write_row((topic, p, o,
                                     datetime.fromtimestamp(msg.timestamp()[1] / 1000, UTC),
-                                    doc["order_id"], doc["customer"],
-                                    Decimal(str(doc["amount"])),
-                                    datetime.fromisoformat(doc["placed_at"])))
+                                    *decode(msg.value())))
                     written += 1
                     if o + 1 >= ends[p]:
                         remaining.discard(p)

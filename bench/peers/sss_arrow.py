@@ -30,14 +30,20 @@ def copy_writer(db_url: str, table: str, columns: list[str] = COLUMNS):
     return write
 
 
-def run(topic: str, table: str, db_url: str, bootstrap: str) -> int:
-    create_table(db_url, table)
-
+def arrow_copy(db_url: str, table: str):
+    """foreachBatch's writer: the batch's order columns through mapInArrow + CSV COPY;
+    returns the rows written."""
     def write(batch) -> int:
         result = batch.select(*COLUMNS).mapInArrow(copy_writer(db_url, table), "n long")
         return sum(r.n for r in result.collect())
 
-    return stream_once(spark_session(), bootstrap, topic, write, "sss-arrow")
+    return write
+
+
+def run(topic: str, table: str, db_url: str, bootstrap: str) -> int:
+    create_table(db_url, table)
+    return stream_once(spark_session(), bootstrap, topic, arrow_copy(db_url, table),
+                       "sss-arrow")
 
 
 if __name__ == "__main__":
