@@ -5,14 +5,15 @@ state.
 A value is Debezium's envelope ``{"before", "after", "op", "source", ...}``, bare or inside
 Kafka Connect's schema envelope ``{"schema", "payload"}``. ``op`` c (create), r (snapshot
 read) and u (update) upsert the ``after`` image, read by the declared columns (their paths
-are relative to the image) with the JSON format's rules; d (delete) deletes the row the
-Kafka key names (else the ``before`` image), as a tombstone does; the tombstone Debezium
+are relative to the image) with the JSON format's rules; d (delete) deletes the row its
+``before`` image names (else the Kafka key's), as a tombstone does; the tombstone Debezium
 writes after a delete deletes the same key again, which changes nothing. The upsert sink
 keeps the newest change per key by offset, so a replay changes nothing.
 
 With the schema envelope, Debezium's encodings of dates, timestamps and decimals (days,
 epoch milli/micro/nanoseconds, base64 unscaled bytes) are decoded by the schema's
-semantic type names before the column rules apply; without it a value is taken as the JSON
+semantic type names before the column rules apply (a Kafka key's too, by the key's own
+schema: a delete names the row as its create wrote it); without it a value is taken as the JSON
 it is (so declare such a field ``long``, or have Debezium write ISO strings:
 ``time.precision.mode = connect`` does not, ``ZonedTimestamp`` does).
 """
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import date, timedelta
 from decimal import Decimal
 
+from pipeline.formats import paths
 from pipeline.formats.copy_text import TEXT, Unstorable
 from pipeline.formats.documents import json_text
 from pipeline.formats.json_format import JsonFormat
@@ -60,6 +62,13 @@ def _image_schema(schema, image: str) -> dict[str, dict]:
         if type(f) is dict and f.get("field") == image:
             return {g.get("field"): g for g in f.get("fields") or () if type(g) is dict}
     return {}
+
+
+def _struct_fields(schema) -> dict[str, dict]:
+    """A struct schema's fields by name (a Kafka key's schema)."""
+    if type(schema) is not dict:
+        return {}
+    return {f.get("field"): f for f in schema.get("fields") or () if type(f) is dict}
 
 
 def decode(image: dict, fields: dict[str, dict]) -> dict:
@@ -179,23 +188,42 @@ class DebeziumFormat:
             rows = self.json.utf8_only(rows, records, refuse)
         return rows
 
-    def delete_key(self, m):
+    def delete_key(self, m, key_columns: Sequence[tuple] = ()):
         """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:
-        the Kafka key (unwrapped from the schema envelope), else a delete's ``before``."""
+        a delete's decoded ``before`` image when it holds every key column (``key_columns``:
+        tombstones.key_fields' columns), else the Kafka key, its payload decoded by its own
+        schema as the images are (a date key's days name the row its create wrote, as
+        ``2022-01-08``), else the ``before`` image."""
         before = None
         if m.value() is not None:
             _, _, before = change(self.loads(m.value()))
+            if before and key_columns and all(_holds(before, c) for c in key_columns):
+                return before
         key = m.key()
         if key is None:
             return before
         try:
-            doc, _ = unwrap(self.loads(key))
+            doc, schema = unwrap(self.loads(key))
         except Exception:  # noqa: BLE001 - a bare text key (A-17): key_fields' rules
             return key
-        return doc if type(doc) is dict else key
+        if type(doc) is not dict:
+            return key
+        return decode(doc, _struct_fields(schema)) if schema else doc
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"
+
+
+def _holds(image: dict, column: tuple) -> bool:
+    """Whether an image holds a key column (at its path, else under its name), as
+    tombstones.key_fields looks it up."""
+    name, _, _, *source = column
+    path = source[0] if source else (name,)
+    try:
+        x = paths.lookup(image, path)
+    except paths.NotAnObject:
+        x = None
+    return (x if x is not None else image.get(name)) is not None
 
 
 def _same(x):

@@ -27,6 +27,7 @@ from pipeline.formats.json_values import WrongType
 # "\u0000" in JSON text that is an escape (not an escaped backslash before "u0000"):
 # jsonb cannot store a NUL.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_NON_FINITE = "a NaN or infinite number, which JSON cannot hold"
 
 
 def json_text(x) -> str:
@@ -37,9 +38,24 @@ def json_text(x) -> str:
         s = orjson.dumps(x).decode()
     except TypeError:  # a Decimal (exact JSON), Avro's bytes, a big integer: the slow path
         s = _dumps(x)
+    else:  # orjson writes a NaN or infinite float (Avro's) as null: refuse it instead
+        if "null" in s and _non_finite(x):
+            raise WrongType(_NON_FINITE)
     if "\\u0000" in s and _NUL_ESCAPE.search(s):
         raise Unstorable("contains a NUL character (\\u0000), which jsonb cannot store")
     return s
+
+
+def _non_finite(x) -> bool:
+    """Whether a decoded value holds a NaN or infinite float."""
+    t = type(x)
+    if t is float:
+        return not math.isfinite(x)
+    if t is dict:
+        return any(_non_finite(v) for v in x.values())
+    if t is list or t is tuple:
+        return any(_non_finite(v) for v in x)
+    return False
 
 
 def _dumps(x) -> str:
@@ -51,7 +67,7 @@ def _dumps(x) -> str:
         return "[" + ",".join(_dumps(v) for v in x) + "]"
     if t is Decimal or t is float:
         if not (x.is_finite() if t is Decimal else math.isfinite(x)):
-            raise WrongType("a NaN or infinite number, which JSON cannot hold")
+            raise WrongType(_NON_FINITE)
         return str(x) if t is Decimal else repr(x)
     if t is bytes:
         x = base64.b64encode(x).decode()

@@ -113,7 +113,7 @@ class Encoder:
             if deletes and self.key:
                 what = "tombstone (null value)" if m.value() is None else "delete"
                 try:
-                    key = m.key() if self.delete_key is None else self.delete_key(m)
+                    key = m.key() if self.delete_key is None else self.delete_key(m, self.key)
                     fields = "\t".join(key_fields(key, self.key))
                 except BadTombstone as e:
                     dead.append(dead_line(head, m, "bad_tombstone", f"{what} {e}: it cannot "

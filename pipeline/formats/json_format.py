@@ -25,10 +25,24 @@ def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]
     """orjson for speed; the standard library with exact decimals when a decimal column is
     wider than a double's 15 exact digits, or a jsonb column keeps numbers as written."""
     if wide_decimals(columns):
-        return lambda v: json.loads(v, parse_float=Decimal)
+        return lambda v: json.loads(v, parse_float=Decimal, parse_constant=refuse_constant)
     import orjson
 
     return orjson.loads
+
+
+class NonFinite(ValueError):
+    """A bare NaN, Infinity or -Infinity: not JSON (RFC 8259). orjson refuses it; the
+    standard library would take it, and jsonb would then store it as null."""
+
+
+def refuse_constant(name: str):
+    raise NonFinite(name)
+
+
+# The dead letter of a record holding one, whichever parser read it.
+NON_FINITE = ("malformed_json", "value holds NaN or Infinity as a bare number, which JSON "
+                                "does not allow (a double column reads the string \"NaN\")")
 
 
 def wide_decimals(columns: Sequence[tuple[str, str]]) -> bool:
@@ -94,10 +108,12 @@ class JsonFormat:
         try:
             doc = self.loads(value)
         except Exception:  # noqa: BLE001 - any parse failure is the record's
-            try:  # what orjson refuses but JSON allows (NaN) is explained, not accepted
-                doc = json.loads(value, parse_float=Decimal)
+            try:  # what orjson refuses but the standard library reads is explained
+                doc = json.loads(value, parse_float=Decimal, parse_constant=refuse_constant)
             except RecursionError:
                 return d.TOO_DEEP
+            except NonFinite:
+                return NON_FINITE
             except ValueError:
                 return d.diagnose(d.PARSE, value, None, self.declared)
         if type(doc) is not dict:

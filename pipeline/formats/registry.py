@@ -43,7 +43,7 @@ class RecordFormat(Protocol):
         ...
 
     # Optional, for a format whose records delete by more than a null value (debezium):
-    # ``delete_key(m)``, the key (Kafka key bytes or a document) of the row a rejected
+    # ``delete_key(m, key_columns)``, the key (Kafka key bytes or a document) of the row a rejected
     # record deletes under an upsert sink; without it only a null value deletes, by its key.
 
 

@@ -3,8 +3,9 @@ at a fresh topic, table and pipeline name): camelCase keys and nested paths (``f
 jsonb sub-documents and array columns land exactly as produced, in typed Postgres columns
 (jsonb, text[], bigint[], numeric[]); records with a wrong type at a path or in an array
 element, a path through a non-object, or a missing required path are dead letters naming
-the path and column. Two runs with records produced in between, then a run with nothing
-new; the table equals the records, nothing twice."""
+the path and column, a bare Infinity (not JSON) one saying so. Two runs with records
+produced in between, then a run with nothing new; the table equals the records, nothing
+twice."""
 
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ BAD = {
          "field 'tags': expected array<string>, got string"),
     41: ({"prices": [1.5, 123456789.5]}, "wrong_type",
          "field 'prices': expected array<decimal(10,2)>, got array: element [1] is double"),
+    # Not JSON: jsonb parses with the standard library, which reads Infinity (it was null).
+    43: ({"lines": [{"sku": "s", "qty": float("inf")}]}, "malformed_json",
+         "value holds NaN or Infinity as a bare number, which JSON does not allow (a double "
+         "column reads the string \"NaN\")"),
 }
 
 

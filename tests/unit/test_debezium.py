@@ -35,13 +35,16 @@ def test_creates_reads_and_updates_are_rows_of_the_after_image_deletes_delete_th
         Record(3, event("d", None, {"id": 2, "name": "b"}), k=b'{"id":2}'),
         Record(4, None, k=b'{"id":2}'),  # the tombstone after the delete
         Record(5, event("d", None, {"id": 7}), k=None),  # no Kafka key: the before image
-        Record(6, event("d", None, {"id": 8}),
+        # A before image without the key: the Kafka key, out of its schema envelope.
+        Record(6, event("d", None, {"name": "b"}),
                k=json.dumps({"schema": {"type": "struct"}, "payload": {"id": 9}}).encode()),
+        # A before image with the key: it names the row (the image the create wrote).
+        Record(7, event("d", None, {"id": 8}), k=b'{"id":9}'),
     ])
     assert [line.split("\t")[4:-1] for line in out.rows] == [
         ["1", "a", "X"], ["2", "b", "\\N"], ["1", "a2", "\\N"]]
     assert [(line.split("\t")[2], line.split("\t")[4]) for line in out.tombstones] == [
-        ("3", "2"), ("4", "2"), ("5", "7"), ("6", "9")]
+        ("3", "2"), ("4", "2"), ("5", "7"), ("6", "9"), ("7", "8")]
     assert out.dead == []
 
 
@@ -116,3 +119,40 @@ def test_the_example_config_reads_change_events():
 
     s = load_settings("conf/examples/debezium.toml", environ={}).sink
     assert (s.record_format, s.mode, s.key, s.deletes) == ("debezium", "upsert", ("id",), True)
+
+
+def _enveloped(fields, payload):
+    return json.dumps({"schema": {"type": "struct", "fields": fields},
+                       "payload": payload}).encode()
+
+
+@pytest.mark.parametrize("semantic, column, raw, decoded", [
+    ({"type": "int32", "name": "io.debezium.time.Date"}, "date", 19_000, "2022-01-08"),
+    ({"type": "int64", "name": "io.debezium.time.Timestamp"}, "timestamp", 1_700_000_000_123,
+     "2023-11-14T22:13:20.123000+00:00"),
+    ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, "timestamp",
+     1_700_000_000_123_456, "2023-11-14T22:13:20.123456+00:00"),
+    ({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+      "parameters": {"scale": "2"}}, "decimal(8,2)",
+     base64.b64encode((-12345).to_bytes(2, "big", signed=True)).decode(), "-123.45"),
+])
+def test_deletes_and_tombstones_of_a_schema_enveloped_key_name_the_row_its_create_wrote(
+        semantic, column, raw, decoded):
+    # The Kafka key carries its own schema: it is decoded as the value images are, so
+    # the delete (by its before image, or by the key) and the tombstone name the created row.
+    key_schema = [{"field": "k", **semantic}]
+    image = key_schema + [{"field": "n", "type": "string"}]
+    schema = {"type": "struct", "fields": [{"field": "before", "type": "struct",
+                                            "fields": image},
+                                           {"field": "after", "type": "struct",
+                                            "fields": image}]}
+    key = _enveloped(key_schema, {"k": raw})
+    out = Encoder("debezium", (("k", column, True), ("n", "string", False)), 1,
+                  tombstone_key=("k",)).encode("t", 0, [
+        Record(0, event("c", {"k": raw, "n": "x"}, schema=schema), k=key),
+        Record(1, event("d", None, {"k": raw, "n": "x"}, schema=schema), k=key),
+        Record(2, event("d", None, {"n": "x"}, schema=schema), k=key),  # key not in before
+        Record(3, None, k=key)])
+    assert out.dead == []
+    assert out.rows[0].split("\t")[4] == decoded
+    assert [line.split("\t")[4] for line in out.tombstones] == [decoded] * 3

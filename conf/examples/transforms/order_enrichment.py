@@ -5,6 +5,11 @@ kafka_timestamp and the declared columns), DataFrame out.
 Importable as ``order_enrichment`` once this folder is on the path:
 ``PYTHONPATH=conf/examples/transforms pipeline run --config conf/examples/transform.toml``.
 Only Spark SQL functions here (no Python UDF), so the executors need nothing of this file.
+
+customers.csv must hold one row per customer: a duplicate is refused (ValueError naming the
+customer and both lines, so the run exits 2 before reading a record) rather than one row
+kept, because which one Spark would keep is arbitrary and a reprocess could then give an
+order another region. Fix the extract, then rerun.
 """
 
 from __future__ import annotations
@@ -19,13 +24,25 @@ CUSTOMERS = Path(__file__).with_name("customers.csv")
 SMALL, LARGE = 1000, 10000
 
 
+def customer_rows(path: Path = CUSTOMERS) -> list[tuple[str, str, str]]:
+    """(customer, region, segment) per line of the extract; raises ValueError on a
+    customer that appears twice (a join would give its orders two rows, or a dedup an
+    arbitrary one)."""
+    rows, seen = [], {}
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        for r in reader:
+            line = seen.setdefault(r["customer"], reader.line_num)
+            if line != reader.line_num:
+                raise ValueError(f"{path.name}: customer {r['customer']!r} is on lines {line} "
+                                 f"and {reader.line_num}; keep one row per customer")
+            rows.append((r["customer"], r["region"], r["segment"]))
+    return rows
+
+
 def customers(spark):
-    with CUSTOMERS.open(newline="") as f:
-        rows = [(r["customer"], r["region"], r["segment"]) for r in csv.DictReader(f)]
-    # One row per customer: a duplicate would make the join emit two rows for one Kafka
-    # record, which the pipeline refuses (exit 2).
-    return spark.createDataFrame(rows, "customer string, region string, segment string") \
-        .dropDuplicates(["customer"])
+    return spark.createDataFrame(customer_rows(), "customer string, region string, "
+                                                  "segment string")
 
 
 def enrich(orders):
