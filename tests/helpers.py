@@ -151,7 +151,7 @@ def init_db(settings: Settings) -> Settings:
 
 def init_cli(config: Path | str) -> None:
     """`pipeline init-db` of a config file as the owner, then the job role's grants."""
-    r = run_cli("init-db", "--config", str(config), env={"PIPELINE__DATABASE__URL": TEST_DB_URL})
+    r = run_cli("init-db", "--config", str(config), env={"PIPELINE_DATABASE_URL": TEST_DB_URL})
     assert r.returncode == 0, r.stderr[-2000:]
     doc = tomllib.loads(Path(config).read_text())
     grant_job_role(doc.get("database", {}).get("schema", "public"), doc["sink"]["table"])
@@ -178,19 +178,10 @@ def result_keys(table: str, db_url: str = TEST_DB_URL) -> list[tuple[str, int, i
                  db_url=db_url)
 
 
-def cli_environ(env: dict | None = None) -> dict[str, str]:
-    """The CLI's environment: this process's, without what would override a test's config
-    file (PIPELINE__<TABLE>__<KEY>, and the old names: KAFKA_BOOTSTRAP_SERVERS here says
-    where the test broker is, for the harness), plus ``env``."""
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINE__")
-                 and k not in ("KAFKA_BOOTSTRAP_SERVERS", "PIPELINE_DATABASE_URL")}
-    return {**inherited, **(env or {})}
-
-
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300,
             new_session: bool = True) -> subprocess.CompletedProcess:
     """The real CLI in its own process (and process group, so a fault can kill it all)."""
-    full_env = cli_environ(env)
+    full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout,
                           start_new_session=new_session)

@@ -83,7 +83,7 @@ class Secure:
         """As the owner: the tables (init-db), then the role's grants (psql, the real file)."""
         config = self.config(name)
         r = run_cli("init-db", "--config", config,
-                    env={**self.env, "PIPELINE__DATABASE__URL": TEST_DB_URL})
+                    env={**self.env, "PIPELINE_DATABASE_URL": TEST_DB_URL})
         assert r.returncode == 0, r.stderr[-2000:]
         subprocess.run(["psql", TEST_DB_URL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v",
                         "role=pipeline", "-v", f"schema={SCHEMA}", "-v", f"results={name}",
@@ -94,8 +94,8 @@ class Secure:
         """The CLI as deployed: the secure listener, the stack's secrets from the
         environment (``env`` overrides them), the database URL from the file."""
         return run_cli("-v", "run", "--config", config, *args,
-                       env={**self.env, "PIPELINE__KAFKA__BOOTSTRAP_SERVERS": self.bootstrap,
-                            **env}, timeout=180)
+                       env={**self.env, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+                            "PIPELINE_DATABASE_URL": "", **env}, timeout=180)
 
 
 def warm_group_coordinator() -> None:
