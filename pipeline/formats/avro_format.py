@@ -21,8 +21,7 @@ from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_sc
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
-from pipeline.formats.refused import Refused
-from pipeline.formats.timestamps import kafka_timestamp
+from pipeline.formats.refused import Refused, decoded_rows
 from pipeline.formats.types import column_type
 
 MAGIC = 0
@@ -47,25 +46,11 @@ class AvroFormat:
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
-        """The batch's result lines; a null value goes to ``rejected`` (a tombstone: the
-        Encoder's), every other bad record to ``refuse`` with its reason."""
         from fastavro import schemaless_reader
 
-        rows = []
-        append = rows.append
-        for m in records:
-            value = m.value()
-            if value is None:
-                rejected.append(m)
-                continue
-            kts = kafka_timestamp(m.timestamp()[1])
-            try:
-                fields = self.fields(value, schemaless_reader)
-            except Refused as e:
-                refuse(m, e.error_type, e.message)
-                continue
-            append(f"{head}{m.offset()}\t{kts}\t{fields}{self.tail}")
-        return rows
+        return decoded_rows(records, head, self.tail,
+                            lambda value: self.fields(value, schemaless_reader), rejected,
+                            refuse)
 
     def fields(self, value: bytes, read) -> str:
         """The declared columns' COPY text fields of one value; raises Refused."""

@@ -18,9 +18,8 @@ from pipeline.formats.json_values import WrongType
 from pipeline.formats.protobuf_schemas import UnknownMessage, UnknownSchema, writer_schema
 from pipeline.formats.protobuf_values import NotAMessage, kind, path_getter
 from pipeline.formats.protobuf_wire import header
-from pipeline.formats.refused import Refused
+from pipeline.formats.refused import Refused, decoded_rows
 from pipeline.formats.schema_source import SchemaSource
-from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 
 
@@ -42,23 +41,7 @@ class ProtobufFormat:
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
-        """The batch's result lines; a null value goes to ``rejected`` (a tombstone: the
-        Encoder's), every other bad record to ``refuse`` with its reason."""
-        rows = []
-        append = rows.append
-        for m in records:
-            value = m.value()
-            if value is None:
-                rejected.append(m)
-                continue
-            kts = kafka_timestamp(m.timestamp()[1])
-            try:
-                fields = self.fields(value)
-            except Refused as e:
-                refuse(m, e.error_type, e.message)
-                continue
-            append(f"{head}{m.offset()}\t{kts}\t{fields}{self.tail}")
-        return rows
+        return decoded_rows(records, head, self.tail, self.fields, rejected, refuse)
 
     def _plan(self, schema_id: int, indexes: tuple[int, ...]) -> tuple:
         plan = self._plans.get((schema_id, indexes))

@@ -3,6 +3,10 @@ message, raised while decoding one value and caught by the format's batch loop."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from pipeline.formats.timestamps import kafka_timestamp
+
 
 class Refused(ValueError):
     """A record that is not a result row: its dead letter's error type and message."""
@@ -11,3 +15,24 @@ class Refused(ValueError):
         super().__init__(message)
         self.error_type = error_type
         self.message = message
+
+
+def decoded_rows(records, head: str, tail: str, fields: Callable[[bytes], str],
+                 rejected: list, refuse: Callable) -> list[str]:
+    """A schema format's batch loop: each value's COPY text ``fields`` (raising Refused) as
+    one result line; a null value goes to ``rejected`` (a tombstone: the Encoder's), every
+    other bad record to ``refuse`` with its reason."""
+    rows = []
+    append = rows.append
+    for m in records:
+        value = m.value()
+        if value is None:
+            rejected.append(m)
+            continue
+        try:
+            text = fields(value)
+        except Refused as e:
+            refuse(m, e.error_type, e.message)
+            continue
+        append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t{text}{tail}")
+    return rows
