@@ -81,8 +81,8 @@ ARCHIVE_ALIAS = "job"
 # What the job reads instead of its config's database.url / kafka.bootstrap_servers
 # (pipeline/config.py); a connection's client settings arrive as KAFKA_<KEY> for the
 # config's ${KAFKA_...} references.
-ENV_DATABASE_URL = "PIPELINE_DATABASE_URL"
-ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
+ENV_DATABASE_URL = "PIPELINE__DATABASE__URL"
+ENV_BOOTSTRAP = "PIPELINE__KAFKA__BOOTSTRAP_SERVERS"
 
 
 log = logging.getLogger(__name__)

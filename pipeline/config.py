@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from pipeline import env_overrides
 from pipeline.errors import ConfigError
 from pipeline.formats import paths, types
 from pipeline.formats.avro_schemas import SchemaSource
@@ -33,8 +35,6 @@ SECRET_KEY = re.compile(r"(password|secret|token|sasl\.jaas|credentials)", re.I)
 DEFAULT_MAX_RECORDS_PER_PARTITION = 5_000_000
 DEFAULT_MAX_RECORDS_PER_RUN = 20_000_000
 RESERVED_COLUMNS = {"topic", "partition", "offset", "kafka_timestamp", "run_id", "ingested_at"}
-ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
-ENV_DATABASE_URL = "PIPELINE_DATABASE_URL"
 
 
 @dataclass(frozen=True)
@@ -337,9 +337,29 @@ def _client_settings(kafka: dict[str, Any], name: str, env: dict[str, str]) -> d
     return out
 
 
+_WARNED: set[str] = set()  # a process loads its config more than once: warn once
+
+
 def parse_settings(doc: dict[str, Any], source: str = "<dict>",
                    environ: dict[str, str] | None = None) -> Settings:
+    """``doc`` with the PIPELINE__<TABLE>__<KEY> environment variables overlaid
+    (pipeline/env_overrides.py), validated; an error names the variable a key came from."""
     env = os.environ if environ is None else environ
+    found = env_overrides.overrides(env)
+    doc = env_overrides.apply(doc, found)
+    old, warnings = env_overrides.legacy(doc, env, found, source)
+    for line in warnings:
+        if line not in _WARNED:
+            _WARNED.add(line)
+            print(line, file=sys.stderr)
+    found += old
+    try:
+        return _parse_settings(env_overrides.apply(doc, old), source, env)
+    except ConfigError as e:
+        raise env_overrides.blame(e, found) from None
+
+
+def _parse_settings(doc: dict[str, Any], source: str, env: dict[str, str]) -> Settings:
     _check_keys("config", doc, set(_SECTIONS))
     for section, allowed in _SECTIONS.items():
         value = doc.get(section, {})
@@ -369,7 +389,7 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     if timeout <= 0:
         raise ConfigError("'kafka.timeout_seconds' must be > 0")
     kafka = KafkaSettings(
-        bootstrap_servers=env.get(ENV_BOOTSTRAP) or _get(k, "kafka", "bootstrap_servers", str),
+        bootstrap_servers=_get(k, "kafka", "bootstrap_servers", str),
         topics=tuple(topics),
         starting_offsets=_choice(_get(k, "kafka", "starting_offsets", str, "earliest"),
                                  "kafka.starting_offsets", ("earliest", "latest")),
@@ -388,11 +408,10 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
 
     d = doc.get("database", {})
     # ${VAR} as in the client tables: the password (percent-encoded) stays out of the file.
-    url = env.get(ENV_DATABASE_URL) or _expand_env(_get(d, "database", "url", str),
-                                                   "database.url", env)
+    url = _expand_env(_get(d, "database", "url", str), "database.url", env)
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(
-            "'database.url' must be a postgresql:// URL (or set PIPELINE_DATABASE_URL)")
+            "'database.url' must be a postgresql:// URL (or set PIPELINE__DATABASE__URL)")
     try:
         make_url(url)
     except ArgumentError:

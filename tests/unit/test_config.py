@@ -73,9 +73,9 @@ def test_runs_are_bounded_unless_a_cap_is_set_to_zero():
     assert (k.max_records_per_partition, k.max_records_per_run) == (0, 0)
 
 
-def test_environment_overrides_bootstrap_and_database_url():
-    s = parse_settings(doc(), environ={"KAFKA_BOOTSTRAP_SERVERS": "k1:1,k2:2",
-                                       "PIPELINE_DATABASE_URL": "postgresql://o@x/y"})
+def test_namespaced_environment_overrides_bootstrap_and_database_url():
+    s = parse_settings(doc(), environ={"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": "k1:1,k2:2",
+                                       "PIPELINE__DATABASE__URL": "postgresql://o@x/y"})
     assert s.kafka.bootstrap_servers == "k1:1,k2:2"
     assert s.database_url == "postgresql://o@x/y"
 
