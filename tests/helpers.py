@@ -194,7 +194,7 @@ def cli_environ(env: dict | None = None) -> dict[str, str]:
 
 def product_env(name: str) -> bool:
     """Whether the job reads environment variable ``name`` as a setting (pipeline/
-    env_overrides.py: PIPELINE__<TABLE>__<KEY>, and the old PIPELINE_DATABASE_URL and
+    settings/env.py: PIPELINE__<TABLE>__<KEY>, and the old PIPELINE_DATABASE_URL and
     KAFKA_BOOTSTRAP_SERVERS, which it warns about)."""
     return name.upper().startswith("PIPELINE__") or name in (
         "PIPELINE_DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS")

@@ -270,3 +270,35 @@ def test_bad_avro_config_is_one_line_error(tmp_path, registry, sink, message):
 def test_a_schema_registry_without_avro_is_an_error():
     with pytest.raises(ConfigError, match="only for sink.format = 'avro'"):
         parse_settings(doc(schema_registry={"url": "http://r"}), environ={})
+
+
+def test_secrets_are_held_as_secrets_and_shown_nowhere():
+    from pipeline.settings import ConfigFile
+
+    d = doc(database={"url": "postgresql://u:dbsecret@h/db"},
+            kafka={"consumer": {"sasl.password": "kafkasecret", "sasl.username": "u"}})
+    model = ConfigFile.model_validate(d)
+    for text in (repr(model), str(model), model.model_dump_json(), str(model.model_dump())):
+        assert "dbsecret" not in text and "kafkasecret" not in text
+    s = parse_settings(d, environ={})
+    assert "dbsecret" not in repr(s) and "kafkasecret" not in repr(s)
+    assert "dbsecret" not in str(s.redacted()) and "kafkasecret" not in str(s.redacted())
+    assert s.database_url == "postgresql://u:dbsecret@h/db"  # the run still gets them
+    assert s.kafka.client_config()["sasl.password"] == "kafkasecret"
+
+
+@pytest.mark.parametrize("changes", [{"database": {"url": 12345}},
+                                     {"kafka": {"bootstrap_servers": "h:1"},
+                                      "schema_registry": {"url": "http://r", "user": "u",
+                                                          "password": 12345},
+                                      "sink": {"format": "avro", "table": "t",
+                                               "columns": {"a": "long"}}}])
+def test_a_secret_of_the_wrong_type_is_not_quoted_in_the_error(changes):
+    with pytest.raises(ConfigError) as e:
+        parse_settings(doc(**changes), environ={})
+    assert "must be a string, got int" in e.value.message and "12345" not in e.value.message
+
+
+def test_a_database_url_whose_port_is_not_a_number_is_a_config_error():
+    with pytest.raises(ConfigError, match="'database.url' is not a valid URL"):
+        parse_settings(doc(database={"url": "postgresql://u@h:notaport/db"}), environ={})

@@ -1,11 +1,12 @@
-"""PIPELINE__<TABLE>__<KEY> overrides (pipeline/env_overrides.py) and the old generic names."""
+"""PIPELINE__<TABLE>__<KEY> overrides (pipeline/settings/env.py) and the old generic names."""
 
 import pytest
 
-from pipeline import config, env_overrides
 from pipeline.config import parse_settings
-from pipeline.env_overrides import Override, apply, overrides
 from pipeline.errors import ConfigError
+from pipeline.settings import SECTIONS, load
+from pipeline.settings import env as env_overrides
+from pipeline.settings.env import Override, apply, overrides
 
 
 def doc(**changes):
@@ -22,7 +23,7 @@ def doc(**changes):
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
-    config._WARNED.clear()  # each test sees its own warnings
+    load._WARNED.clear()  # each test sees its own warnings
 
 
 def test_variables_become_keys_of_their_tables_typed_as_toml_reads_them():
@@ -101,9 +102,9 @@ def test_a_newline_cannot_smuggle_in_another_key():
 
 
 def test_every_number_list_and_table_key_is_read_as_toml_from_the_environment():
-    # A key config.py reads as a number/list/table that TYPED lacks would fail only from the
-    # environment, "must be ..., got str '7'": set each key config.py knows to 7.
-    for section, keys in config._SECTIONS.items():
+    # A key the models type as a number/list/table that TYPED lacks would fail only from the
+    # environment, "must be ..., got str '7'": set each key the models know to 7.
+    for section, keys in SECTIONS.items():
         for key in keys:
             env = {f"PIPELINE__{section.upper()}__{key.upper()}": "7"}
             try:

@@ -18,24 +18,35 @@ from __future__ import annotations
 
 import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import SecretStr
+
 from pipeline.errors import ConfigError
+from pipeline.settings.document import TABLES, keys
 
 PREFIX = "PIPELINE__"
-# The keys whose values are not text (config.py's _get types): read as TOML values. A key
-# missing here gets "must be a number, got str" from the environment only, which
-# tests/unit/test_env_overrides.py checks for every key config.py knows.
-TYPED = {
-    "kafka.topics", "kafka.max_records_per_partition", "kafka.max_records_per_run",
-    "kafka.timeout_seconds", "kafka.consumer", "kafka.spark_consumer", "kafka.admin_client",
-    "database.lock_timeout_seconds", "database.statement_timeout_seconds",
-    "sink.max_bad_records", "sink.columns", "sink.key", "sink.group_by", "sink.aggregates",
-    "spark.min_partitions", "spark.conf", "schema_registry.timeout_seconds",
-    "airflow.retries", "airflow.retry_delay_seconds", "airflow.max_retry_delay_seconds",
-    "airflow.execution_timeout_seconds", "airflow.tags", "airflow.pool_slots",
-}
+
+
+def _text(annotation: Any) -> bool:
+    """Whether a key's values are text: a string, a secret, a choice of words."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _text(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return all(_text(a) for a in typing.get_args(annotation) if a is not type(None))
+    if origin is typing.Literal:
+        return all(isinstance(a, str) for a in typing.get_args(annotation))
+    return annotation in (str, SecretStr)
+
+
+# The keys whose values are not text (numbers, lists, tables: as the table models say), read
+# as TOML values.
+TYPED = frozenset(f"{table}.{key}" for table, model in TABLES.items()
+                  for key, info in keys(model).items() if not _text(info.annotation))
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ def _value(key: str, text: str) -> Any:
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
-        return text  # config.py then says "must be a number, got str ..."
+        return text  # then "must be a number, got str ..."
 
 
 def apply(doc: dict[str, Any], found: list[Override]) -> dict[str, Any]:
