@@ -20,8 +20,7 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 class Table(BaseModel):
     """One [table] of the file."""
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True,
-                              populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 def about_key(message: str) -> PydanticCustomError:

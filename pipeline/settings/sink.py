@@ -82,6 +82,7 @@ class SinkTable(Table):
     envelope: Literal["none", "debezium"] = "none"
 
     def value(self) -> SinkSettings:
+        # Imported here: sink_modes builds on this module's values.
         from pipeline.settings.sink_modes import with_mode
 
         fmt, transform = self.format, self.transform

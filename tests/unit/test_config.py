@@ -57,6 +57,8 @@ def test_example_configs_are_valid():
     ({"kafka": {"consumer": {"group.id": "x"}}}, "managed by the pipeline"),
     ({"sink": {"transform": "no_colon"}}, "module:function"),
     ({"kafka": {"timeout_seconds": True}}, "got a boolean"),
+    # only the file's spelling of a key: not the model's field name behind it
+    ({"database": {"schema_": "x"}}, "unknown key 'database.schema_'"),
 ])
 def test_bad_config_is_one_line_error_naming_the_key(changes, message):
     with pytest.raises(ConfigError) as e:
