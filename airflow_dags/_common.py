@@ -79,10 +79,10 @@ if SHIP_ENV not in ("auto", "always", "never"):
 # Where Spark unpacks the archive in each executor's working directory (<archive>#job).
 ARCHIVE_ALIAS = "job"
 # What the job reads instead of its config's database.url / kafka.bootstrap_servers
-# (pipeline/config.py); a connection's client settings arrive as KAFKA_<KEY> for the
+# (pipeline/settings/env.py); a connection's client settings arrive as KAFKA_<KEY> for the
 # config's ${KAFKA_...} references.
-ENV_DATABASE_URL = "PIPELINE_DATABASE_URL"
-ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
+ENV_DATABASE_URL = "PIPELINE__DATABASE__URL"
+ENV_BOOTSTRAP = "PIPELINE__KAFKA__BOOTSTRAP_SERVERS"
 
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ _DAG_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 # ---- the pipelines and their [airflow] tables (read when the DAGs are parsed) --------------
 
-# The [airflow] keys and their TOML types; pipeline/config.py accepts the same table (the
+# The [airflow] keys and their TOML types; pipeline/settings/airflow.py checks the same table (the
 # job ignores it), so a typo fails the job with its one-line config error.
 AIRFLOW_KEYS: dict[str, type | tuple[type, ...]] = {
     "schedule": str, "retries": int, "retry_delay_seconds": (int, float),

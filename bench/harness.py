@@ -20,7 +20,10 @@ import psycopg
 from pipeline.sample import order
 
 ROOT = Path(__file__).resolve().parent.parent
-BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+# The benchmark's broker, named as the test suite names it (scripts/bench sets it);
+# KAFKA_BOOTSTRAP_SERVERS, which shells export for the same, only as a fallback.
+BOOTSTRAP = (os.environ.get("PIPELINE_TEST_BOOTSTRAP_SERVERS")
+             or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or "127.0.0.1:9092")
 DB = os.environ.get("PIPELINE_TEST_DATABASE_URL",
                     "postgresql://postgres@127.0.0.1:5433/pipeline_test")
 PARTITIONS = 4

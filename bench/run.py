@@ -68,8 +68,10 @@ def main(argv: list[str]) -> int:
     scale, modes = "--scaling" in argv, "--modes" in argv
     sizes = [int(a) for a in argv if a.isdigit()] or [2_000_000]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
-           "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
-    env.pop("PIPELINE_DATABASE_URL", None)
+           "PIPELINE_TEST_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_TEST_DATABASE_URL": DB}
+    for name in [n for n in env if n.startswith("PIPELINE__")] + ["PIPELINE_DATABASE_URL",
+                                                                    "KAFKA_BOOTSTRAP_SERVERS"]:
+        env.pop(name, None)  # the configs the benchmark writes say where everything is
     if "--transform" in argv:
         from bench import transform
 

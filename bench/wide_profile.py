@@ -6,7 +6,7 @@ On one topic of 200 partitions x 100 JSON records: a range read the way the read
 before (consume(10_000, timeout=1.0) per range, its own consumer), a range read with its
 own consumer but the new stopping rule, all 200 read by one consumer; a Postgres connection;
 200 Spark tasks against 2 (Python tasks that do nothing). Needs the stack (scripts/stack up)
-and KAFKA_BOOTSTRAP_SERVERS / PIPELINE_TEST_DATABASE_URL as scripts/bench sets them.
+and PIPELINE_TEST_BOOTSTRAP_SERVERS / PIPELINE_TEST_DATABASE_URL as scripts/bench sets them.
 """
 
 from __future__ import annotations

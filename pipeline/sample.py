@@ -66,7 +66,9 @@ def produce(bootstrap: str, topic: str, records: int, *, start: int = 0, bad_eve
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.sample", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS",
+    # The same variable the pipeline reads (pipeline/settings/env.py), so that one export
+    # points both at the broker.
+    p.add_argument("--bootstrap", default=os.environ.get("PIPELINE__KAFKA__BOOTSTRAP_SERVERS",
                                                          "127.0.0.1:9092"))
     p.add_argument("--topic", default="demo_orders")
     p.add_argument("--partitions", type=int, default=3)

@@ -8,9 +8,15 @@ import subprocess
 
 import pytest
 
-from tests.helpers import ROOT, TEST_DB_URL
+from tests.helpers import BOOTSTRAP, ROOT, TEST_DB_URL, product_env
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# No test depends on its caller's environment: the variables the job reads as settings
+# (PIPELINE__*, and the old names it warns about) are gone for the whole session, after
+# tests/helpers.py took where the test broker and database are. A test that means to set
+# one does so itself (monkeypatch, or run_cli's env).
+for _name in [n for n in os.environ if product_env(n)]:
+    del os.environ[_name]
 
 
 def pytest_configure(config):
@@ -29,8 +35,7 @@ def pytest_collection_modifyitems(items):
 def stack():
     """Brings the stack up (idempotent; fast when it is up already)."""
     subprocess.run([str(ROOT / "scripts" / "stack"), "up"], check=True)
-    return {"bootstrap": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-            "db_url": TEST_DB_URL}
+    return {"bootstrap": BOOTSTRAP, "db_url": TEST_DB_URL}
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pipeline.config import Settings, parse_settings
 
 ROOT = Path(__file__).resolve().parent.parent
-BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+# Where the test broker is: the harness's own name (scripts/test and 'scripts/stack env' set it).
+# KAFKA_BOOTSTRAP_SERVERS, which shells and older notes export for the same, is read as a
+# fallback here only; tests/conftest.py then hides it from the code under test.
+BOOTSTRAP = (os.environ.get("PIPELINE_TEST_BOOTSTRAP_SERVERS")
+             or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+             or f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}")
 # The owner's URL: tests create tables (init-db) and check what landed with it. The job
 # itself runs as the stack's least-privilege role (job_db_url), as deployed.
 TEST_DB_URL = os.environ.get("PIPELINE_TEST_DATABASE_URL",
@@ -101,10 +106,13 @@ def make_settings(name: str, topics: list[str], *, fmt: str = "json", table: str
 
 
 def stack_env() -> dict[str, str]:
-    """What 'scripts/stack env' prints for the stack the tests use (its ports, its secrets)."""
+    """What 'scripts/stack env' prints for the stack the tests use (its ports, its secrets),
+    less the job's own overrides (product_env): its PIPELINE__DATABASE__URL, the owner on
+    the plain listener, would replace a test config's URL wherever this is passed to the
+    job (tests/security); a test sets the overrides it means."""
     out = subprocess.run([str(ROOT / "scripts" / "stack"), "env"], check=True,
                          capture_output=True, text=True).stdout
-    return dict(re.findall(r"^export (\w+)=(.*)$", out, re.M))
+    return without_product_env(dict(re.findall(r"^export (\w+)=(.*)$", out, re.M)))
 
 
 @functools.cache
@@ -151,7 +159,7 @@ def init_db(settings: Settings) -> Settings:
 
 def init_cli(config: Path | str) -> None:
     """`pipeline init-db` of a config file as the owner, then the job role's grants."""
-    r = run_cli("init-db", "--config", str(config), env={"PIPELINE_DATABASE_URL": TEST_DB_URL})
+    r = run_cli("init-db", "--config", str(config), env={"PIPELINE__DATABASE__URL": TEST_DB_URL})
     assert r.returncode == 0, r.stderr[-2000:]
     doc = tomllib.loads(Path(config).read_text())
     grant_job_role(doc.get("database", {}).get("schema", "public"), doc["sink"]["table"])
@@ -178,10 +186,28 @@ def result_keys(table: str, db_url: str = TEST_DB_URL) -> list[tuple[str, int, i
                  db_url=db_url)
 
 
+def cli_environ(env: dict | None = None) -> dict[str, str]:
+    """The CLI's environment: this process's, without what would override a test's config
+    file (PRODUCT_ENV), plus ``env``."""
+    return {**without_product_env(os.environ), **(env or {})}
+
+
+def product_env(name: str) -> bool:
+    """Whether the job reads environment variable ``name`` as a setting (pipeline/
+    settings/env.py: PIPELINE__<TABLE>__<KEY>, and the old PIPELINE_DATABASE_URL and
+    KAFKA_BOOTSTRAP_SERVERS, which it warns about)."""
+    return name.upper().startswith("PIPELINE__") or name in (
+        "PIPELINE_DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS")
+
+
+def without_product_env(env) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not product_env(k)}
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300,
             new_session: bool = True) -> subprocess.CompletedProcess:
     """The real CLI in its own process (and process group, so a fault can kill it all)."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = cli_environ(env)
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout,
                           start_new_session=new_session)

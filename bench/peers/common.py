@@ -44,7 +44,7 @@ def main(run) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--topic", required=True)
     p.add_argument("--table", required=True)
-    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS",
+    p.add_argument("--bootstrap", default=os.environ.get("PIPELINE_TEST_BOOTSTRAP_SERVERS",
                                                          "127.0.0.1:9092"))
     p.add_argument("--db", default=os.environ.get(
         "PIPELINE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5433/pipeline_test"))

@@ -65,7 +65,7 @@ def refused(url: str, e: BaseException) -> ConfigError | None:
            if "certificate" in text or "ssl" in text and "pg_hba" not in text else
            "connect as the server's pg_hba.conf allows this role (e.g. sslmode=verify-full"
            " for a hostssl-only role) or change pg_hba.conf" if "pg_hba" in text else
-           f"fix the password of '{user}' in database.url / PIPELINE_DATABASE_URL (or "
+           f"fix the password of '{user}' in database.url / PIPELINE__DATABASE__URL (or "
            "ALTER ROLE ... PASSWORD on the server)")
     return ConfigError(f"Postgres at {redact_url(url)} refused role '{user}': "
                        f"{detail[:300]}; {fix}; not retried")
@@ -73,7 +73,7 @@ def refused(url: str, e: BaseException) -> ConfigError | None:
 
 def unreachable(url: str, e: BaseException | str) -> TransientError:
     return TransientError(f"Postgres unreachable at {redact_url(url)} ({_first_line(e)}); "
-                          "check the server and database.url / PIPELINE_DATABASE_URL, then retry")
+                          "check the server and database.url / PIPELINE__DATABASE__URL, then retry")
 
 
 def _first_line(e: BaseException | str) -> str:

@@ -78,7 +78,8 @@ class KafkaMeta:
     def _unreachable(self, what: str, err: object) -> TransientError:
         return TransientError(
             f"Kafka unreachable at {self.settings.bootstrap_servers} while {what} ({err}); "
-            "check the broker and kafka.bootstrap_servers / KAFKA_BOOTSTRAP_SERVERS, then retry")
+            "check the broker and kafka.bootstrap_servers / PIPELINE__KAFKA__BOOTSTRAP_SERVERS, "
+            "then retry")
 
     def describe(self, topics: Iterable[str]) -> dict[str, tuple[str, list[int]]]:
         """Each topic's Kafka ID and partitions, from fresh metadata (new partitions

@@ -2,7 +2,7 @@
 type, its Postgres type, the JSON and Avro formats' rules for a value of it and the row
 encoder's inlined form of the JSON rule.
 
-config.py validates declarations against it, store/tables.py builds the SQLAlchemy types
+settings/columns.py validates declarations against it, store/tables.py builds the SQLAlchemy types
 from its Postgres types, spark/transform.py takes its Spark types, executor/stage.py how
 Spark writes each Postgres type as COPY text, json_rows.py its inlined checks. A new
 column type is one entry here (and a new format's value rule, a new field). Plain Python:

@@ -1,6 +1,6 @@
 """Sink modes (append, upsert, aggregate): how staged rows become the results table. One
 module per mode behind pipeline/sinks/base.Sink; a new mode is a new module here and a line
-in MODES (and its [sink] rules in config.py)."""
+in MODES (and its [sink] rules in settings/sink_modes.py)."""
 
 from __future__ import annotations
 

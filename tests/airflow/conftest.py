@@ -66,7 +66,7 @@ def airflow(tmp_path_factory) -> Airflow:
     home = tmp_path_factory.mktemp("airflow_home")
     job_bin = str(ROOT / ".venv" / "bin")
     # Nothing of the outer environment may steer Airflow or the job: no AIRFLOW_* settings,
-    # no PIPELINE_DATABASE_URL pointing at the real database, no job venv on PATH (the DAG
+    # no PIPELINE__DATABASE__URL pointing at the real database, no job venv on PATH (the DAG
     # must find spark-submit and the job's python by itself).
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "PIPELINE_", "PYSPARK_", "SPARK_HOME", "VIRTUAL_ENV",

@@ -85,7 +85,7 @@ def secure_run(stack, airflow, tmp_path_factory):
                              "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD",
                              "KAFKA_SSL_CA_LOCATION")}
     r = run_cli("init-db", "--config", str(config),
-                env={"PIPELINE_DATABASE_URL": TEST_DB_URL, **refs})
+                env={"PIPELINE__DATABASE__URL": TEST_DB_URL, **refs})
     assert r.returncode == 0, r.stderr[-2000:]
     grant_job_role("public", name)
     lineage = directory / "openlineage.jsonl"

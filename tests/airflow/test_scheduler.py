@@ -189,7 +189,8 @@ def scheduled(stack, tmp_path):
     port = int(os.environ.get("AIRFLOW_PORT") or free_port_pair())
     job_bin = str(ROOT / ".venv" / "bin")
     # As in conftest.airflow: nothing of the outer environment steers Airflow or the job
-    # (KAFKA_BOOTSTRAP_SERVERS would send the job to the suite's broker).
+    # (PIPELINE__* would override the job's config; the harness's KAFKA_BOOTSTRAP_SERVERS,
+    # which the job no longer reads, would only add a warning to its log).
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "PIPELINE_", "PYSPARK_", "SPARK_HOME", "VIRTUAL_ENV",
                                 "PYTEST_", "KAFKA_BOOTSTRAP_SERVERS"))}

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.config import Settings
 from pipeline.store.run import staging_table
-from tests.helpers import ROOT, init_db, query, unique  # noqa: F401 - init_db re-exported
+from tests.helpers import ROOT, cli_environ, init_db, query, unique  # noqa: F401 - init_db re-exported
 
 
 # ---- what Kafka holds --------------------------------------------------------------------
@@ -206,7 +206,7 @@ def assert_nothing_committed(settings: Settings) -> None:
 def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     """The real CLI in its own process group, for tests that signal it while it runs."""
     return subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
-                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            env=cli_environ(env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -214,7 +214,7 @@ def start_paused(*args: str, point: str, seconds: float) -> subprocess.Popen:
     """The real CLI with ``PIPELINE_FAULT=<point>:sleep=<seconds>``, returned once it is
     asleep at that point (faults.py says so on stderr), for a test to act at that moment."""
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
-                            env={**os.environ, "PIPELINE_FAULT": f"{point}:sleep={seconds}"},
+                            env=cli_environ({"PIPELINE_FAULT": f"{point}:sleep={seconds}"}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         if f"fault injection: sleeping at {point}" in line:

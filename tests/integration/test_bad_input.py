@@ -209,7 +209,8 @@ def test_unknown_topic_is_a_clear_error_with_exit_3(stack, tmp_path):
     init_db(make_settings(name, [missing]))
 
     r = run_cli("run", "--config", str(config),
-                env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP, "PIPELINE_DATABASE_URL": job_db_url()})
+                env={"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": BOOTSTRAP,
+                     "PIPELINE__DATABASE__URL": job_db_url()})
 
     assert r.returncode == 3, r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
@@ -283,8 +284,9 @@ def test_topic_deleted_and_recreated_is_a_clear_error_naming_the_fix(spark, new_
 
 def test_following_the_named_fix_after_a_recreated_topic_ingests_the_new_records(
         spark, tmp_path, monkeypatch):
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", BOOTSTRAP)
-    monkeypatch.delenv("PIPELINE_DATABASE_URL", raising=False)
+    monkeypatch.setenv("PIPELINE__KAFKA__BOOTSTRAP_SERVERS", BOOTSTRAP)
+    for old in ("KAFKA_BOOTSTRAP_SERVERS", "PIPELINE_DATABASE_URL", "PIPELINE__DATABASE__URL"):
+        monkeypatch.delenv(old, raising=False)
     s, topic, old_id = recreated_pipeline()
     with pytest.raises(DataError) as e:
         run_ingest(s)

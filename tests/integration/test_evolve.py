@@ -156,8 +156,8 @@ def test_sigkill_before_commit_leaves_neither_the_column_nor_the_rows(spark, tmp
                       .replace("[spark]", 'channel = "string"\n[spark]'))
 
     proc = start_cli("run", "--config", str(config),
-                     env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
-                          "PIPELINE_DATABASE_URL": job_db_url(),
+                     env={"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": BOOTSTRAP,
+                          "PIPELINE__DATABASE__URL": job_db_url(),
                           "PIPELINE_FAULT": "before_commit:kill"})
     code, _, err = finish(proc)
 

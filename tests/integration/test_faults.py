@@ -76,8 +76,8 @@ def new_pipeline(tmp_path, prefix: str, *, bootstrap: str = BOOTSTRAP,
 
 def cli_env(settings, fault: str | None = None) -> dict:
     """The environment overrides win over the config: pin them to this test's services."""
-    env = {"KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-           "PIPELINE_DATABASE_URL": settings.database_url}
+    env = {"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+           "PIPELINE__DATABASE__URL": settings.database_url}
     if fault:
         env["PIPELINE_FAULT"] = fault
     return env

@@ -257,7 +257,8 @@ def test_a_noop_then_a_failed_run_report_their_outcome_and_keep_the_last_success
     assert one(after_noop, "pipeline_lag_records", partition="1") == 0
 
     failed = run_cli("run", "--config", str(config), "--json",
-                     env={"PIPELINE_LOG_FORMAT": "json", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"})
+                     env={"PIPELINE_LOG_FORMAT": "json",
+                          "PIPELINE__KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"})
 
     assert failed.returncode == 75 and failed.stdout == ""
     assert failed.stderr.splitlines()[-1].startswith("error: Kafka")

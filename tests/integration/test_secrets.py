@@ -79,8 +79,7 @@ def pipeline_with_secrets(tmp_path, role: str, *, bootstrap: str = BOOTSTRAP,
 
 
 def run(config: str, *args: str, fault: str | None = None, bootstrap: str = BOOTSTRAP):
-    env = {"TEST_SASL_PASSWORD": SASL_PASSWORD, "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-           "PIPELINE_DATABASE_URL": ""}
+    env = {"TEST_SASL_PASSWORD": SASL_PASSWORD, "PIPELINE__KAFKA__BOOTSTRAP_SERVERS": bootstrap}
     if fault:
         env["PIPELINE_FAULT"] = fault
     return run_cli("-v", "run", "--config", config, *args, env=env)

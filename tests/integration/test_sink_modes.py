@@ -441,8 +441,9 @@ def test_offsets_reset_of_a_recreated_topic_per_mode(spark, tmp_path, monkeypatc
     from pipeline.cli import main as cli_main
     from tests.integration.test_bad_input import recreate_topic
 
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", BOOTSTRAP)
-    monkeypatch.delenv("PIPELINE_DATABASE_URL", raising=False)
+    monkeypatch.setenv("PIPELINE__KAFKA__BOOTSTRAP_SERVERS", BOOTSTRAP)
+    for old in ("KAFKA_BOOTSTRAP_SERVERS", "PIPELINE_DATABASE_URL", "PIPELINE__DATABASE__URL"):
+        monkeypatch.delenv(old, raising=False)
     name = unique(f"re{mode[:3]}")
     topic = create_topic(name, 1)
     config = tmp_path / "c.toml"

@@ -169,8 +169,8 @@ class Soak:
             how, delay = "delay", self.rng.uniform(0.5, 1.1 * target.typical_run())
         # A fault spec that never fires for clean and delayed runs: it makes faults.py mark
         # the run's processes, so that leftovers can be found afterwards.
-        env = {"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
-               "PIPELINE_DATABASE_URL": target.database_url,
+        env = {"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": BOOTSTRAP,
+               "PIPELINE__DATABASE__URL": target.database_url,
                "PIPELINE_FAULT": f"{point}:kill"}
         started = time.monotonic()
         proc = start_cli("run", "--config", str(target.config), env=env)
@@ -211,8 +211,8 @@ class Soak:
 
     def cli_json(self, target: Target) -> str:
         proc = start_cli("run", "--config", str(target.config),
-                         env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
-                              "PIPELINE_DATABASE_URL": target.database_url})
+                         env={"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": BOOTSTRAP,
+                              "PIPELINE__DATABASE__URL": target.database_url})
         self.state.runs += 1
         code, out, err = finish(proc, timeout=600)
         assert code == 0, err[-3000:]
@@ -393,8 +393,8 @@ master = "local[2]"
             proc = start_cli("backfill", "--config", str(target.config), "--topic",
                              self.topic, "--from-offset", str(start), "--to-offset", str(stop),
                              "--json", *(["--reprocess"] if reprocess else []),
-                             env={"KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
-                                  "PIPELINE_DATABASE_URL": target.database_url})
+                             env={"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": BOOTSTRAP,
+                                  "PIPELINE__DATABASE__URL": target.database_url})
             self.state.runs += 1
             code, out, err = finish(proc, timeout=600)
             if code != 75:

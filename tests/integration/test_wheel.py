@@ -76,7 +76,7 @@ def test_the_wheel_carries_its_migrations_and_runs_outside_the_checkout(installe
     config.write_text(toml_config(name, [topic]))
 
     init = outside(installed, "init-db", "--config", str(config), cwd=tmp_path,
-                   extra={"PIPELINE_DATABASE_URL": TEST_DB_URL})
+                   extra={"PIPELINE__DATABASE__URL": TEST_DB_URL})
     assert init.returncode == 0, init.stderr[-2000:]
     assert "001_offsets.sql" in init.stdout + init.stderr
     grant_job_role("public", name)
@@ -99,7 +99,7 @@ def test_a_transform_without_its_extra_says_what_to_install(installed, tmp_path)
     config = tmp_path / "pipeline.toml"
     config.write_text(toml_config(name, [topic], extra_sink='transform = "json:loads"'))
     init = outside(installed, "init-db", "--config", str(config), cwd=tmp_path,
-                   extra={"PIPELINE_DATABASE_URL": TEST_DB_URL})
+                   extra={"PIPELINE__DATABASE__URL": TEST_DB_URL})
     assert init.returncode == 0, init.stderr[-2000:]
     grant_job_role("public", name)
 

@@ -6,7 +6,6 @@ conf/secure.toml, so the documented example is what runs."""
 
 from __future__ import annotations
 
-import re
 import socket
 import subprocess
 import time
@@ -24,6 +23,7 @@ from tests.helpers import (
     produce,
     produce_orders,
     run_cli,
+    stack_env,
     unique,
 )
 
@@ -31,15 +31,9 @@ SCHEMA = "secure"  # its own schema: the grants cover it alone
 RECORDS = 600
 
 
-def stack_env() -> dict[str, str]:
-    out = subprocess.run([str(ROOT / "scripts" / "stack"), "env"], check=True,
-                         capture_output=True, text=True).stdout
-    return dict(re.findall(r"^export (\w+)=(.*)$", out, re.M))
-
-
 @dataclass
 class Secure:
-    env: dict[str, str]  # what 'scripts/stack env' prints
+    env: dict[str, str]  # what 'scripts/stack env' prints (helpers.stack_env)
     topic: str
     tmp: Path
 
@@ -83,7 +77,7 @@ class Secure:
         """As the owner: the tables (init-db), then the role's grants (psql, the real file)."""
         config = self.config(name)
         r = run_cli("init-db", "--config", config,
-                    env={**self.env, "PIPELINE_DATABASE_URL": TEST_DB_URL})
+                    env={**self.env, "PIPELINE__DATABASE__URL": TEST_DB_URL})
         assert r.returncode == 0, r.stderr[-2000:]
         subprocess.run(["psql", TEST_DB_URL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v",
                         "role=pipeline", "-v", f"schema={SCHEMA}", "-v", f"results={name}",
@@ -94,8 +88,8 @@ class Secure:
         """The CLI as deployed: the secure listener, the stack's secrets from the
         environment (``env`` overrides them), the database URL from the file."""
         return run_cli("-v", "run", "--config", config, *args,
-                       env={**self.env, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
-                            "PIPELINE_DATABASE_URL": "", **env}, timeout=180)
+                       env={**self.env, "PIPELINE__KAFKA__BOOTSTRAP_SERVERS": self.bootstrap,
+                            **env}, timeout=180)
 
 
 def warm_group_coordinator() -> None:

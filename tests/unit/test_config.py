@@ -57,6 +57,8 @@ def test_example_configs_are_valid():
     ({"kafka": {"consumer": {"group.id": "x"}}}, "managed by the pipeline"),
     ({"sink": {"transform": "no_colon"}}, "module:function"),
     ({"kafka": {"timeout_seconds": True}}, "got a boolean"),
+    # only the file's spelling of a key: not the model's field name behind it
+    ({"database": {"schema_": "x"}}, "unknown key 'database.schema_'"),
 ])
 def test_bad_config_is_one_line_error_naming_the_key(changes, message):
     with pytest.raises(ConfigError) as e:
@@ -73,9 +75,9 @@ def test_runs_are_bounded_unless_a_cap_is_set_to_zero():
     assert (k.max_records_per_partition, k.max_records_per_run) == (0, 0)
 
 
-def test_environment_overrides_bootstrap_and_database_url():
-    s = parse_settings(doc(), environ={"KAFKA_BOOTSTRAP_SERVERS": "k1:1,k2:2",
-                                       "PIPELINE_DATABASE_URL": "postgresql://o@x/y"})
+def test_namespaced_environment_overrides_bootstrap_and_database_url():
+    s = parse_settings(doc(), environ={"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": "k1:1,k2:2",
+                                       "PIPELINE__DATABASE__URL": "postgresql://o@x/y"})
     assert s.kafka.bootstrap_servers == "k1:1,k2:2"
     assert s.database_url == "postgresql://o@x/y"
 
@@ -270,3 +272,35 @@ def test_bad_avro_config_is_one_line_error(tmp_path, registry, sink, message):
 def test_a_schema_registry_without_avro_is_an_error():
     with pytest.raises(ConfigError, match="only for sink.format = 'avro'"):
         parse_settings(doc(schema_registry={"url": "http://r"}), environ={})
+
+
+def test_secrets_are_held_as_secrets_and_shown_nowhere():
+    from pipeline.settings import ConfigFile
+
+    d = doc(database={"url": "postgresql://u:dbsecret@h/db"},
+            kafka={"consumer": {"sasl.password": "kafkasecret", "sasl.username": "u"}})
+    model = ConfigFile.model_validate(d)
+    for text in (repr(model), str(model), model.model_dump_json(), str(model.model_dump())):
+        assert "dbsecret" not in text and "kafkasecret" not in text
+    s = parse_settings(d, environ={})
+    assert "dbsecret" not in repr(s) and "kafkasecret" not in repr(s)
+    assert "dbsecret" not in str(s.redacted()) and "kafkasecret" not in str(s.redacted())
+    assert s.database_url == "postgresql://u:dbsecret@h/db"  # the run still gets them
+    assert s.kafka.client_config()["sasl.password"] == "kafkasecret"
+
+
+@pytest.mark.parametrize("changes", [{"database": {"url": 12345}},
+                                     {"kafka": {"bootstrap_servers": "h:1"},
+                                      "schema_registry": {"url": "http://r", "user": "u",
+                                                          "password": 12345},
+                                      "sink": {"format": "avro", "table": "t",
+                                               "columns": {"a": "long"}}}])
+def test_a_secret_of_the_wrong_type_is_not_quoted_in_the_error(changes):
+    with pytest.raises(ConfigError) as e:
+        parse_settings(doc(**changes), environ={})
+    assert "must be a string, got int" in e.value.message and "12345" not in e.value.message
+
+
+def test_a_database_url_whose_port_is_not_a_number_is_a_config_error():
+    with pytest.raises(ConfigError, match="'database.url' is not a valid URL"):
+        parse_settings(doc(database={"url": "postgresql://u@h:notaport/db"}), environ={})

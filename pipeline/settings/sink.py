@@ -1,0 +1,139 @@
+"""[sink]: the result table, how records become its rows (format, columns, a transform) and
+how rows meet the table (mode: sink_modes.py; evolve; a Debezium envelope)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field
+
+from pipeline.errors import ConfigError
+from pipeline.formats import paths, types
+from pipeline.settings.base import Identifier, Table, about_key
+from pipeline.settings.columns import Column, column
+
+SINK_FORMATS = ("raw", "json", "avro", "protobuf")
+# The formats whose rows are the declared [sink.columns] (raw's columns are fixed).
+COLUMN_FORMATS = ("json", "avro", "protobuf")
+SINK_MODES = ("append", "upsert", "aggregate")
+# [sink] evolve: "off" (a column the table lacks is an exit-2 error before reading) or
+# "add_columns" (added in the publishing transaction: pipeline/store/evolve.py).
+Evolve = Literal["off", "add_columns"]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One column of an aggregate sink: ``name = "sum(amount)"``; ``of`` is None for
+    count(*)."""
+    name: str
+    function: str  # sum | count | min | max
+    of: str | None
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    format: str
+    table: str
+    max_bad_records: int = -1
+    transform: str | None = None
+    columns: tuple[Column, ...] = ()
+    # append: one row per record. upsert: the newest record per ``key``. aggregate:
+    # ``aggregates`` per ``group_by``, merged additively (docs/reliability.md).
+    mode: str = "append"
+    key: tuple[str, ...] = ()  # upsert: the business key; aggregate: the group_by columns
+    tombstones: str = "delete"  # upsert: a null value with a key deletes | dead_letter
+    aggregates: tuple[Aggregate, ...] = ()
+    evolve: Evolve = "off"
+    envelope: str = "none"  # "debezium": values are change events (formats/debezium.py)
+
+    @property
+    def record_format(self) -> str:
+        """The executors' record format (formats.registry.FORMATS)."""
+        return "debezium" if self.envelope == "debezium" else self.format
+
+    @property
+    def deletes(self) -> bool:
+        """Upsert with tombstones that delete: a null-valued record's Kafka key names the
+        row to delete."""
+        return self.mode == "upsert" and self.tombstones == "delete"
+
+
+def _transform(value: str) -> str:
+    if not re.match(r"^[\w.]+:\w+$", value):
+        raise about_key(f"= {value!r}: write it as 'module:function'")
+    return value
+
+
+class SinkTable(Table):
+    format: Literal["raw", "json", "avro", "protobuf"] = "raw"
+    table: Identifier
+    max_bad_records: int = Field(-1, ge=-1, description="-1 = no limit")
+    transform: Annotated[str, AfterValidator(_transform)] | None = None
+    columns: dict[str, Any] = {}
+    mode: Literal["append", "upsert", "aggregate"] = "append"
+    # Which mode each is for: sink_modes.py.
+    key: list | None = None
+    tombstones: Literal["delete", "dead_letter"] | None = None
+    group_by: list | None = None
+    aggregates: dict[str, Any] | None = None
+    evolve: Evolve = "off"
+    envelope: Literal["none", "debezium"] = "none"
+
+    def value(self) -> SinkSettings:
+        # Imported here: sink_modes builds on this module's values.
+        from pipeline.settings.sink_modes import with_mode
+
+        fmt, transform = self.format, self.transform
+        columns = [column(cname, spec) for cname, spec in self.columns.items()]
+        if fmt in COLUMN_FORMATS and not columns:
+            raise ConfigError(f"sink.format = '{fmt}' needs at least one column in "
+                              "[sink.columns]")
+        if fmt == "raw" and columns:
+            raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
+        for c in columns if transform is not None else ():
+            if c.source or not types.column_type(c.type).scalar:
+                # The transform path parses with Spark's from_json by column name, scalars only.
+                what = f"from = {paths.label(c.source)!r}" if c.source else c.type
+                raise ConfigError(
+                    f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' "
+                    f"= {transform!r} yet: remove sink.transform, or read the field in the "
+                    "transform")
+        if fmt in ("avro", "protobuf") and transform is not None:
+            # A transform gets records Spark parsed as JSON; Avro decoding on that path (Spark's
+            # from_avro) is not built yet.
+            raise ConfigError(f"'sink.transform' = {transform!r} is not supported with "
+                              f"sink.format = '{fmt}' yet: remove sink.transform, or use json")
+        sink = SinkSettings(fmt, self.table, self.max_bad_records, transform, tuple(columns))
+        return _envelope(self, _evolve(self, with_mode(self, sink)))
+
+
+def _evolve(s: SinkTable, sink: SinkSettings) -> SinkSettings:
+    """[sink] evolve: whether a declared column the table lacks is added by the run."""
+    if s.evolve == "off":
+        return sink
+    if sink.format not in COLUMN_FORMATS:
+        raise ConfigError("'sink.evolve' adds columns declared in [sink.columns]: it is for "
+                          "sink.format = 'json' or 'avro' (a raw table's columns are fixed)")
+    if sink.mode == "aggregate":
+        raise ConfigError(
+            "'sink.evolve' = 'add_columns' is refused for sink.mode = 'aggregate': a new "
+            "aggregate column would total only the records read from now on, beside groups "
+            "that counted everything before; add it by hand and rebuild the totals (see "
+            "docs/operations.md), or remove sink.evolve")
+    return replace(sink, evolve=s.evolve)
+
+
+def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
+    """[sink] envelope: "debezium" reads change events into an upsert sink."""
+    if s.envelope == "none":
+        return sink
+    if sink.format != "json" or sink.transform:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' and no "
+                          "sink.transform (Avro change events and transforms: not yet)")
+    if sink.mode != "upsert" or not sink.deletes:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
+                          "[the source table's key columns] and tombstones = 'delete' (the "
+                          "default): a change event upserts or deletes its row")
+    return replace(sink, envelope=s.envelope)
