@@ -107,7 +107,9 @@ class SinkSettings:
     @property
     def record_format(self) -> str:
         """The executors' record format (formats.registry.FORMATS)."""
-        return "debezium" if self.envelope == "debezium" else self.format
+        if self.envelope == "debezium":
+            return "debezium_avro" if self.format == "avro" else "debezium"
+        return self.format
 
     @property
     def deletes(self) -> bool:
@@ -583,9 +585,10 @@ def _envelope(s: dict[str, Any], sink: SinkSettings) -> SinkSettings:
                        ("none", "debezium"))
     if envelope == "none":
         return sink
-    if sink.format != "json" or sink.transform:
-        raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' and no "
-                          "sink.transform (Avro change events and transforms: not yet)")
+    if sink.format not in ("json", "avro") or sink.transform:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' or 'avro' "
+                          "and no sink.transform (Protobuf change events and transforms: not "
+                          "yet)")
     if sink.mode != "upsert" or not sink.deletes:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
                           "[the source table's key columns] and tombstones = 'delete' (the "

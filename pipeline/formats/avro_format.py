@@ -54,33 +54,14 @@ class AvroFormat:
 
     def fields(self, value: bytes, read) -> str:
         """The declared columns' COPY text fields of one value; raises Refused."""
-        if len(value) < HEADER:
-            if value[:1] not in (b"", bytes([MAGIC])):
-                raise _bad_magic(value)
-            raise Refused("corrupt_avro", f"value is {len(value)} bytes, shorter than the "
-                          "Confluent wire format's 5-byte header (magic byte, schema id)")
-        if value[0] != MAGIC:
-            raise _bad_magic(value)
-        schema_id = int.from_bytes(value[1:HEADER], "big")
-        try:
-            schema = writer_schema(self.schemas, schema_id)
-        except UnknownSchema as e:
-            raise Refused(e.error_type, e.message) from None
-        fo = io.BytesIO(value)
-        fo.seek(HEADER)
-        try:
-            doc = read(fo, schema, None)
-        except Exception as e:  # noqa: BLE001 - truncated or corrupt: the record's
-            what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            raise Refused("corrupt_avro", f"value does not decode with writer schema id "
-                          f"{schema_id} ({what}): truncated or corrupt") from None
-        left = len(value) - fo.tell()
-        if left:
-            raise Refused("corrupt_avro", f"{left} bytes left after decoding the record with "
-                          f"writer schema id {schema_id}: corrupt, or another schema's")
+        doc, schema_id, _ = decode_wire(self.schemas, value, read, "value")
         if type(doc) is not dict:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "
                           f"{avro_kind(doc)}, not a record: nothing to project to columns")
+        return self.project(doc, schema_id)
+
+    def project(self, doc: dict, schema_id: int) -> str:
+        """A decoded record's declared columns as COPY text fields; raises Refused."""
         out = []
         for key, path, convert, required, declared, name in self.columns:
             if key is not None:
@@ -114,6 +95,36 @@ class AvroFormat:
     def explain(self, m) -> tuple[str, str]:
         """Only a null value is rejected (and not a tombstone this sink deletes by)."""
         return "null_value", "value is null (tombstone)"
+
+
+def decode_wire(schemas: SchemaSource, value: bytes, read, what: str):
+    """(decoded, writer schema id, parsed writer schema) of a Confluent wire format
+    ``value`` (``what``: "value" or "key", for the messages); raises Refused."""
+    if len(value) < HEADER:
+        if value[:1] not in (b"", bytes([MAGIC])):
+            raise _bad_magic(value)
+        raise Refused("corrupt_avro", f"{what} is {len(value)} bytes, shorter than the "
+                      "Confluent wire format's 5-byte header (magic byte, schema id)")
+    if value[0] != MAGIC:
+        raise _bad_magic(value)
+    schema_id = int.from_bytes(value[1:HEADER], "big")
+    try:
+        schema = writer_schema(schemas, schema_id)
+    except UnknownSchema as e:
+        raise Refused(e.error_type, e.message) from None
+    fo = io.BytesIO(value)
+    fo.seek(HEADER)
+    try:
+        doc = read(fo, schema, None)
+    except Exception as e:  # noqa: BLE001 - truncated or corrupt: the record's
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise Refused("corrupt_avro", f"{what} does not decode with writer schema id "
+                      f"{schema_id} ({why}): truncated or corrupt") from None
+    left = len(value) - fo.tell()
+    if left:
+        raise Refused("corrupt_avro", f"{left} bytes left after decoding the {what} with "
+                      f"writer schema id {schema_id}: corrupt, or another schema's")
+    return doc, schema_id, schema
 
 
 def _bad_magic(value: bytes) -> Refused:
