@@ -424,17 +424,13 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     if fmt == "raw" and columns:
         raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
     for c in columns if transform is not None else ():
-        if c.source or not types.column_type(c.type).scalar:
-            # The transform path parses with Spark's from_json by column name, scalars only.
+        # The transform path parses JSON with Spark's from_json by column name (avro and
+        # protobuf: decoded_columns.py, paths too), scalars only.
+        if (c.source and fmt == "json") or not types.column_type(c.type).scalar:
             what = f"from = {paths.label(c.source)!r}" if c.source else c.type
             raise ConfigError(
                 f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' = "
                 f"{transform!r} yet: remove sink.transform, or read the field in the transform")
-    if fmt in ("avro", "protobuf") and transform is not None:
-        # A transform gets records Spark parsed as JSON; Avro decoding on that path (Spark's
-        # from_avro) is not built yet.
-        raise ConfigError(f"'sink.transform' = {transform!r} is not supported with "
-                          f"sink.format = '{fmt}' yet: remove sink.transform, or use json")
     sink = _envelope(s, _evolve(s, _sink_mode(s, SinkSettings(fmt, table, max_bad, transform,
                                                               tuple(columns)))))
 
