@@ -11,6 +11,7 @@ path does with the same records:
 - Protobuf: v1 and a compatible v2, a wrong magic byte, an unknown id and a truncated
   payload, under the identity transform: exact rows (a timestamp and an enum among them) and
   the three dead letters with their reasons.
+- Avro with the registry unreachable: exit 75, nothing committed, as on the built-in path.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from pipeline.config import parse_settings
 from pipeline.driver.job import run_ingest
+from pipeline.errors import EXIT_TRANSIENT, TransientError
 from tests.helpers import BOOTSTRAP, TEST_DB_URL, create_topic, produce, stored_offsets, unique
 from tests.integration import test_avro_registry as a
 from tests.integration import test_protobuf_registry as p
@@ -120,3 +122,25 @@ def test_a_transform_gets_protobuf_records_decoded_exactly_with_dead_letters(reg
             in reasons["corrupt_protobuf"]), reasons
     assert json.dumps(sorted(reasons)) == json.dumps(sorted(bad.values()))
     assert stored_offsets(name) == a.log_ends(topic)
+
+
+def test_a_transform_over_avro_with_the_registry_unreachable_is_exit_75_nothing_committed(
+        registry, spark):
+    name = unique("avrotx_down")
+    topic = create_topic(name, partitions=2)
+    w = a.Writer(registry, topic)
+    ns = f"test.{name}"
+    w.register(a.v1(ns))
+    made = [a.order(i, 1) for i in range(50)]
+    produce(topic, [(str(i).encode(), v) for i, v in enumerate(
+        w.serialize(a.v1(ns), [v for v, _ in made]))])
+    down = settings(name, topic, f"http://127.0.0.1:{p.closed_port()}/apis/ccompat/v7", "avro",
+                    a.COLUMNS, "identity")
+
+    with pytest.raises(TransientError) as e:
+        run_ingest(down)
+
+    assert e.value.exit_code == EXIT_TRANSIENT
+    assert "unreachable fetching schema id" in str(e.value), str(e.value)
+    assert stored_offsets(name) == {} and a.table_rows(name) == {}
+    assert a.dead_letters(name) == {}
