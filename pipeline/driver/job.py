@@ -241,7 +241,8 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # The parse is cached, not the records: each output filters the cache, and the parse
     # runs once per record (a filter over an uncached parse is pushed below it and parses
     # again per check).
-    cached = mark(records, settings.sink).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = mark(records, settings.sink, settings.schema_registry).persist(
+        StorageLevel.MEMORY_AND_DISK)
     try:
         results, dead = split(cached, settings.sink)
         good = results.select(*[F.col(f"`{n}`") for n, _ in columns],

@@ -17,6 +17,7 @@ import io
 from collections.abc import Callable, Sequence
 
 from pipeline.formats import paths
+from pipeline.formats.avro_raw import raw_plan
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
@@ -43,46 +44,65 @@ class AvroFormat:
                         for n, t, r, p in paths.columns(columns)]
         self.schemas = schemas
         self.tail = f"\t{run_id}\n"
+        # A header (magic byte + schema id) that decoded once -> (the schema to decode its
+        # records with, the id, the columns with raw converters or None): avro_raw.py.
+        self._known: dict[bytes, tuple] = {}
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
-        from fastavro import schemaless_reader
+        """The batch's values are decoded from ONE buffer, each from where it starts in it
+        (a BytesIO per record cost about as much as the decoding). A record is taken there
+        only when its schema id was seen before and the decode ends exactly where its bytes
+        end: then it read exactly its own bytes, as ``fields`` would. Anything else (a new
+        id, a bad header, an error, a short or long read) goes to ``fields``, alone, which
+        says why."""
+        from fastavro import schemaless_reader as read
 
-        return decoded_rows(records, head, self.tail,
-                            lambda value: self.fields(value, schemaless_reader), rejected,
-                            refuse)
+        known = self._known
+        fo = io.BytesIO(b"".join([v for m in records if (v := m.value()) is not None]))
+        seek, tell, project = fo.seek, fo.tell, self.project
+        at = [0]
+
+        def fields(value: bytes) -> str:
+            start = at[0]
+            end = at[0] = start + len(value)
+            writer = known.get(value[:HEADER])
+            if writer is not None:
+                seek(start + HEADER)
+                try:
+                    doc = read(fo, writer[0], None)
+                except Exception:  # noqa: BLE001 - fields() decodes it alone and says why
+                    doc = None
+                if tell() == end and type(doc) is dict:
+                    if writer[2] is None:
+                        return project(doc, writer[1])
+                    try:  # raw values: their usual case only (avro_raw.py)
+                        return project(doc, writer[1], writer[2])
+                    except Exception:  # noqa: BLE001 - fields(): the typed rules say why
+                        pass
+            return self.fields(value, read)
+
+        return decoded_rows(records, head, self.tail, fields, rejected, refuse)
 
     def fields(self, value: bytes, read) -> str:
         """The declared columns' COPY text fields of one value; raises Refused."""
-        if len(value) < HEADER:
-            if value[:1] not in (b"", bytes([MAGIC])):
-                raise _bad_magic(value)
-            raise Refused("corrupt_avro", f"value is {len(value)} bytes, shorter than the "
-                          "Confluent wire format's 5-byte header (magic byte, schema id)")
-        if value[0] != MAGIC:
-            raise _bad_magic(value)
-        schema_id = int.from_bytes(value[1:HEADER], "big")
-        try:
-            schema = writer_schema(self.schemas, schema_id)
-        except UnknownSchema as e:
-            raise Refused(e.error_type, e.message) from None
-        fo = io.BytesIO(value)
-        fo.seek(HEADER)
-        try:
-            doc = read(fo, schema, None)
-        except Exception as e:  # noqa: BLE001 - truncated or corrupt: the record's
-            what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            raise Refused("corrupt_avro", f"value does not decode with writer schema id "
-                          f"{schema_id} ({what}): truncated or corrupt") from None
-        left = len(value) - fo.tell()
-        if left:
-            raise Refused("corrupt_avro", f"{left} bytes left after decoding the record with "
-                          f"writer schema id {schema_id}: corrupt, or another schema's")
+        doc, schema_id, schema = decode_wire(self.schemas, value, read, "value")
+        if value[:HEADER] not in self._known:
+            raw, converters = raw_plan(schema, self.columns)
+            fast = None if raw is None else [
+                c if convert is None else (*c[:2], convert, *c[3:])
+                for c, convert in zip(self.columns, converters, strict=True)]
+            self._known[value[:HEADER]] = (raw or schema, schema_id, fast)
         if type(doc) is not dict:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "
                           f"{avro_kind(doc)}, not a record: nothing to project to columns")
+        return self.project(doc, schema_id)
+
+    def project(self, doc: dict, schema_id: int, columns: list | None = None) -> str:
+        """A decoded record's declared columns (``columns``: self.columns, or theirs with
+        raw converters) as COPY text fields; raises Refused."""
         out = []
-        for key, path, convert, required, declared, name in self.columns:
+        for key, path, convert, required, declared, name in columns or self.columns:
             if key is not None:
                 x = doc.get(key)
             else:
@@ -114,6 +134,36 @@ class AvroFormat:
     def explain(self, m) -> tuple[str, str]:
         """Only a null value is rejected (and not a tombstone this sink deletes by)."""
         return "null_value", "value is null (tombstone)"
+
+
+def decode_wire(schemas: SchemaSource, value: bytes, read, what: str):
+    """(decoded, writer schema id, parsed writer schema) of a Confluent wire format
+    ``value`` (``what``: "value" or "key", for the messages); raises Refused."""
+    if len(value) < HEADER:
+        if value[:1] not in (b"", bytes([MAGIC])):
+            raise _bad_magic(value)
+        raise Refused("corrupt_avro", f"{what} is {len(value)} bytes, shorter than the "
+                      "Confluent wire format's 5-byte header (magic byte, schema id)")
+    if value[0] != MAGIC:
+        raise _bad_magic(value)
+    schema_id = int.from_bytes(value[1:HEADER], "big")
+    try:
+        schema = writer_schema(schemas, schema_id)
+    except UnknownSchema as e:
+        raise Refused(e.error_type, e.message) from None
+    fo = io.BytesIO(value)
+    fo.seek(HEADER)
+    try:
+        doc = read(fo, schema, None)
+    except Exception as e:  # noqa: BLE001 - truncated or corrupt: the record's
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise Refused("corrupt_avro", f"{what} does not decode with writer schema id "
+                      f"{schema_id} ({why}): truncated or corrupt") from None
+    left = len(value) - fo.tell()
+    if left:
+        raise Refused("corrupt_avro", f"{left} bytes left after decoding the {what} with "
+                      f"writer schema id {schema_id}: corrupt, or another schema's")
+    return doc, schema_id, schema
 
 
 def _bad_magic(value: bytes) -> Refused:

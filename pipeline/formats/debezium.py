@@ -35,11 +35,11 @@ UPSERTS = ("c", "r", "u")
 DELETE = "d"
 _DAY0 = date(1970, 1, 1)
 # Debezium's and Kafka Connect's semantic types: a JSON value -> what the column rules read.
-_EPOCH_UNITS = {"io.debezium.time.Timestamp": 1_000,
+EPOCH_UNITS = {"io.debezium.time.Timestamp": 1_000,
                 "org.apache.kafka.connect.data.Timestamp": 1_000,
                 "io.debezium.time.MicroTimestamp": 1_000_000,
                 "io.debezium.time.NanoTimestamp": 1_000_000_000}
-_DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
+DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
@@ -81,13 +81,13 @@ def decode(image: dict, fields: dict[str, dict]) -> dict:
         if x is None or kind is None:
             continue
         try:
-            if kind in _EPOCH_UNITS and type(x) is int:
-                unit = _EPOCH_UNITS[kind]
+            if kind in EPOCH_UNITS and type(x) is int:
+                unit = EPOCH_UNITS[kind]
                 seconds, rest = divmod(x, unit)
                 out[name] = (EPOCH + timedelta(seconds=seconds,
                                                microseconds=rest * 1_000_000 // unit)
                              ).isoformat()
-            elif kind in _DATES and type(x) is int:
+            elif kind in DATES and type(x) is int:
                 out[name] = (_DAY0 + timedelta(days=x)).isoformat()
             elif kind == _DECIMAL and type(x) is str:
                 scale = int((f.get("parameters") or {}).get("scale", 0))
@@ -197,7 +197,7 @@ class DebeziumFormat:
         before = None
         if m.value() is not None:
             _, _, before = change(self.loads(m.value()))
-            if before and key_columns and all(_holds(before, c) for c in key_columns):
+            if before and key_columns and all(holds(before, c) for c in key_columns):
                 return before
         key = m.key()
         if key is None:
@@ -214,7 +214,7 @@ class DebeziumFormat:
         return "null_value", "value is null (tombstone)"
 
 
-def _holds(image: dict, column: tuple) -> bool:
+def holds(image: dict, column: tuple) -> bool:
     """Whether an image holds a key column (at its path, else under its name), as
     tombstones.key_fields looks it up."""
     name, _, _, *source = column

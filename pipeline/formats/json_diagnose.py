@@ -20,6 +20,7 @@ INVALID_UTF8 = "invalid_utf8"
 PARSE = "parse"  # from_json rejected the record: diagnosed below
 MISSING = "missing:"  # + column name
 NOT_A_STRING = "string:"  # + column name
+REFUSED = "refused:"  # + error type: an avro or protobuf record's (decoded_columns.py)
 # json.loads raises RecursionError (not a ValueError) past ~1,000 levels; orjson and Spark's
 # Jackson refuse such a value too (limits 1,024 and 1,000).
 TOO_DEEP = ("malformed_json", "value nests arrays or objects deeper than the JSON parsers "
@@ -47,7 +48,10 @@ def diagnose(code: str, value: bytes | None, parsed_json: str | None,
              columns: Sequence[tuple[str, str]]) -> tuple[str, str]:
     """(error_type, error_message) of a bad record. ``columns`` are the declared (name,
     type) pairs; ``parsed_json`` is Spark's typed parse of the record as JSON (fields it
-    could not convert are null)."""
+    could not convert are null). A schema format's record (decoded_columns.py) comes
+    explained: ``refused:<error_type>``, its message in ``parsed_json``."""
+    if code.startswith(REFUSED):
+        return code[len(REFUSED):], parsed_json or ""
     if code == NULL_VALUE:
         return "null_value", "value is null (tombstone)"
     if code == INVALID_UTF8:

@@ -20,8 +20,9 @@ class Refused(ValueError):
 def decoded_rows(records, head: str, tail: str, fields: Callable[[bytes], str],
                  rejected: list, refuse: Callable) -> list[str]:
     """A schema format's batch loop: each value's COPY text ``fields`` (raising Refused) as
-    one result line; a null value goes to ``rejected`` (a tombstone: the Encoder's), every
-    other bad record to ``refuse`` with its reason."""
+    one result line; a null value, or one whose ``fields`` are None (a Debezium delete),
+    goes to ``rejected`` (a deletion: the Encoder's), every other bad record to ``refuse``
+    with its reason."""
     rows = []
     append = rows.append
     for m in records:
@@ -33,6 +34,9 @@ def decoded_rows(records, head: str, tail: str, fields: Callable[[bytes], str],
             text = fields(value)
         except Refused as e:
             refuse(m, e.error_type, e.message)
+            continue
+        if text is None:
+            rejected.append(m)
             continue
         append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t{text}{tail}")
     return rows

@@ -18,6 +18,7 @@ from pipeline.formats.avro_format import AvroFormat
 from pipeline.formats.copy_binary import BinaryWire
 from pipeline.formats.copy_text import TextWire
 from pipeline.formats.debezium import DebeziumFormat
+from pipeline.formats.debezium_avro import DebeziumAvroFormat
 from pipeline.formats.json_format import JsonFormat
 from pipeline.formats.protobuf_format import ProtobufFormat
 from pipeline.formats.raw_format import RawFormat
@@ -49,7 +50,8 @@ class RecordFormat(Protocol):
 
 FORMATS: dict[str, type[RecordFormat]] = {"json": JsonFormat, "raw": RawFormat,
                                            "avro": AvroFormat, "debezium": DebeziumFormat,
-                                           "protobuf": ProtobufFormat}
+                                           "protobuf": ProtobufFormat,
+                                           "debezium_avro": DebeziumAvroFormat}
 
 
 def record_format(name: str) -> type[RecordFormat]:

@@ -51,7 +51,9 @@ class SinkSettings:
     @property
     def record_format(self) -> str:
         """The executors' record format (formats.registry.FORMATS)."""
-        return "debezium" if self.envelope == "debezium" else self.format
+        if self.envelope == "debezium":
+            return "debezium_avro" if self.format == "avro" else "debezium"
+        return self.format
 
     @property
     def deletes(self) -> bool:
@@ -93,18 +95,14 @@ class SinkTable(Table):
         if fmt == "raw" and columns:
             raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
         for c in columns if transform is not None else ():
-            if c.source or not types.column_type(c.type).scalar:
-                # The transform path parses with Spark's from_json by column name, scalars only.
+            # The transform path parses JSON with Spark's from_json by column name (avro and
+            # protobuf: decoded_columns.py, paths too), scalars only.
+            if (c.source and fmt == "json") or not types.column_type(c.type).scalar:
                 what = f"from = {paths.label(c.source)!r}" if c.source else c.type
                 raise ConfigError(
                     f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' "
                     f"= {transform!r} yet: remove sink.transform, or read the field in the "
                     "transform")
-        if fmt in ("avro", "protobuf") and transform is not None:
-            # A transform gets records Spark parsed as JSON; Avro decoding on that path (Spark's
-            # from_avro) is not built yet.
-            raise ConfigError(f"'sink.transform' = {transform!r} is not supported with "
-                              f"sink.format = '{fmt}' yet: remove sink.transform, or use json")
         sink = SinkSettings(fmt, self.table, self.max_bad_records, transform, tuple(columns))
         return _envelope(self, _evolve(self, with_mode(self, sink)))
 
@@ -129,9 +127,10 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
     """[sink] envelope: "debezium" reads change events into an upsert sink."""
     if s.envelope == "none":
         return sink
-    if sink.format != "json" or sink.transform:
-        raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' and no "
-                          "sink.transform (Avro change events and transforms: not yet)")
+    if sink.format not in ("json", "avro") or sink.transform:
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' or 'avro' "
+                          "and no sink.transform (Protobuf change events and transforms: not "
+                          "yet)")
     if sink.mode != "upsert" or not sink.deletes:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
                           "[the source table's key columns] and tombstones = 'delete' (the "

@@ -21,7 +21,7 @@ def _headers_json(F, headers="headers"):
         lambda h: F.struct(h["key"].alias("key"), F.base64(h["value"]).alias("value_b64"))))
 
 
-def mark(df, sink: SinkSettings):
+def mark(df, sink: SinkSettings, schemas=None):
     """One DataFrame with every record: the result columns, the dead-letter columns and
     ``error_code`` (null for a good record, else a short code that json_diagnose.diagnose
     explains, with ``_parsed`` = Spark's typed parse for a rejected parse). Lets a single
@@ -36,8 +36,29 @@ def mark(df, sink: SinkSettings):
             F.col("timestamp").alias("kafka_timestamp"),
             F.lit(None).cast("string").alias("error_code"),
             F.lit(None).cast("string").alias("_parsed"))
-    return _parse_json(df.select("topic", "partition", "offset", "key", "value", "headers",
-                                 F.col("timestamp").alias("kafka_timestamp")), sink, F)
+    base = df.select("topic", "partition", "offset", "key", "value", "headers",
+                     F.col("timestamp").alias("kafka_timestamp"))
+    if sink.format in ("avro", "protobuf"):
+        return typed_columns(base, sink, schemas, F)
+    return _parse_json(base, sink, F)
+
+
+def typed_columns(base, sink: SinkSettings, schemas, F):
+    """A schema format's raw value column -> the declared typed columns (or error_code and
+    its reason in _parsed), decoded by the built-in sinks' own Encoder in an Arrow step
+    (formats/decoded_columns.py says why not from_avro). ``schemas``: [schema_registry]."""
+    from pipeline.executor.task import EncoderSettings
+    from pipeline.formats import decoded_columns
+
+    columns = tuple((c.name, c.type, c.required, c.source) for c in sink.columns)
+    decode = decoded_columns.decoder(EncoderSettings(sink.format, columns, 0, (), schemas))
+    marked = base.mapInArrow(decode, decoded_columns.output_schema(columns))
+    bad = F.col("error_code").isNotNull()
+    return marked.select(
+        "topic", "partition", "offset",
+        *[F.when(bad, F.col(n)).alias(n) for n in ("key", "value", "headers")],
+        "kafka_timestamp", *[F.col(f"`{c.name}`") for c in sink.columns], "error_code",
+        F.col("_parsed"))
 
 
 def to_rows(df, sink: SinkSettings):

@@ -8,6 +8,9 @@ pipeline with ``[schema_registry] url``.
 - then, reachable: v1 and a compatible v2 (a field added) in one run land every good record
   exactly at its offset, and a wrong magic byte, an unknown schema id and a truncated
   payload are dead letters with their reasons.
+- an incompatible v3 (quantity int32 -> string), registered once the subject's
+  compatibility is NONE: its records are dead letters naming the field and schema id, the
+  v1 records around them land.
 """
 
 from __future__ import annotations
@@ -157,4 +160,52 @@ def test_protobuf_through_the_registry_is_exact_with_evolution_and_dead_letters(
     assert f"has no schema id {unknown_id}" in reasons["unknown_schema"], reasons
     assert (f"does not decode as {pkg}.Order of writer schema id {id2}"
             in reasons["corrupt_protobuf"]), reasons
+    assert stored_offsets(name) == log_ends(topic)
+
+
+QTY_TEXT = "  string quantity = 3;\n"  # v3: quantity int32 -> string (incompatible)
+
+
+def test_an_incompatible_writer_schema_makes_its_records_dead_letters_naming_field_and_id(
+        registry, spark):
+    # What docs/reliability.md says of an incompatible writer schema: the pipeline reads
+    # schema ids, not subjects, so it does not refuse before reading; each record of the
+    # incompatible version is a dead letter naming the field and schema id, the records
+    # around it land.
+    name = unique("protoreg_v3")
+    topic = create_topic(name, partitions=2)
+    client = SchemaRegistryClient({"url": registry})
+    subject, pkg = f"{topic}-value", f"test.{name}"
+    text1 = V1.format(pkg=pkg, extra="")
+    text3 = V1.format(pkg=pkg, extra="").replace("  int32 quantity = 3;\n", QTY_TEXT)
+    id1 = client.register_schema(subject, Schema(text1, "PROTOBUF"))
+    assert client.test_compatibility(subject, Schema(text3, "PROTOBUF")) is False
+    client.set_compatibility(subject, "NONE")
+    id3 = client.register_schema(subject, Schema(text3, "PROTOBUF"))
+    assert id3 != id1
+    cls1, cls3 = order_class(text1, pkg), order_class(text3, pkg)
+    made = [order(cls1, i, False) for i in range(100)]
+    values = []
+    for i, (m, _) in enumerate(made):
+        if i % 4 == 3:  # the same order under v3: quantity as text
+            m3 = cls3(order_id=m.order_id, customer=m.customer, quantity=str(i % 5),
+                      amount=m.amount, status=m.status)
+            m3.placed_at.MergeFromString(m.placed_at.SerializeToString())
+            values.append(struct.pack(">bI", 0, id3) + ORDER_INDEXES + m3.SerializeToString())
+        else:
+            values.append(struct.pack(">bI", 0, id1) + ORDER_INDEXES + m.SerializeToString())
+    produce(topic, [(str(i).encode(), v) for i, v in enumerate(values)])
+
+    result = run_ingest(settings(name, topic, registry))
+
+    assert (result.status, result.rows_written, result.dead_letters) == ("succeeded", 75, 25)
+    rows_of = {v: r for i, (v, (_, r)) in enumerate(zip(values, made, strict=True))
+               if i % 4 != 3}
+    want = by_offset(topic, rows_of)
+    assert table_rows(name) == {po: r for po, r in want.items() if type(r) is tuple}
+    dead = dead_letters(name)
+    assert sorted(v for _, _, v in dead.values()) == sorted(
+        v for i, v in enumerate(values) if i % 4 == 3)
+    assert {(t, m) for t, m, _ in dead.values()} == {(
+        "wrong_type", f"field 'quantity' (writer schema id {id3}): expected long, got string")}
     assert stored_offsets(name) == log_ends(topic)

@@ -260,7 +260,8 @@ def test_avro_reads_schemas_from_a_folder_or_a_registry_with_env_secrets(tmp_pat
                                           "not a folder"),
     ({"url": "http://r", "password": "p"}, {}, "needs schema_registry.user"),
     ({"url": "http://r", "port": 1}, {}, "unknown key 'schema_registry.port'"),
-    (None, {"transform": "m:f"}, "is not supported with sink.format = 'avro' yet"),
+    (None, {"transform": "m:f", "columns": {"doc": "jsonb"}},
+     "'sink.columns.doc' (jsonb) is not supported with 'sink.transform'"),
     (None, {"columns": {}}, "sink.format = 'avro' needs at least one column"),
 ])
 def test_bad_avro_config_is_one_line_error(tmp_path, registry, sink, message):

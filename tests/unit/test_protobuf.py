@@ -178,8 +178,10 @@ def test_the_config_takes_protobuf_with_a_schema_source_and_refuses_a_transform(
     s = parse_settings(doc(mode="upsert", key=["order_id"]), environ={})
     assert (s.sink.format, s.sink.mode, s.schema_registry.url) == (
         "protobuf", "upsert", "http://r:8081")
-    with pytest.raises(ConfigError, match="not supported with sink.format = 'protobuf'"):
-        parse_settings(doc(transform="m:f"), environ={})
+    # A transform gets the decoded columns (decoded_columns.py), a nested path too.
+    t = parse_settings(doc(transform="m:f", columns={"c": {"type": "long", "from": "a.b"}}),
+                       environ={})
+    assert (t.sink.transform, t.sink.columns[0].source) == ("m:f", ("a", "b"))
     bare = doc()
     del bare["schema_registry"]
     with pytest.raises(ConfigError, match="sink.format = 'protobuf' needs exactly one of"):

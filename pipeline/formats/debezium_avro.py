@@ -1,0 +1,184 @@
+"""Debezium change events in Avro (``[sink] envelope = "debezium"`` with ``format =
+"avro"``, an upsert sink): what Debezium writes through Confluent's AvroConverter. The
+value is the Envelope record (``before`` and ``after`` as nullable records of the row's
+Value schema, ``op``, ``source``, ``ts_ms``, ...) in the Confluent wire format; the Kafka key
+is the row's Key record, Avro too, with a schema id of its own (subject ``<topic>-key``).
+
+The ops are the JSON envelope's (debezium.py): c, r and u upsert the ``after`` image,
+projected to the declared columns by the avro format's rules (paths relative to the image);
+d deletes the row its ``before`` image names (else the Kafka key's); the tombstone after a
+delete deletes the same key again, which changes nothing. The upsert sink keeps the newest
+change per key by offset, so a replay changes nothing.
+
+Avro's logical types (Connect's Decimal, Date, Timestamp) come out of fastavro typed
+already. Debezium's own semantic types are plain longs and ints named by the schema's
+``connect.name`` (io.debezium.time.Timestamp, MicroTimestamp, NanoTimestamp, Date) or ISO
+strings (ZonedTimestamp): they are decoded by that name, in the images and in the key, so a
+timestamp column takes them and a delete names the row as its create wrote it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import date, datetime, timedelta
+
+from pipeline.formats.avro_format import HEADER, MAGIC, AvroFormat, decode_wire
+from pipeline.formats.avro_schemas import SchemaSource
+from pipeline.formats.avro_values import avro_kind
+from pipeline.formats.copy_text import TEXT
+from pipeline.formats.debezium import DATES, DELETE, EPOCH_UNITS, UPSERTS, holds
+from pipeline.formats.refused import Refused, decoded_rows
+from pipeline.formats.timestamps import EPOCH
+from pipeline.formats.tombstones import BadTombstone
+
+ZONED = "io.debezium.time.ZonedTimestamp"
+_DAY0 = date(1970, 1, 1)
+
+
+def _branch(schema, named: dict):
+    """A field's type without its null branch, a named type's reference resolved."""
+    if type(schema) is list:
+        rest = [s for s in schema if s != "null"]
+        schema = rest[0] if len(rest) == 1 else None
+    if type(schema) is str:
+        schema = named.get(schema, schema)
+    return schema
+
+
+def semantic_types(record, named: dict) -> dict[str, str]:
+    """A record schema's fields that carry a Connect/Debezium semantic type: name ->
+    ``connect.name``."""
+    record = _branch(record, named)
+    if type(record) is not dict or record.get("type") != "record":
+        return {}
+    out = {}
+    for f in record.get("fields", ()):
+        t = _branch(f.get("type"), named)
+        if type(t) is dict and type(t.get("connect.name")) is str:
+            out[f["name"]] = t["connect.name"]
+    return out
+
+
+def image_types(schema, image: str) -> dict[str, str]:
+    """The semantic types of an Envelope's ``before`` or ``after`` image."""
+    if type(schema) is not dict:
+        return {}
+    named = schema.get("__named_schemas", {})
+    for f in schema.get("fields", ()):
+        if f.get("name") == image:
+            return semantic_types(f.get("type"), named)
+    return {}
+
+
+def decode(image: dict, kinds: dict[str, str]) -> dict:
+    """The image with Debezium's semantic types decoded to what the avro rules take (a
+    datetime, a date); a value that does not fit its type is left as it is (the column
+    rule then refuses it, naming it)."""
+    if not kinds:
+        return image
+    out = dict(image)
+    for name, kind in kinds.items():
+        x = out.get(name)
+        try:
+            if kind in EPOCH_UNITS and type(x) is int:
+                unit = EPOCH_UNITS[kind]
+                seconds, rest = divmod(x, unit)
+                out[name] = EPOCH + timedelta(seconds=seconds,
+                                              microseconds=rest * 1_000_000 // unit)
+            elif kind in DATES and type(x) is int:
+                out[name] = _DAY0 + timedelta(days=x)
+            elif kind == ZONED and type(x) is str:
+                out[name] = datetime.fromisoformat(x)
+        except (ValueError, OverflowError):
+            continue
+    return out
+
+
+class DebeziumAvroFormat:
+    """``columns``: the declared (name, type, required[, path]) columns, paths relative to
+    the row image; ``schemas``: where the writer schemas of values and keys come from."""
+    wire = TEXT
+
+    def __init__(self, columns: Sequence[Sequence], run_id: int,
+                 schemas: SchemaSource | None = None):
+        self.avro = AvroFormat(columns, run_id, schemas)
+        self.schemas = schemas
+        self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
+
+    def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
+        """(op, after, before, writer schema id) of one value; raises Refused."""
+        doc, schema_id, schema = decode_wire(self.schemas, value, read, "value")
+        if type(doc) is not dict or type(doc.get("op")) is not str:
+            what = "a record without an 'op' field" if type(doc) is dict else (
+                f"an Avro {avro_kind(doc)}")
+            raise Refused("not_a_change_event", f"value is {what} (writer schema id "
+                          f"{schema_id}), not a Debezium change event")
+        op = doc["op"]
+        images = {}
+        for image in ("after", "before"):
+            x = doc.get(image)
+            if x is not None and type(x) is not dict:
+                raise Refused("not_a_change_event", f"op '{op}': '{image}' is an Avro "
+                              f"{avro_kind(x)}, not a record (writer schema id {schema_id})")
+            if x:
+                kinds = self.kinds.get((schema_id, image))
+                if kinds is None:
+                    kinds = self.kinds[schema_id, image] = image_types(schema, image)
+                x = decode(x, kinds)
+            images[image] = x
+        if op in UPSERTS and images["after"] is None:
+            raise Refused("not_a_change_event", f"op '{op}' without an 'after' image (writer "
+                          f"schema id {schema_id})")
+        if op not in UPSERTS and op != DELETE:
+            raise Refused("unsupported_op", f"op '{op}' is not a row change this sink "
+                          "applies (c, r, u upsert; d deletes)")
+        return op, images["after"], images["before"], schema_id
+
+    def fields(self, value: bytes, read) -> str | None:
+        """An upsert's COPY text fields (its after image's), None for a delete."""
+        op, after, _, schema_id = self.change(value, read)
+        return None if op == DELETE else self.avro.project(after, schema_id)
+
+    def rows(self, topic: str, partition: int, head: str, records, rejected: list,
+             refuse: Callable) -> list[str]:
+        """Upserts' result lines; deletes and tombstones go to ``rejected`` (the Encoder
+        turns them into deletions of the key ``delete_key`` names), the rest to
+        ``refuse``."""
+        from fastavro import schemaless_reader
+
+        return decoded_rows(records, head, self.avro.tail,
+                            lambda value: self.fields(value, schemaless_reader), rejected,
+                            refuse)
+
+    def delete_key(self, m, key_columns: Sequence[tuple] = ()):
+        """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:
+        a delete's ``before`` image when it holds every key column, else the Kafka key
+        decoded by its own writer schema (its semantic types too), else the ``before``
+        image. A key that is not in the Confluent wire format goes to key_fields as it is
+        (a JSON or text key)."""
+        from fastavro import schemaless_reader
+
+        before = None
+        if m.value() is not None:
+            _, _, before, _ = self.change(m.value(), schemaless_reader)
+            if before and key_columns and all(holds(before, c) for c in key_columns):
+                return before
+        key = m.key()
+        if key is None:
+            return before
+        if len(key) < HEADER or key[0] != MAGIC:
+            return key
+        try:
+            doc, schema_id, schema = decode_wire(self.schemas, key, schemaless_reader, "key")
+        except Refused as e:
+            raise BadTombstone(f"has a Kafka key that is not Avro ({e.message})") from None
+        if type(doc) is not dict:
+            if len(key_columns) != 1:
+                raise BadTombstone(f"has a Kafka key that is an Avro {avro_kind(doc)} (writer "
+                                   f"schema id {schema_id}), not a record of the key columns")
+            return {key_columns[0][0]: doc}
+        kinds = semantic_types(schema, schema.get("__named_schemas", {}))
+        return decode(doc, kinds)
+
+    def explain(self, m) -> tuple[str, str]:
+        return "null_value", "value is null (tombstone)"
