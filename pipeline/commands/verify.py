@@ -32,8 +32,12 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                           f"({args.from_offset}): the range is [from, to)")
     if settings.sink.mode != "append" and not settings.sink.transform:
         return verify_state(args, settings)
+    if args.values and settings.sink.transform:
+        raise ConfigError(f"pipeline '{settings.name}': --values cannot recompute the rows of "
+                          f"the [sink] transform {settings.sink.transform!r} without running "
+                          "it; verify without --values checks its ranges against the ledger")
     filters = Filters(args.topic, args.partition, args.from_offset, args.to_offset)
-    report = run_verify(settings, filters)
+    report = run_verify(settings, filters, args.spark)
     values = None
     if args.values:
         from pipeline.driver.verify_state import run_state_verify
@@ -52,6 +56,10 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
               or "-", ledger_cell(p), "match" if p.ok else "MISMATCH"]
              for p in report.partitions]))
         for p in report.partitions:
+            if p.filtered:
+                print(f"{p.topic}[{p.partition}]: {p.filtered} record(s) in neither table, "
+                      "filtered out by the transform (the ledger's counts and hash check "
+                      "them)")
             for n in p.ledger_only[:5]:
                 print(f"{p.topic}[{p.partition}] offsets [{n['from']}, {n['until']}) of run "
                       f"{n['run_id']}: {n['why']}")
@@ -182,4 +190,9 @@ def register(sub) -> None:
                         "its Kafka record makes now (re-encodes each record; slower)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON on "
                         "stdout")
+    verify.add_argument("--spark", choices=("auto", "always", "never"), default="auto",
+                        help="re-read and hash the ledger's ranges as Spark tasks (the "
+                        "pipeline's [spark] master): always, never (on this process), or "
+                        "auto (default: when the ranges verified span 500,000 offsets or "
+                        "more)")
     verify.set_defaults(handler=cmd_verify)

@@ -57,6 +57,10 @@ class PartitionReport:
     ledger_hashed: int = 0
     ledger_only: list[dict] = field(default_factory=list)  # {from, until, run_id, why}
     ledger_mismatches: int = 0
+    # A [sink] transform's pipeline: records in neither table are what it filtered out
+    # (counted here; the ledger's counts and hash say whether they were what Kafka holds).
+    transform: bool = False
+    filtered: int = 0
 
     @property
     def ok(self) -> bool:
@@ -74,8 +78,12 @@ class PartitionReport:
         for name in ("expected", "rows", "dead_letters", "missing", "unexpected",
                      "duplicates"):
             setattr(self, name, getattr(self, name) + getattr(f, name))
+        if self.transform:  # a record in neither table: filtered out, not lost
+            self.filtered += f.missing
+            self.missing -= f.missing
         for kind, offsets, what in (
-                ("missing", f.missing_offsets, "a record in Kafka, in neither table"),
+                ("missing", [] if self.transform else f.missing_offsets,
+                 "a record in Kafka, in neither table"),
                 ("unexpected", f.unexpected_offsets, "in a table, but no record in Kafka "
                  "(a forged row, or an aborted, compacted or transaction-marker offset)"),
                 ("duplicate", f.duplicate_offsets, "in both the results and the dead-letter "
@@ -110,11 +118,12 @@ class VerifyReport:
 
 
 def check_supported(settings: Settings) -> None:
-    if settings.sink.transform:
+    if settings.sink.transform and settings.sink.mode != "append":
         raise ConfigError(
-            f"pipeline '{settings.name}': verify covers sinks without a [sink] transform "
-            "for now (a transform may filter records out, so a record in neither table is "
-            "not proof of a loss)")
+            f"pipeline '{settings.name}': verify cannot recompute an {settings.sink.mode} "
+            f"table made by the [sink] transform {settings.sink.transform!r} without running "
+            "the transform (it may change and filter rows); it verifies append sinks with a "
+            "transform against the ledger")
     if settings.sink.mode != "append":
         raise ConfigError(
             f"pipeline '{settings.name}': this reconciles append sinks offset by offset "
@@ -122,7 +131,10 @@ def check_supported(settings: Settings) -> None:
             "driver/verify_state.py recomputes it)")
 
 
-def run_verify(settings: Settings, filters: Filters) -> VerifyReport:
+def run_verify(settings: Settings, filters: Filters, spark: str = "auto") -> VerifyReport:
+    """``spark``: where the ledger's ranges are re-read and hashed (verify_spark.use_spark:
+    always, never, auto = on executors when the ranges verified are big)."""
+    from pipeline.driver import verify_spark
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.executor.consume import reader_config
     from pipeline.store import Store
@@ -143,16 +155,29 @@ def run_verify(settings: Settings, filters: Filters) -> VerifyReport:
                         if filters.topic in (None, tp[0])
                         and filters.partition in (None, tp[1])}
             held = kafka_offsets(meta, sorted({t for t, _ in selected}))
+            offsets = sum(r.count for tp, rs in selected.items()
+                          for r in clip(rs, filters.window(*tp).from_offset,
+                                        filters.window(*tp).until_offset))
+            hash_spans, span_offsets = None, None
+            if selected and verify_spark.use_spark(spark, offsets):
+                sc = verify_spark.start(settings)
+                hash_spans = verify_spark.spark_hashes(sc, reader, k.timeout_seconds)
+                span_offsets = verify_spark.SPAN_OFFSETS
+                log.info("verify: the ledger's ranges (%d offsets) are re-read and hashed "
+                         "on Spark executors", offsets, extra={"event": "verify.spark",
+                                                               "offsets": offsets})
             for i, ((topic, partition), rs) in enumerate(selected.items(), 1):
                 report = verify_partition(store, reader, k.timeout_seconds, topic, partition,
-                                          rs, filters, held.get((topic, partition)))
+                                          rs, filters, held.get((topic, partition)),
+                                          bool(settings.sink.transform))
                 after = archived.get(topic, -1)  # the ledger of an archived topic is history
                 report.add_ledger(check_ledger(
                     (row for row in store.ledger_rows(topic, partition,
                                                       filters.window(topic, partition))
                      if row.run_id > after),
                     lambda r: batches(reader, r, k.timeout_seconds),
-                    held.get((topic, partition)), store.table_counts))
+                    held.get((topic, partition)), store.table_counts,
+                    hash_spans=hash_spans, span_offsets=span_offsets))
                 reports.append(report)
                 log.info("verify %s[%d] (%d/%d): %d records, %d rows, %d dead letters: %s",
                          topic, partition, i, len(selected), report.expected, report.rows,
@@ -175,10 +200,11 @@ def kafka_offsets(meta, topics: list[str]) -> dict[tuple[str, int], PartitionOff
 
 def verify_partition(store, reader: dict, timeout: float, topic: str, partition: int,
                      ranges: list[OffsetRange], filters: Filters,
-                     held: PartitionOffsets | None) -> PartitionReport:
+                     held: PartitionOffsets | None, transform: bool = False
+                     ) -> PartitionReport:
     from pipeline.store.tables import dead_letters
 
-    report = PartitionReport(topic, partition)
+    report = PartitionReport(topic, partition, transform=transform)
     window = filters.window(topic, partition)
     in_window = list(clip(ranges, window.from_offset, window.until_offset))
     for r in in_window:
