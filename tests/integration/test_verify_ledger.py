@@ -162,6 +162,7 @@ def test_ranges_retention_deleted_are_checked_against_the_ledger_only(spark, cap
 
     (part,) = run_verify(s, Filters()).partitions
     assert part.ok and (part.ledger_ranges, part.ledger_hashed) == (2, 1)
+    assert part.skipped == {"retention_deleted": 5}
     assert [(n["from"], n["until"], n["run_id"]) for n in part.ledger_only] == [
         (0, 10, first)]
     assert "deleted by retention: checked against the ledger only" in part.ledger_only[0]["why"]

@@ -136,10 +136,12 @@ def test_spans_for_executors_are_cut_at_a_size_so_a_big_range_is_several_tasks()
     assert len(list(ledger_check._spans(rows))) == 1
 
 
-@pytest.mark.parametrize(("choice", "offsets", "spark"), [
-    ("auto", 499_999, False), ("auto", 500_000, True), ("always", 1, True),
-    ("never", 10**9, False)])
-def test_verify_uses_executors_for_big_ranges_or_when_told(choice, offsets, spark):
+@pytest.mark.parametrize(("choice", "offsets", "master", "spark"), [
+    ("auto", 499_999, "spark://m:7077", False), ("auto", 500_000, "spark://m:7077", True),
+    ("auto", 10**9, "local[2]", False), ("always", 1, "local[2]", True),
+    ("never", 10**9, "yarn", False)])
+def test_verify_uses_executors_for_big_ranges_on_a_cluster_or_when_told(choice, offsets,
+                                                                        master, spark):
     from pipeline.driver.verify_spark import use_spark
 
-    assert use_spark(choice, offsets) is spark
+    assert use_spark(choice, offsets, master) is spark
