@@ -149,7 +149,7 @@ def check_supported(settings: Settings) -> None:
 
 def run_verify(settings: Settings, filters: Filters, spark: str = "auto") -> VerifyReport:
     """``spark``: where the ledger's ranges are re-read and hashed (verify_spark.use_spark:
-    always, never, auto = on executors when the ranges verified are big)."""
+    always, never, auto = on executors when the ranges are big and the master a cluster)."""
     from pipeline.driver import verify_spark
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.executor.consume import reader_config
@@ -178,16 +178,8 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto") -> Ver
             compacted = meta.compacted(sorted({t for t, _ in selected})) if selected else {}
             offsets = sum(r.count for tp, rs in selected.items()
                           for r in clip(rs, filters.window(*tp).from_offset,
-                                        filters.window(*tp).until_offset))
-            hash_spans, span_offsets = None, None
-            if selected and verify_spark.use_spark(spark, offsets,
-                                                           settings.spark.master):
-                sc = verify_spark.start(settings)
-                hash_spans = verify_spark.spark_hashes(sc, reader, k.timeout_seconds)
-                span_offsets = verify_spark.SPAN_OFFSETS
-                log.info("verify: the ledger's ranges (%d offsets) are re-read and hashed "
-                         "on Spark executors", offsets, extra={"event": "verify.spark",
-                                                               "offsets": offsets})
+                                        filters.window(*tp).until_offset))  # to verify
+            hash_spans, span_offsets = verify_spark.hashing(settings, spark, offsets, reader)
             for i, ((topic, partition), rs) in enumerate(selected.items(), 1):
                 report = verify_partition(store, (reader, uncommitted), k.timeout_seconds,
                                           topic, partition, rs, filters,

@@ -31,6 +31,17 @@ def use_spark(choice: str, offsets: int, master: str) -> bool:
                                   and not master.startswith("local"))
 
 
+def hashing(settings: Settings, choice: str, offsets: int, reader: dict):
+    """(SpanHashes, span_offsets) for ledger_check.check_ledger when ``choice`` and the
+    ``offsets`` to verify call for executors (Spark started here), else (None, None)."""
+    if not offsets or not use_spark(choice, offsets, settings.spark.master):
+        return None, None
+    sc = start(settings)
+    log.info("verify: the ledger's ranges (%d offsets) are re-read and hashed on Spark "
+             "executors", offsets, extra={"event": "verify.spark", "offsets": offsets})
+    return spark_hashes(sc, reader, settings.kafka.timeout_seconds), SPAN_OFFSETS
+
+
 def start(settings: Settings):
     """A SparkContext without Spark SQL (the tasks are plain Python)."""
     from pipeline.spark.launch import spark_start_error
