@@ -24,7 +24,7 @@ def ledger_cell(p) -> str:
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.driver.verify import Filters, run_verify
+    from pipeline.driver.verify import SKIP_KINDS, Filters, run_verify
 
     if args.from_offset is not None and args.to_offset is not None \
             and args.to_offset <= args.from_offset:
@@ -32,8 +32,12 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                           f"({args.from_offset}): the range is [from, to)")
     if settings.sink.mode != "append" and not settings.sink.transform:
         return verify_state(args, settings)
+    if args.values and settings.sink.transform:
+        raise ConfigError(f"pipeline '{settings.name}': --values cannot recompute the rows of "
+                          f"the [sink] transform {settings.sink.transform!r} without running "
+                          "it; verify without --values checks its ranges against the ledger")
     filters = Filters(args.topic, args.partition, args.from_offset, args.to_offset)
-    report = run_verify(settings, filters)
+    report = run_verify(settings, filters, args.spark)
     values = None
     if args.values:
         from pipeline.driver.verify_state import run_state_verify
@@ -52,6 +56,14 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
               or "-", ledger_cell(p), "match" if p.ok else "MISMATCH"]
              for p in report.partitions]))
         for p in report.partitions:
+            if p.skipped:
+                print(f"{p.topic}[{p.partition}]: {sum(p.skipped.values())} offset(s) "
+                      "skipped, no record to verify: " + ", ".join(
+                          f"{n} {SKIP_KINDS[k]}" for k, n in p.skipped.items()))
+            if p.filtered:
+                print(f"{p.topic}[{p.partition}]: {p.filtered} record(s) in neither table, "
+                      "filtered out by the transform (the ledger's counts and hash check "
+                      "them)")
             for n in p.ledger_only[:5]:
                 print(f"{p.topic}[{p.partition}] offsets [{n['from']}, {n['until']}) of run "
                       f"{n['run_id']}: {n['why']}")
@@ -156,8 +168,12 @@ does, the newest record per key (tombstones deleting) or the totals per group co
 a temporary table, and compared with the table both ways (not when retention has deleted
 published records: said so). With --values, an append sink's rows are compared the same
 way, one by one with the rows their records make (a value changed in the table is named
-by its coordinates). Read-only: one snapshot of the tables, Kafka read a batch at
-a time."""
+by its coordinates). Skipped offsets are counted per partition by why (aborted,
+transaction marker, compacted, retention-deleted). With a [sink] transform (append sinks),
+records in neither table are counted as filtered, and the ledger's counts and hashes prove
+the rest (the rows' values cannot be recomputed without the transform). Read-only: one
+snapshot of the tables, Kafka read a batch at a time; --spark moves the ledger's re-read
+and hash to Spark tasks."""
 
 VERIFY_EXAMPLES = """\
 examples:
@@ -182,4 +198,9 @@ def register(sub) -> None:
                         "its Kafka record makes now (re-encodes each record; slower)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON on "
                         "stdout")
+    verify.add_argument("--spark", choices=("auto", "always", "never"), default="auto",
+                        help="re-read and hash the ledger's ranges as Spark tasks (the "
+                        "pipeline's [spark] master): always, never (on this process), or "
+                        "auto (default: when the ranges verified span 500,000 offsets or "
+                        "more and [spark] master is a cluster, not local)")
     verify.set_defaults(handler=cmd_verify)

@@ -21,6 +21,7 @@ from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids
 from pipeline.sinks.upsert import partitions_added
 from pipeline.spark import errors as spark_errors
 from pipeline.spark.launch import start_spark
+from pipeline.spark.record_hash import RangeRead
 from pipeline.store import Store
 from pipeline.store.run import Kind, Run
 
@@ -106,7 +107,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
         binary = not settings.sink.transform and binary_rows(settings.sink.format)
         with Publisher(store, run, ranges, binary=binary) as publisher:
-            read: dict[tuple[str, int], int] = {}  # a transform's records, per partition
+            read: dict = {}  # a transform's records and hash per partition (RangeRead)
             if sc is not None:
                 overlapped(lambda: read.update(stage(sc, settings, run, ranges) or {}),
                            publisher.take, signals)
@@ -115,7 +116,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
             staged = publisher.staged()
             staged_dead = sum(v["dead"] for v in staged.values())
             if sc is not None:
-                records = sum(read.values()) if read else \
+                records = sum(r.records for r in read.values()) if read else \
                     sum(sum(v.values()) for v in staged.values())
                 log.info("read and staged %d records of %s in %.1f s", records,
                          describe(ranges), timer.stages["read_and_stage"],
@@ -169,13 +170,13 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
 
 
 def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
-          ) -> dict[tuple[str, int], int] | None:
+          ) -> dict[tuple[str, int], RangeRead] | None:
     """Executors read the planned ranges and store them as COPY text, one blob per batch,
     in this run's staging table; nothing is collected on the driver but one tiny summary
     row per task. The built-in sinks read with confluent-kafka inside Spark tasks
     (stage_ranges); a user transform gets Spark's Kafka source (stage_transformed), and
-    returns the records read per partition (a transform may filter records out, so the
-    staged rows and dead letters do not count them)."""
+    returns the records read per partition and their content hash (a transform may filter
+    records out, so the staged rows and dead letters do not count them)."""
     sc.setJobGroup(f"run-{run.id}", f"{settings.name} run {run.id}: {describe(ranges)}",
                    interruptOnCancel=True)
     try:
@@ -213,7 +214,7 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
 
 
 def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
-                      ) -> dict[tuple[str, int], int]:
+                      ) -> dict[tuple[str, int], RangeRead]:
     """A user transform works on a DataFrame of the good rows: Spark's Kafka source reads
     once, Spark SQL parses and marks each record (transform.mark) into the executors'
     cache (never the driver), and both outputs are staged from it."""
@@ -225,6 +226,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.executor.task import LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.read import read_ranges
+    from pipeline.spark.record_hash import DIGEST, range_reads, record_digest
     from pipeline.spark.transform import mark, split
     from pipeline.store import tables
 
@@ -241,8 +243,9 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # The parse is cached, not the records: each output filters the cache, and the parse
     # runs once per record (a filter over an uncached parse is pushed below it and parses
     # again per check).
-    cached = mark(records, settings.sink, settings.schema_registry).persist(
-        StorageLevel.MEMORY_AND_DISK)
+    # Each record's digest, kept in the cache: the ledger's content hash (record_hash.py).
+    cached = mark(records.withColumn(DIGEST, record_digest(F)), settings.sink,
+                  settings.schema_registry, carry=[DIGEST]).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         results, dead = split(cached, settings.sink)
         good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
@@ -253,10 +256,9 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
         writer = blob_writer(LineStageTask(
             StagingTarget(settings.database_url, *run.staging_copy()), declared))
         lines.mapInArrow(writer, WRITER_SCHEMA).collect()
-        # Records read per partition, from the cache (a small job): what the transform
-        # filtered out is in neither staged output.
-        return {(r["topic"], r["partition"]): r["count"]
-                for r in cached.groupBy("topic", "partition").count().collect()}
+        # Records read per partition and their hash, from the cache (a small job): what
+        # the transform filtered out is in neither staged output.
+        return range_reads(cached, F)
     finally:
         cached.unpersist()
 

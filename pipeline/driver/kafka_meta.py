@@ -115,6 +115,23 @@ class KafkaMeta:
             out[topic] = (str(d.topic_id), sorted(p.id for p in d.partitions))
         return out
 
+    def compacted(self, topics: Iterable[str]) -> dict[str, bool | None]:
+        """Whether each topic's cleanup.policy compacts (None: the broker would not say,
+        e.g. no DescribeConfigs ACL); verify names its skipped offsets with it."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        out: dict[str, bool | None] = {}
+        for topic in dict.fromkeys(topics):
+            try:
+                (future,) = self._wait(self.admin.describe_configs(
+                    [ConfigResource(ResourceType.TOPIC, topic)],
+                    request_timeout=self.timeout)).values()
+                policy = future.result()["cleanup.policy"].value or ""
+                out[topic] = "compact" in policy
+            except (KafkaException, KeyError):
+                out[topic] = None
+        return out
+
     def partitions(self, topics: Iterable[str]) -> list[tuple[str, int]]:
         """Every partition of the topics, from fresh metadata (new partitions included)."""
         return [(topic, p) for topic, (_, parts) in self.describe(topics).items()

@@ -9,18 +9,15 @@ SPAN_ROWS ledger rows at a time, so memory stays bounded whatever the ledger hol
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from operator import methodcaller
 
-from pipeline.executor.content_hash import ContentHash
+from pipeline.executor.range_hash import Hashed, Reader, hash_span
 from pipeline.plan.offsets import OffsetRange, PartitionOffsets
 from pipeline.store.ledger import LedgerRow
 
 SPAN_ROWS = 1000  # ledger rows read with one consumer, at most
 KEPT = 100  # mismatches and ledger-only ranges listed per partition (all are counted)
-_offset = methodcaller("offset")
 
 
 @dataclass
@@ -51,13 +48,29 @@ class LedgerFindings:
                                      "why": why})
 
 
-Reader = Callable[[OffsetRange], Iterable[list]]  # batches of Messages of a range
+# Spans of ledger rows -> each span with its ranges' (records, digest), in order: on the
+# driver (local_hashes) or as Spark tasks (driver/verify_spark.py).
+SpanHashes = Callable[[Iterator[list[LedgerRow]]], Iterator[tuple[list[LedgerRow],
+                                                                  list[Hashed]]]]
 
 
-def check_ledger(rows: Iterable[LedgerRow], read: Reader, held: PartitionOffsets | None,
-                 table_counts: Callable[[OffsetRange], tuple[int, int]]) -> LedgerFindings:
-    """``rows``: one partition's ledger rows, by from_offset; ``held``: its offsets in
-    Kafka now (None: the partition is gone)."""
+def local_hashes(read: Reader) -> SpanHashes:
+    def hashes(spans):
+        for span in spans:
+            yield span, hash_span([(row.range, row.hash_kind) for row in span], read)
+    return hashes
+
+
+def check_ledger(rows: Iterable[LedgerRow], read: Reader | None,
+                 held: PartitionOffsets | None,
+                 table_counts: Callable[[OffsetRange], tuple[int, int]], *,
+                 hash_spans: SpanHashes | None = None,
+                 span_offsets: int | None = None) -> LedgerFindings:
+    """``rows``: one partition's ledger rows, by from_offset; ``read``: how the driver reads
+    a range, unless ``hash_spans`` hashes the spans elsewhere (Spark tasks, cut at
+    ``span_offsets`` so a big range is several tasks); ``held``: its offsets in Kafka now
+    (None: the partition is gone)."""
+    hash_spans = hash_spans or local_hashes(read)
     f = LedgerFindings()
 
     def readable() -> Iterator[LedgerRow]:  # streamed: the ledger is never all in memory
@@ -72,13 +85,13 @@ def check_ledger(rows: Iterable[LedgerRow], read: Reader, held: PartitionOffsets
             else:
                 f.mismatch(row, "changed", why)
 
-    for span in _spans(readable()):
-        for row, got in _hash_span(span, read):
+    for span, got in hash_spans(_spans(readable(), span_offsets)):
+        for row, (records, digest) in zip(span, got, strict=True):
             f.hashed += 1
-            if got.records != row.records:
-                f.mismatch(row, "changed", f"Kafka holds {got.records} records here, the "
+            if records != row.records:
+                f.mismatch(row, "changed", f"Kafka holds {records} records here, the "
                            f"run published {row.records}")
-            elif got.digest() != row.content_hash:
+            elif digest != row.content_hash:
                 f.mismatch(row, "changed", "the records' content differs from what the run "
                            "published (a record changed, or the topic was recreated)")
     return f
@@ -106,35 +119,18 @@ def _not_readable(r: OffsetRange, held: PartitionOffsets | None) -> tuple[bool, 
     return False, None
 
 
-def _spans(rows: Iterable[LedgerRow]) -> Iterator[list[LedgerRow]]:
-    """Runs of overlapping or adjacent ranges, at most SPAN_ROWS each."""
+def _spans(rows: Iterable[LedgerRow], max_offsets: int | None = None
+           ) -> Iterator[list[LedgerRow]]:
+    """Runs of overlapping or adjacent ranges, at most SPAN_ROWS each (and, given
+    ``max_offsets``, no longer started once they span that many offsets)."""
     span: list[LedgerRow] = []
     end = -1
     for row in rows:
-        if span and (row.range.from_offset > end or len(span) >= SPAN_ROWS):
+        if span and (row.range.from_offset > end or len(span) >= SPAN_ROWS or (
+                max_offsets and end - span[0].range.from_offset >= max_offsets)):
             yield span
             span, end = [], -1
         span.append(row)
         end = max(end, row.range.until_offset)
     if span:
         yield span
-
-
-def _hash_span(span: list[LedgerRow], read: Reader
-               ) -> Iterator[tuple[LedgerRow, ContentHash]]:
-    """One read over the span; each batch's slice inside a row's range goes to its hash."""
-    first = span[0].range
-    whole = OffsetRange(first.topic, first.partition, first.from_offset,
-                        max(row.range.until_offset for row in span))
-    hashes = [ContentHash() for _ in span]
-    for batch in read(whole):
-        offsets = list(map(_offset, batch))  # C calls, no Python frame per record
-        lo, hi = offsets[0], offsets[-1]
-        for row, h in zip(span, hashes, strict=True):
-            r = row.range
-            if r.from_offset > hi:
-                break  # rows are by from_offset: none further starts in this batch
-            if r.until_offset > lo:
-                h.add(batch[bisect_left(offsets, r.from_offset):
-                            bisect_left(offsets, r.until_offset)])
-    yield from zip(span, hashes, strict=True)

@@ -178,11 +178,12 @@ class Publisher:
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
                topic_ids: dict[str, str] | None = None,
-               read: dict[tuple[str, int], int] | None = None) -> Published:
+               read: dict | None = None) -> Published:
         """Everything after the read: the last blobs, the columns sink.evolve adds and the
         merge if needed, dead letters, the ledger rows, the offsets compare-and-set and the
-        run row, then COMMIT. ``read``: a transform's records per partition (those it
-        filtered out are staged nowhere: ``filtered`` in the run's per-partition counts)."""
+        run row, then COMMIT. ``read``: a transform's records and content hash per partition
+        (record_hash.RangeRead; those it filtered out are staged nowhere: ``filtered`` in the
+        run's per-partition counts and its ledger rows)."""
         store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
@@ -209,11 +210,14 @@ class Publisher:
             if read:
                 for tp, n in read.items():
                     item = staged.setdefault(tp, {"rows": 0, "dead": 0})
-                    if (filtered := n - item["rows"] - item["dead"]) > 0:
+                    if (filtered := n.records - item["rows"] - item["dead"]) > 0:
                         item["filtered"] = filtered
-                records_read = sum(read.values())
+                records_read = sum(n.records for n in read.values())
             per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
-            store.record_ranges(run, self.parts)  # the ledger, from the same attempts
+            if self.sink.transform:  # the ledger: Spark's aggregate, one row per range
+                store.record_transform_ranges(run, self.ranges, read or {}, staged)
+            else:  # the ledger, from the same attempts
+                store.record_ranges(run, self.parts)
             store.compare_and_set_offsets(run, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.

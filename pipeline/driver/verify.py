@@ -57,6 +57,16 @@ class PartitionReport:
     ledger_hashed: int = 0
     ledger_only: list[dict] = field(default_factory=list)  # {from, until, run_id, why}
     ledger_mismatches: int = 0
+    # A [sink] transform's pipeline: records in neither table are what it filtered out
+    # (counted here; the ledger's counts and hash say whether they were what Kafka holds).
+    transform: bool = False
+    filtered: int = 0
+    # Offsets of the published ranges with no record to verify, by why (SKIP_KINDS).
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, kind: str, n: int) -> None:
+        if n > 0:
+            self.skipped[kind] = self.skipped.get(kind, 0) + n
 
     @property
     def ok(self) -> bool:
@@ -74,8 +84,12 @@ class PartitionReport:
         for name in ("expected", "rows", "dead_letters", "missing", "unexpected",
                      "duplicates"):
             setattr(self, name, getattr(self, name) + getattr(f, name))
+        if self.transform:  # a record in neither table: filtered out, not lost
+            self.filtered += f.missing
+            self.missing -= f.missing
         for kind, offsets, what in (
-                ("missing", f.missing_offsets, "a record in Kafka, in neither table"),
+                ("missing", [] if self.transform else f.missing_offsets,
+                 "a record in Kafka, in neither table"),
                 ("unexpected", f.unexpected_offsets, "in a table, but no record in Kafka "
                  "(a forged row, or an aborted, compacted or transaction-marker offset)"),
                 ("duplicate", f.duplicate_offsets, "in both the results and the dead-letter "
@@ -109,12 +123,23 @@ class VerifyReport:
                 "partitions": [p.as_dict() for p in self.partitions]}
 
 
+# Why an offset of a published range holds no record verify can check: read_committed
+# skips an aborted transaction's records (a read_uncommitted read returns them) and the
+# transaction markers (no read returns them); compaction removes records too, which no read
+# tells from a marker: in a compacted topic the two are counted together.
+SKIP_KINDS = {"aborted": "records of aborted transactions",
+              "transaction_marker": "transaction markers",
+              "compacted_or_marker": "compacted away or transaction markers",
+              "retention_deleted": "deleted by retention"}
+
+
 def check_supported(settings: Settings) -> None:
-    if settings.sink.transform:
+    if settings.sink.transform and settings.sink.mode != "append":
         raise ConfigError(
-            f"pipeline '{settings.name}': verify covers sinks without a [sink] transform "
-            "for now (a transform may filter records out, so a record in neither table is "
-            "not proof of a loss)")
+            f"pipeline '{settings.name}': verify cannot recompute an {settings.sink.mode} "
+            f"table made by the [sink] transform {settings.sink.transform!r} without running "
+            "the transform (it may change and filter rows); it verifies append sinks with a "
+            "transform against the ledger")
     if settings.sink.mode != "append":
         raise ConfigError(
             f"pipeline '{settings.name}': this reconciles append sinks offset by offset "
@@ -122,7 +147,10 @@ def check_supported(settings: Settings) -> None:
             "driver/verify_state.py recomputes it)")
 
 
-def run_verify(settings: Settings, filters: Filters) -> VerifyReport:
+def run_verify(settings: Settings, filters: Filters, spark: str = "auto") -> VerifyReport:
+    """``spark``: where the ledger's ranges are re-read and hashed (verify_spark.use_spark:
+    always, never, auto = on executors when the ranges are big and the master a cluster)."""
+    from pipeline.driver import verify_spark
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.executor.consume import reader_config
     from pipeline.store import Store
@@ -130,6 +158,10 @@ def run_verify(settings: Settings, filters: Filters) -> VerifyReport:
     check_supported(settings)
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
+    # Counts the aborted records among the skipped offsets (not needed when the pipeline
+    # itself reads them).
+    uncommitted = None if k.isolation_level == "read_uncommitted" else reader_config(
+        k.client_config(), "read_uncommitted", f"{settings.name}-verify")
     meta = KafkaMeta(k)
     reports = []
     with Store(settings) as store:
@@ -143,16 +175,25 @@ def run_verify(settings: Settings, filters: Filters) -> VerifyReport:
                         if filters.topic in (None, tp[0])
                         and filters.partition in (None, tp[1])}
             held = kafka_offsets(meta, sorted({t for t, _ in selected}))
+            compacted = meta.compacted(sorted({t for t, _ in selected})) if selected else {}
+            offsets = sum(r.count for tp, rs in selected.items()
+                          for r in clip(rs, filters.window(*tp).from_offset,
+                                        filters.window(*tp).until_offset))  # to verify
+            hash_spans, span_offsets = verify_spark.hashing(settings, spark, offsets, reader)
             for i, ((topic, partition), rs) in enumerate(selected.items(), 1):
-                report = verify_partition(store, reader, k.timeout_seconds, topic, partition,
-                                          rs, filters, held.get((topic, partition)))
+                report = verify_partition(store, (reader, uncommitted), k.timeout_seconds,
+                                          topic, partition, rs, filters,
+                                          held.get((topic, partition)),
+                                          bool(settings.sink.transform),
+                                          compacted.get(topic) is not False)
                 after = archived.get(topic, -1)  # the ledger of an archived topic is history
                 report.add_ledger(check_ledger(
                     (row for row in store.ledger_rows(topic, partition,
                                                       filters.window(topic, partition))
                      if row.run_id > after),
                     lambda r: batches(reader, r, k.timeout_seconds),
-                    held.get((topic, partition)), store.table_counts))
+                    held.get((topic, partition)), store.table_counts,
+                    hash_spans=hash_spans, span_offsets=span_offsets))
                 reports.append(report)
                 log.info("verify %s[%d] (%d/%d): %d records, %d rows, %d dead letters: %s",
                          topic, partition, i, len(selected), report.expected, report.rows,
@@ -173,12 +214,16 @@ def kafka_offsets(meta, topics: list[str]) -> dict[tuple[str, int], PartitionOff
     return out
 
 
-def verify_partition(store, reader: dict, timeout: float, topic: str, partition: int,
-                     ranges: list[OffsetRange], filters: Filters,
-                     held: PartitionOffsets | None) -> PartitionReport:
+def verify_partition(store, readers: tuple[dict, dict | None], timeout: float, topic: str,
+                     partition: int, ranges: list[OffsetRange], filters: Filters,
+                     held: PartitionOffsets | None, transform: bool = False,
+                     compacted: bool = True) -> PartitionReport:
+    """``readers``: the pipeline's reader and a read_uncommitted one (None: the pipeline's
+    is); ``compacted``: the topic may be compacted (skipped offsets named accordingly)."""
     from pipeline.store.tables import dead_letters
 
-    report = PartitionReport(topic, partition)
+    reader, uncommitted = readers
+    report = PartitionReport(topic, partition, transform=transform)
     window = filters.window(topic, partition)
     in_window = list(clip(ranges, window.from_offset, window.until_offset))
     for r in in_window:
@@ -191,14 +236,22 @@ def verify_partition(store, reader: dict, timeout: float, topic: str, partition:
         if deleted:
             report.not_verifiable.append({**deleted.as_dict(count=False),
                                           "why": "deleted by retention"})
+            report.skip("retention_deleted", deleted.count)
         if kept:
             # Past the log's end (a truncated log) Kafka returns nothing: rows there are
             # unexpected, which is what they are.
             readable = OffsetRange(topic, partition, kept.from_offset,
                                    max(kept.from_offset, min(kept.until_offset, held.latest)))
-            report.add(reconcile(kept, records(reader, readable, timeout),
-                                 store.offsets_in(store.results, kept),
-                                 store.offsets_in(dead_letters, kept)))
+            found = reconcile(kept, records(reader, readable, timeout),
+                              store.offsets_in(store.results, kept),
+                              store.offsets_in(dead_letters, kept))
+            report.add(found)
+            if gaps := readable.count - found.expected:
+                aborted = 0 if uncommitted is None else sum(
+                    1 for _ in records(uncommitted, readable, timeout)) - found.expected
+                report.skip("aborted", aborted)
+                report.skip("compacted_or_marker" if compacted else "transaction_marker",
+                            gaps - aborted)
     for table, what in ((store.results, "a result row"), (dead_letters, "a dead letter")):
         count, first = store.outside(table, window, in_window, KEEP)
         report.unpublished += count

@@ -37,12 +37,13 @@ _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 _ESCAPED = re.compile(r"\\(.)")
 
 
-def output_schema(columns: Sequence[Sequence]) -> str:
-    """The step's output (Spark DDL): the input, the declared columns as their Spark types,
-    ``error_code`` and ``_parsed``."""
+def output_schema(columns: Sequence[Sequence], carry: Sequence[str] = ()) -> str:
+    """The step's output (Spark DDL): the input (with ``carry``, string columns passed
+    through), the declared columns as their Spark types, ``error_code`` and ``_parsed``."""
     typed = ", ".join(f"`{name}` {column_type(t).spark}"
                       for name, t, _, _ in paths.columns(columns))
-    return f"{INPUT}, {typed}, error_code string, _parsed string"
+    carried = "".join(f", `{name}` string" for name in carry)
+    return f"{INPUT}{carried}, {typed}, error_code string, _parsed string"
 
 
 def unescape(field: str) -> str:

@@ -7,6 +7,7 @@ becomes a dead-letter row with its original coordinates and the reason.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 
 from pipeline.config import SinkSettings
 from pipeline.errors import ConfigError
@@ -21,12 +22,13 @@ def _headers_json(F, headers="headers"):
         lambda h: F.struct(h["key"].alias("key"), F.base64(h["value"]).alias("value_b64"))))
 
 
-def mark(df, sink: SinkSettings, schemas=None):
+def mark(df, sink: SinkSettings, schemas=None, carry: Sequence[str] = ()):
     """One DataFrame with every record: the result columns, the dead-letter columns and
     ``error_code`` (null for a good record, else a short code that json_diagnose.diagnose
     explains, with ``_parsed`` = Spark's typed parse for a rejected parse). Lets a single
     pass stage both outputs. JSON: key, value and headers (Kafka's array, serialised by
-    ``split``) are kept for bad records only."""
+    ``split``) are kept for bad records only. ``carry``: columns of ``df`` kept as they are
+    (spark/record_hash.DIGEST)."""
     from pyspark.sql import functions as F
 
     if sink.format == "raw":
@@ -35,30 +37,31 @@ def mark(df, sink: SinkSettings, schemas=None):
             _headers_json(F).alias("headers"),
             F.col("timestamp").alias("kafka_timestamp"),
             F.lit(None).cast("string").alias("error_code"),
-            F.lit(None).cast("string").alias("_parsed"))
+            F.lit(None).cast("string").alias("_parsed"), *carry)
     base = df.select("topic", "partition", "offset", "key", "value", "headers",
-                     F.col("timestamp").alias("kafka_timestamp"))
+                     F.col("timestamp").alias("kafka_timestamp"), *carry)
     if sink.format in ("avro", "protobuf"):
-        return typed_columns(base, sink, schemas, F)
-    return _parse_json(base, sink, F)
+        return typed_columns(base, sink, schemas, F, carry)
+    return _parse_json(base, sink, F, carry)
 
 
-def typed_columns(base, sink: SinkSettings, schemas, F):
+def typed_columns(base, sink: SinkSettings, schemas, F, carry: Sequence[str] = ()):
     """A schema format's raw value column -> the declared typed columns (or error_code and
     its reason in _parsed), decoded by the built-in sinks' own Encoder in an Arrow step
-    (formats/decoded_columns.py says why not from_avro). ``schemas``: [schema_registry]."""
+    (formats/decoded_columns.py says why not from_avro). ``schemas``: [schema_registry].
+    ``carry``: string columns of ``base`` passed through (the ledger's digest)."""
     from pipeline.executor.task import EncoderSettings
     from pipeline.formats import decoded_columns
 
     columns = tuple((c.name, c.type, c.required, c.source) for c in sink.columns)
     decode = decoded_columns.decoder(EncoderSettings(sink.format, columns, 0, (), schemas))
-    marked = base.mapInArrow(decode, decoded_columns.output_schema(columns))
+    marked = base.mapInArrow(decode, decoded_columns.output_schema(columns, carry))
     bad = F.col("error_code").isNotNull()
     return marked.select(
         "topic", "partition", "offset",
         *[F.when(bad, F.col(n)).alias(n) for n in ("key", "value", "headers")],
         "kafka_timestamp", *[F.col(f"`{c.name}`") for c in sink.columns], "error_code",
-        F.col("_parsed"))
+        F.col("_parsed"), *carry)
 
 
 def to_rows(df, sink: SinkSettings):
@@ -143,7 +146,7 @@ def result_names(sink: SinkSettings) -> list[str]:
     return ["topic", "partition", "offset", "kafka_timestamp", *[c.name for c in sink.columns]]
 
 
-def _parse_json(base, sink: SinkSettings, F):
+def _parse_json(base, sink: SinkSettings, F, carry: Sequence[str] = ()):
     """One typed JSON parse per record (from_json) and a short chain of checks that yields
     a literal code: the generated code stays small (it is JIT-compiled in every fresh
     JVM), and the explanation of a bad record is left to json_diagnose.py."""
@@ -193,7 +196,7 @@ def _parse_json(base, sink: SinkSettings, F):
     marked = parsed.select(
         "topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp",
         *[value.alias(c.name) for value, c in zip(values, sink.columns, strict=True)],
-        code.alias("error_code"), "_p")
+        code.alias("error_code"), "_p", *carry)
     # A good record carries no dead-letter columns (null): nothing to cache for it. The
     # headers stay Kafka's array here (split serialises a dead letter's): to_json over a
     # lambda has no generated code, and would make this whole projection interpreted.
@@ -202,7 +205,8 @@ def _parse_json(base, sink: SinkSettings, F):
         "topic", "partition", "offset",
         *[F.when(bad, F.col(n)).alias(n) for n in ("key", "value", "headers")],
         "kafka_timestamp", *[F.col(f"`{c.name}`") for c in sink.columns], "error_code",
-        F.when(F.col("error_code") == F.lit(d.PARSE), F.to_json("_p")).alias("_parsed"))
+        F.when(F.col("error_code") == F.lit(d.PARSE), F.to_json("_p")).alias("_parsed"),
+        *carry)
 
 
 def load_transform(spec: str):

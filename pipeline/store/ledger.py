@@ -10,6 +10,7 @@ from typing import NamedTuple
 from psycopg import sql
 from sqlalchemy import and_, func, or_, select
 
+from pipeline.executor.content_hash import BLAKE2B, MD5SUM
 from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
 from pipeline.plan.offsets import OffsetRange
 from pipeline.store.results import in_range
@@ -27,6 +28,8 @@ class LedgerRow(NamedTuple):
     deletes: int
     skipped: int
     content_hash: bytes
+    filtered: int = 0  # records a transform filtered out (in neither table)
+    hash_kind: str = BLAKE2B
 
 
 # One ledger row per range summary; its counts are those of the same attempt's blobs inside
@@ -54,12 +57,40 @@ class Ledger(Session):
     def record_ranges(self, run: Run, parts: dict[int, int]) -> int:
         """In the open (publishing) transaction: the ledger rows of the chosen attempts
         (``parts``: Spark partition -> task attempt id); how many. A transform's run stages
-        no range summaries (Spark's Kafka source reads it) and so writes none."""
+        no range summaries (Spark's Kafka source reads it): record_transform_ranges."""
         return self.execute(sql.SQL(_RECORD).format(
             ranges=self.t(ranges.name), staging=run.staging), {
                 "pipeline": self.pipeline, "run": run.id, "row": ROW, "dead": DEAD,
                 "tombstone": TOMBSTONE, "hash": HASH, "parts": list(parts),
                 "tasks": list(parts.values())}).rowcount
+
+    def record_transform_ranges(self, run: Run, planned: list[OffsetRange], read: dict,
+                                staged: dict[tuple[str, int], dict[str, int]]) -> int:
+        """In the open (publishing) transaction: a transform run's ledger rows, one per
+        planned range (its reader, Spark's Kafka source, reads one range per partition):
+        records and hash from Spark's aggregate (``read``: record_hash.RangeRead per
+        partition), rows and dead letters from the published attempts' blobs (``staged``),
+        the rest filtered out by the transform."""
+        from pipeline.executor.content_hash import from_sum
+
+        values = []
+        for r in planned:
+            got = read.get(r.tp)
+            records = got.records if got else 0
+            s = staged.get(r.tp, {})
+            rows, dead = s.get("rows", 0), s.get("dead", 0)
+            values.append({"pipeline": self.pipeline, "run_id": run.id, "topic": r.topic,
+                           "partition": r.partition, "from_offset": r.from_offset,
+                           "until_offset": r.until_offset, "records": records,
+                           "rows_written": rows, "dead_letters": dead, "deletes": 0,
+                           "skipped": r.count - records,
+                           "filtered": max(records - rows - dead, 0),
+                           "content_hash": got.content_hash if got else from_sum(0),
+                           "hash_kind": MD5SUM})
+        if values:
+            with self.transaction():
+                self.session.execute(ranges.insert(), values)
+        return len(values)
 
     def ledger_rows(self, topic: str, partition: int, window: OffsetRange
                     ) -> Iterator[LedgerRow]:
@@ -70,7 +101,8 @@ class Ledger(Session):
         while True:
             got = list(self.run(
                 select(c.run_id, c.from_offset, c.until_offset, c.records, c.rows_written,
-                       c.dead_letters, c.deletes, c.skipped, c.content_hash)
+                       c.dead_letters, c.deletes, c.skipped, c.content_hash, c.filtered,
+                       c.hash_kind)
                 .where(c.pipeline == self.pipeline, c.topic == topic,
                        c.partition == partition, c.until_offset > window.from_offset,
                        c.from_offset < window.until_offset,
@@ -81,7 +113,7 @@ class Ledger(Session):
                 yield LedgerRow(g.run_id, OffsetRange(topic, partition, g.from_offset,
                                                       g.until_offset),
                                 g.records, g.rows_written, g.dead_letters, g.deletes,
-                                g.skipped, bytes(g.content_hash))
+                                g.skipped, bytes(g.content_hash), g.filtered, g.hash_kind)
             if len(got) < 1000:
                 return
             after = (got[-1].from_offset, got[-1].run_id)

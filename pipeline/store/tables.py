@@ -113,6 +113,9 @@ ranges = Table(
     Column("skipped", BigInteger, nullable=False),
     Column("content_hash", BYTEA, nullable=False),
     Column("published_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+    # sql/007: a transform's filtered records, and which hash content_hash is.
+    Column("filtered", BigInteger, nullable=False, server_default="0"),
+    Column("hash_kind", Text, nullable=False, server_default="blake2b"),
 )
 Index("pipeline_ranges_by_partition", ranges.c.pipeline, ranges.c.topic,
       ranges.c.partition, ranges.c.from_offset)

@@ -27,7 +27,7 @@ from tests.helpers import (
     unique,
 )
 from tests.integration._reliability import init_db
-from tests.integration.test_bad_input import order
+from tests.integration.test_bad_input import compacted_topic, order  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +145,8 @@ def test_aborted_records_and_markers_verify_clean_and_a_row_claiming_one_is_unex
     report = run_verify(s, Filters())
     (part,) = report.partitions
     assert report.ok and part.expected == part.rows == 10
+    # Skipped, and why: 5 aborted records, 3 markers (one per transaction).
+    assert part.skipped == {"aborted": 5, "transaction_marker": 3}
     # Offsets 5-9 are the aborted records, 10 the abort marker: a row claiming one is
     # not a record in Kafka.
     execute(f"INSERT INTO {s.sink.table} (topic, \"partition\", \"offset\", order_id, customer, "
@@ -153,3 +155,20 @@ def test_aborted_records_and_markers_verify_clean_and_a_row_claiming_one_is_unex
     (part,) = report.partitions
     assert not report.ok and part.unexpected == 1
     assert part.mismatches[0]["offset"] == 7 and part.mismatches[0]["kind"] == "unexpected"
+
+
+def test_compacted_offsets_are_reported_as_skipped_and_why(
+        spark, compacted_topic, capsys, tmp_path):  # noqa: F811 (the fixture)
+    topic, end, _ = compacted_topic
+    s = init_db(make_settings(unique("vcompact"), [topic]))
+    read = run_ingest(s).records_read  # the cleaner may have compacted more since
+    assert 0 < read < end
+    (part,) = run_verify(s, Filters()).partitions
+    assert part.ok and part.expected == read
+    assert part.skipped == {"compacted_or_marker": end - read}
+    config = tmp_path / "vcompact.toml"
+    config.write_text(toml_config(s.name, [topic], db_url=s.database_url))
+    code, out, _ = verify(config, capsys=capsys)
+    assert code == EXIT_OK and (f"{topic}[0]: {end - read} offset(s) skipped, no record to "
+                                f"verify: {end - read} compacted away or transaction "
+                                "markers") in out

@@ -162,6 +162,7 @@ def test_ranges_retention_deleted_are_checked_against_the_ledger_only(spark, cap
 
     (part,) = run_verify(s, Filters()).partitions
     assert part.ok and (part.ledger_ranges, part.ledger_hashed) == (2, 1)
+    assert part.skipped == {"retention_deleted": 5}
     assert [(n["from"], n["until"], n["run_id"]) for n in part.ledger_only] == [
         (0, 10, first)]
     assert "deleted by retention: checked against the ledger only" in part.ledger_only[0]["why"]
@@ -185,3 +186,39 @@ def test_a_run_rolled_back_before_commit_leaves_no_ledger_row(spark, tmp_path):
     assert failed.returncode != 0 and ledger(s.name) == []
     assert run_cli("run", "--config", str(config)).returncode == 0
     assert [r[1:8] for r in ledger(s.name)] == [(0, 0, 10, 10, 10, 0, 0)]
+
+
+def test_the_ledger_hashed_on_spark_executors_gives_the_same_verdicts(pipeline,
+                                                                      monkeypatch):
+    from pipeline.driver import verify, verify_spark
+
+    s, topic, _, first, _ = pipeline
+    on_driver = run_verify(s, Filters(), spark="never")
+
+    def no_driver_read(*args):
+        raise AssertionError("the driver re-read a ledger range itself")
+
+    # Reconcile still reads offsets on the driver (records()); the ledger must not.
+    monkeypatch.setattr(verify, "batches", no_driver_read)
+    monkeypatch.setattr(verify, "records", lambda reader, r, timeout: iter(
+        o for batch in _read(reader, r, timeout) for o in (m.offset() for m in batch)))
+    monkeypatch.setattr(verify_spark, "SPAN_OFFSETS", 7)  # partition 0: two tasks
+    on_spark = run_verify(s, Filters(), spark="always")
+    assert on_spark.ok and on_spark.as_dict() == on_driver.as_dict()
+    assert sum(p.ledger_hashed for p in on_spark.partitions) == 3
+
+    where = 'WHERE pipeline = %s AND run_id = %s AND "partition" = 0'
+    execute(f"UPDATE pipeline_ranges SET records = records + 1 {where}", (s.name, first))
+    try:
+        (p0, _) = run_verify(s, Filters(topic=topic), spark="always").partitions
+        assert p0.ledger_mismatches == 1
+        assert [(m["offset"], m["until"], m["run_id"], m["kind"]) for m in p0.mismatches] == [
+            (0, 20, first, "changed")]
+    finally:
+        execute(f"UPDATE pipeline_ranges SET records = records - 1 {where}", (s.name, first))
+
+
+def _read(reader, r, timeout):
+    from pipeline.executor.consume import read_range
+
+    return read_range(reader, r, timeout)

@@ -5,6 +5,8 @@ and a log that ends before a published range does is a mismatch."""
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.driver import ledger_check
 from pipeline.driver.ledger_check import check_ledger
 from pipeline.executor.content_hash import ContentHash
@@ -125,3 +127,21 @@ def test_every_mismatch_is_counted_and_only_the_first_are_kept():
     assert f.mismatched == ledger_check.KEPT + 30
     assert len(f.mismatches) == ledger_check.KEPT
     assert f.mismatches[0]["offset"] == 20
+
+
+def test_spans_for_executors_are_cut_at_a_size_so_a_big_range_is_several_tasks():
+    rows = [row(0, 30), row(30, 60, 2), row(60, 90, 3), row(90, 100, 4)]
+    assert [[r.range.from_offset for r in span]
+            for span in ledger_check._spans(rows, max_offsets=50)] == [[0, 30], [60, 90]]
+    assert len(list(ledger_check._spans(rows))) == 1
+
+
+@pytest.mark.parametrize(("choice", "offsets", "master", "spark"), [
+    ("auto", 499_999, "spark://m:7077", False), ("auto", 500_000, "spark://m:7077", True),
+    ("auto", 10**9, "local[2]", False), ("always", 1, "local[2]", True),
+    ("never", 10**9, "yarn", False)])
+def test_verify_uses_executors_for_big_ranges_on_a_cluster_or_when_told(choice, offsets,
+                                                                        master, spark):
+    from pipeline.driver.verify_spark import use_spark
+
+    assert use_spark(choice, offsets, master) is spark

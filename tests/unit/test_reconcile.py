@@ -95,9 +95,9 @@ def test_retained_splits_a_range_at_the_earliest_offset(earliest, deleted, kept)
     ({"mode": "upsert", "key": ["order_id"]}, "reconciles append sinks offset by offset"),
     ({"mode": "aggregate", "group_by": ["customer"], "aggregates": {"n": "count(*)"}},
      "verify_state.py recomputes it"),
-    ({"transform": "tests.integration.transforms.identity:transform"}, "without a"),
     ({"mode": "upsert", "key": ["order_id"], "tombstones": "dead_letter",
-      "transform": "tests.integration.transforms.identity:transform"}, "without a")])
+      "transform": "tests.integration.transforms.identity:transform"},
+     "cannot recompute an upsert table made by the .sink. transform")])
 def test_verify_refuses_the_sinks_it_cannot_prove_yet_with_exit_2(sink, says):
     from pipeline.driver.verify import check_supported
     from pipeline.errors import ConfigError
@@ -106,6 +106,14 @@ def test_verify_refuses_the_sinks_it_cannot_prove_yet_with_exit_2(sink, says):
     with pytest.raises(ConfigError, match=says) as e:
         check_supported(make_settings("p", ["t"], sink=sink))
     assert e.value.exit_code == 2
+
+
+def test_verify_takes_an_append_sink_with_a_transform():
+    from pipeline.driver.verify import check_supported
+    from tests.helpers import make_settings
+
+    check_supported(make_settings(
+        "p", ["t"], sink={"transform": "tests.integration.transforms.identity:transform"}))
 
 
 def test_verify_accepts_an_append_sink():
