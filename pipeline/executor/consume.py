@@ -140,12 +140,14 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
         reading = {r.tp: _Open(r) for r in ranges}
         alone = len(ranges) == 1
         consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset) for r in ranges])
+        held = _look_up_group(consumer, ranges, config, timeout_seconds, batch)
         progress_at = time.monotonic()
         while reading:
             remaining = sum(o.range.until_offset - o.next_offset for o in reading.values())
             try:
-                messages = consumer.consume(num_messages=asked(remaining, batch),
-                                            timeout=POLL_SECONDS)
+                messages = held or consumer.consume(num_messages=asked(remaining, batch),
+                                                    timeout=POLL_SECONDS)
+                held = []
             except KafkaException as e:
                 first = next(iter(reading.values()))
                 raise RangeReadError(Kind.TRANSIENT, f"{first.range}: Kafka consumer failed "
@@ -172,6 +174,76 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
                 raise _stalled(config, list(reading.values()), timeout_seconds, errors)
     finally:
         consumer.close()
+
+
+def _refusal(config: dict, r: OffsetRange, err) -> RangeReadError:
+    """The broker refused this reader (``_refused``): the user's to fix, not retried."""
+    group = config.get("group.id")
+    return RangeReadError(
+        Kind.CONFIG,
+        f"Kafka at {config.get('bootstrap.servers')} refused the reader of {r} (user "
+        f"'{config.get('sasl.username', '-')}', consumer group '{group}'): {err.str()}; "
+        f"grant the user Describe and Read on the topic and on the group '{group}' (it only "
+        "looks the group up, never commits), or fix its credentials; nothing committed", r)
+
+
+def _look_up_group(consumer, ranges: list[OffsetRange], config: dict,
+                   timeout_seconds: float, batch: int) -> list:
+    """Looks the reader's group up before any record is taken: asks for its committed
+    offsets of the ranges' partitions (an OffsetFetch, which the group's ACL guards) until
+    the broker answers or refuses the group. librdkafka looks a consumer's group up on its
+    own in the background, racing the fetches, which the topic's ACLs allow: a range could
+    be read whole before a refused group's answer arrived (3-4 reads in 20 on the stack),
+    so a forbidden group failed the run only by chance. Now a refused group is always the
+    one-line config error, before any record is yielded.
+
+    A refused coordinator lookup never answers the OffsetFetch (librdkafka retries it); it
+    arrives as an error event of the consumer, which consume() returns, together with
+    whatever was fetched meanwhile: those messages are returned, in order, for the read to
+    take first. Called after assign(): asked before it, the group lookup delayed the
+    assignment's first fetch by ~1 s. The offsets answered are not used (a reader never
+    commits)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    partitions = [TopicPartition(r.topic, r.partition) for r in ranges]
+    deadline = time.monotonic() + timeout_seconds
+    held: list = []
+    why = "no answer"
+    while True:
+        try:
+            answered = consumer.committed(partitions, timeout=LOOKUP_POLL_SECONDS)
+        except KafkaException as e:
+            err = e.args[0]
+            if not isinstance(err, KafkaError):
+                raise
+            if _refused(err):
+                raise _refusal(config, ranges[0], err) from None
+            why = err.str()
+        else:
+            for tp in answered:
+                if tp.error is not None and _refused(tp.error):
+                    r = next(r for r in ranges if r.tp == (tp.topic, tp.partition))
+                    raise _refusal(config, r, tp.error)
+            return held
+        messages = consumer.consume(num_messages=batch, timeout=0)
+        for m in messages:
+            err = m.error()
+            if err is not None and _refused(err):
+                raise _refusal(config, ranges[0], err)
+        held += messages
+        if time.monotonic() > deadline:
+            more = f" (and {len(ranges) - 1} more ranges)" if len(ranges) > 1 else ""
+            raise RangeReadError(
+                Kind.TRANSIENT,
+                f"Kafka unreachable at {config.get('bootstrap.servers')} while Spark read "
+                f"{ranges[0]}{more}: no answer looking up the consumer group "
+                f"'{config.get('group.id')}' for {timeout_seconds:.0f} s ({why}); nothing "
+                "committed - check the broker, then retry", ranges[0])
+
+
+# How long one OffsetFetch of the group lookup waits before the consumer's events are
+# checked for a refusal (an answered lookup returns within milliseconds).
+LOOKUP_POLL_SECONDS = 0.5
 
 
 def _runs(messages: list, reading: dict):
@@ -233,14 +305,7 @@ def _take(state: _Open, messages: list, config: dict, errors: list[str],
                     "retention while the run read it); nothing committed - the next "
                     "run applies kafka.on_data_loss", r)
             if _refused(err):
-                group = config.get("group.id")
-                raise RangeReadError(
-                    Kind.CONFIG,
-                    f"Kafka at {config.get('bootstrap.servers')} refused the reader of "
-                    f"{r} (user '{config.get('sasl.username', '-')}', consumer group "
-                    f"'{group}'): {err.str()}; grant the user Describe and Read on "
-                    f"the topic and on the group '{group}' (it only looks the group "
-                    "up, never commits), or fix its credentials; nothing committed", r)
+                raise _refusal(config, r, err)
             if err.fatal() or not err.retriable():
                 raise RangeReadError(Kind.PERMANENT if err.fatal() else Kind.TRANSIENT,
                                      f"{r}: Kafka error at offset {state.next_offset}: "
