@@ -18,28 +18,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from pipeline.executor.task_errors import Kind, TaskError, Where
+from pipeline.executor.group_lookup import look_up_group
+from pipeline.executor.read_errors import RangeReadError, refusal, refused
+from pipeline.executor.task_errors import Kind
 from pipeline.plan.offsets import OffsetRange
 
+__all__ = ["RangeReadError", "read_range", "read_ranges", "reader_config"]
+
 BATCH = 10_000  # messages per consume() call: one Python call per batch, not per record
-
-
-class RangeReadError(TaskError):
-    """Raised inside a Spark task when a range cannot be read exactly; it reaches the
-    driver as a typed TaskError (task_errors.decode), naming the range it was reading."""
-
-    def __init__(self, kind: Kind | str, message: str, r: OffsetRange | None = None):
-        super().__init__(kind, message, None if r is None else Where(
-            r.topic, r.partition, r.from_offset, r.until_offset))
-
-
-def _refused(err) -> bool:
-    """The broker refused this reader: its login, its certificate, or an ACL."""
-    from confluent_kafka import KafkaError
-
-    return err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL,
-                          KafkaError.GROUP_AUTHORIZATION_FAILED,
-                          KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
 
 def reader_config(client_config: dict[str, str], isolation_level: str, group: str) -> dict:
@@ -140,7 +126,7 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
         reading = {r.tp: _Open(r) for r in ranges}
         alone = len(ranges) == 1
         consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset) for r in ranges])
-        held = _look_up_group(consumer, ranges, config, timeout_seconds, batch)
+        held = look_up_group(consumer, ranges, config, timeout_seconds, batch)
         progress_at = time.monotonic()
         while reading:
             remaining = sum(o.range.until_offset - o.next_offset for o in reading.values())
@@ -174,76 +160,6 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
                 raise _stalled(config, list(reading.values()), timeout_seconds, errors)
     finally:
         consumer.close()
-
-
-def _refusal(config: dict, r: OffsetRange, err) -> RangeReadError:
-    """The broker refused this reader (``_refused``): the user's to fix, not retried."""
-    group = config.get("group.id")
-    return RangeReadError(
-        Kind.CONFIG,
-        f"Kafka at {config.get('bootstrap.servers')} refused the reader of {r} (user "
-        f"'{config.get('sasl.username', '-')}', consumer group '{group}'): {err.str()}; "
-        f"grant the user Describe and Read on the topic and on the group '{group}' (it only "
-        "looks the group up, never commits), or fix its credentials; nothing committed", r)
-
-
-def _look_up_group(consumer, ranges: list[OffsetRange], config: dict,
-                   timeout_seconds: float, batch: int) -> list:
-    """Looks the reader's group up before any record is taken: asks for its committed
-    offsets of the ranges' partitions (an OffsetFetch, which the group's ACL guards) until
-    the broker answers or refuses the group. librdkafka looks a consumer's group up on its
-    own in the background, racing the fetches, which the topic's ACLs allow: a range could
-    be read whole before a refused group's answer arrived (3-4 reads in 20 on the stack),
-    so a forbidden group failed the run only by chance. Now a refused group is always the
-    one-line config error, before any record is yielded.
-
-    A refused coordinator lookup never answers the OffsetFetch (librdkafka retries it); it
-    arrives as an error event of the consumer, which consume() returns, together with
-    whatever was fetched meanwhile: those messages are returned, in order, for the read to
-    take first. Called after assign(): asked before it, the group lookup delayed the
-    assignment's first fetch by ~1 s. The offsets answered are not used (a reader never
-    commits)."""
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-    partitions = [TopicPartition(r.topic, r.partition) for r in ranges]
-    deadline = time.monotonic() + timeout_seconds
-    held: list = []
-    why = "no answer"
-    while True:
-        try:
-            answered = consumer.committed(partitions, timeout=LOOKUP_POLL_SECONDS)
-        except KafkaException as e:
-            err = e.args[0]
-            if not isinstance(err, KafkaError):
-                raise
-            if _refused(err):
-                raise _refusal(config, ranges[0], err) from None
-            why = err.str()
-        else:
-            for tp in answered:
-                if tp.error is not None and _refused(tp.error):
-                    r = next(r for r in ranges if r.tp == (tp.topic, tp.partition))
-                    raise _refusal(config, r, tp.error)
-            return held
-        messages = consumer.consume(num_messages=batch, timeout=0)
-        for m in messages:
-            err = m.error()
-            if err is not None and _refused(err):
-                raise _refusal(config, ranges[0], err)
-        held += messages
-        if time.monotonic() > deadline:
-            more = f" (and {len(ranges) - 1} more ranges)" if len(ranges) > 1 else ""
-            raise RangeReadError(
-                Kind.TRANSIENT,
-                f"Kafka unreachable at {config.get('bootstrap.servers')} while Spark read "
-                f"{ranges[0]}{more}: no answer looking up the consumer group "
-                f"'{config.get('group.id')}' for {timeout_seconds:.0f} s ({why}); nothing "
-                "committed - check the broker, then retry", ranges[0])
-
-
-# How long one OffsetFetch of the group lookup waits before the consumer's events are
-# checked for a refusal (an answered lookup returns within milliseconds).
-LOOKUP_POLL_SECONDS = 0.5
 
 
 def _runs(messages: list, reading: dict):
@@ -304,8 +220,8 @@ def _take(state: _Open, messages: list, config: dict, errors: list[str],
                     f"{r}: offset {state.next_offset} is no longer in Kafka (deleted by "
                     "retention while the run read it); nothing committed - the next "
                     "run applies kafka.on_data_loss", r)
-            if _refused(err):
-                raise _refusal(config, r, err)
+            if refused(err):
+                raise refusal(config, r, err)
             if err.fatal() or not err.retriable():
                 raise RangeReadError(Kind.PERMANENT if err.fatal() else Kind.TRANSIENT,
                                      f"{r}: Kafka error at offset {state.next_offset}: "
