@@ -42,6 +42,19 @@ POISON = [
 ]
 
 
+def run_once(name: str, topic: str, tmp_path, fmt: str, transform: str | None) -> None:
+    """Pipeline ``name`` of sink format ``fmt`` (and ``transform``) made with init-db and
+    run once through the CLI; it must exit 0."""
+    config = tmp_path / "c.toml"
+    config.write_text(toml_config(name, [topic], fmt=fmt, extra_sink=(
+        f'transform = "{transform}"' if transform else "")))
+    init_cli(config)
+
+    r = run_cli("run", "--config", str(config))
+
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def poison_topic(stack):
     """One partition, offsets in POISON's order. The broker accepts a timestamp this far
@@ -67,14 +80,7 @@ def test_poison_records_become_rows_or_dead_letters_and_the_run_goes_on(poison_t
                                                                         tmp_path, fmt,
                                                                         transform):
     name = unique(f"poison_{fmt}")
-    config = tmp_path / "c.toml"
-    config.write_text(toml_config(name, [poison_topic], fmt=fmt, extra_sink=(
-        f'transform = "{transform}"' if transform else "")))
-    init_cli(config)
-
-    r = run_cli("run", "--config", str(config))
-
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_once(name, poison_topic, tmp_path, fmt, transform)
     expected = {o: "row" if fmt == "raw" else outcome
                 for o, (_, _, outcome) in enumerate(POISON)}
     rows = query(f'SELECT "offset" FROM {name}')
@@ -123,14 +129,7 @@ def beyond_topic(stack):
 def test_a_timestamp_postgres_cannot_hold_is_a_dead_letter_and_the_run_goes_on(
         beyond_topic, tmp_path, fmt, transform):
     name = unique(f"beyond_{fmt}")
-    config = tmp_path / "c.toml"
-    config.write_text(toml_config(name, [beyond_topic], fmt=fmt, extra_sink=(
-        f'transform = "{transform}"' if transform else "")))
-    init_cli(config)
-
-    r = run_cli("run", "--config", str(config))
-
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_once(name, beyond_topic, tmp_path, fmt, transform)
     assert query(f'SELECT "offset" FROM {name} ORDER BY 1') == [(0,), (2,)]
     [(offset, error_type, message, timestamp)] = query(
         'SELECT "offset", error_type, error_message, kafka_timestamp FROM '
