@@ -121,3 +121,17 @@ def add_command(sub, name: str, summary: str, description: str | None = None,
         if config_default == DEFAULT_CONFIG else "TOML config (as for every command)")
     parser.set_defaults(parser=parser)  # the innermost command's parser names the errors
     return parser
+
+
+def add_range_filters(parser: argparse.ArgumentParser, what: str) -> None:
+    """--topic, --partition, --from, --to (a window of offsets) and --json: the same
+    filters wherever a command looks at published records (verify, dead-letters).
+    ``what``: what --json prints ("report", "result")."""
+    parser.add_argument("--topic", help="only this topic")
+    parser.add_argument("--partition", type=PARTITION, help="only this partition")
+    parser.add_argument("--from", dest="from_offset", type=OFFSET, metavar="OFFSET",
+                        help="only offsets >= OFFSET")
+    parser.add_argument("--to", dest="to_offset", type=OFFSET, metavar="OFFSET",
+                        help="only offsets < OFFSET (exclusive)")
+    parser.add_argument("--json", action="store_true",
+                        help=f"print the {what} as JSON on stdout")

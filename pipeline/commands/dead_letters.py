@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.commands.args import OFFSET, PARTITION, POSITIVE, add_command
+from pipeline.commands.args import POSITIVE, add_command, add_range_filters
 from pipeline.commands.output import print_json, render_table
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK, ConfigError
@@ -141,14 +141,7 @@ def register(sub) -> None:
                         config_default=argparse.SUPPRESS)
         p.add_argument("--type", dest="error_type", metavar="ERROR_TYPE",
                        help="only dead letters of this error_type (e.g. wrong_type)")
-        p.add_argument("--topic", help="only this topic")
-        p.add_argument("--partition", type=PARTITION, help="only this partition")
-        p.add_argument("--from", dest="from_offset", type=OFFSET, metavar="OFFSET",
-                       help="only offsets >= OFFSET")
-        p.add_argument("--to", dest="to_offset", type=OFFSET, metavar="OFFSET",
-                       help="only offsets < OFFSET (exclusive)")
-        p.add_argument("--json", action="store_true", help="print the result as JSON on "
-                       "stdout")
+        add_range_filters(p, "result")
         return p
 
     lst = add_action("list", "count dead letters by type, show the newest", LIST_HELP)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.commands.args import OFFSET, PARTITION, add_command
+from pipeline.commands.args import add_command, add_range_filters
 from pipeline.commands.output import print_json, render_table
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK, ConfigError, DataError
@@ -187,17 +187,10 @@ examples:
 def register(sub) -> None:
     verify = add_command(sub, "verify", "Prove that the tables match the topic for every "
                          "range the pipeline published.", VERIFY_HELP, VERIFY_EXAMPLES)
-    verify.add_argument("--topic", help="only this topic")
-    verify.add_argument("--partition", type=PARTITION, help="only this partition")
-    verify.add_argument("--from", dest="from_offset", type=OFFSET, metavar="OFFSET",
-                        help="only offsets >= OFFSET")
-    verify.add_argument("--to", dest="to_offset", type=OFFSET, metavar="OFFSET",
-                        help="only offsets < OFFSET (exclusive)")
+    add_range_filters(verify, "report")
     verify.add_argument("--values", action="store_true",
                         help="append sinks: also compare every row's values with the row "
                         "its Kafka record makes now (re-encodes each record; slower)")
-    verify.add_argument("--json", action="store_true", help="print the report as JSON on "
-                        "stdout")
     verify.add_argument("--spark", choices=("auto", "always", "never"), default="auto",
                         help="re-read and hash the ledger's ranges as Spark tasks (the "
                         "pipeline's [spark] master): always, never (on this process), or "

@@ -18,28 +18,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from pipeline.executor.task_errors import Kind, TaskError, Where
+from pipeline.executor.group_lookup import look_up_group
+from pipeline.executor.read_errors import RangeReadError, refusal, refused
+from pipeline.executor.task_errors import Kind
 from pipeline.plan.offsets import OffsetRange
 
+__all__ = ["RangeReadError", "read_range", "read_ranges", "reader_config"]
+
 BATCH = 10_000  # messages per consume() call: one Python call per batch, not per record
-
-
-class RangeReadError(TaskError):
-    """Raised inside a Spark task when a range cannot be read exactly; it reaches the
-    driver as a typed TaskError (task_errors.decode), naming the range it was reading."""
-
-    def __init__(self, kind: Kind | str, message: str, r: OffsetRange | None = None):
-        super().__init__(kind, message, None if r is None else Where(
-            r.topic, r.partition, r.from_offset, r.until_offset))
-
-
-def _refused(err) -> bool:
-    """The broker refused this reader: its login, its certificate, or an ACL."""
-    from confluent_kafka import KafkaError
-
-    return err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL,
-                          KafkaError.GROUP_AUTHORIZATION_FAILED,
-                          KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
 
 def reader_config(client_config: dict[str, str], isolation_level: str, group: str) -> dict:
@@ -140,12 +126,14 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
         reading = {r.tp: _Open(r) for r in ranges}
         alone = len(ranges) == 1
         consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset) for r in ranges])
+        held = look_up_group(consumer, ranges, config, timeout_seconds, batch)
         progress_at = time.monotonic()
         while reading:
             remaining = sum(o.range.until_offset - o.next_offset for o in reading.values())
             try:
-                messages = consumer.consume(num_messages=asked(remaining, batch),
-                                            timeout=POLL_SECONDS)
+                messages = held or consumer.consume(num_messages=asked(remaining, batch),
+                                                    timeout=POLL_SECONDS)
+                held = []
             except KafkaException as e:
                 first = next(iter(reading.values()))
                 raise RangeReadError(Kind.TRANSIENT, f"{first.range}: Kafka consumer failed "
@@ -232,15 +220,8 @@ def _take(state: _Open, messages: list, config: dict, errors: list[str],
                     f"{r}: offset {state.next_offset} is no longer in Kafka (deleted by "
                     "retention while the run read it); nothing committed - the next "
                     "run applies kafka.on_data_loss", r)
-            if _refused(err):
-                group = config.get("group.id")
-                raise RangeReadError(
-                    Kind.CONFIG,
-                    f"Kafka at {config.get('bootstrap.servers')} refused the reader of "
-                    f"{r} (user '{config.get('sasl.username', '-')}', consumer group "
-                    f"'{group}'): {err.str()}; grant the user Describe and Read on "
-                    f"the topic and on the group '{group}' (it only looks the group "
-                    "up, never commits), or fix its credentials; nothing committed", r)
+            if refused(err):
+                raise refusal(config, r, err)
             if err.fatal() or not err.retriable():
                 raise RangeReadError(Kind.PERMANENT if err.fatal() else Kind.TRANSIENT,
                                      f"{r}: Kafka error at offset {state.next_offset}: "

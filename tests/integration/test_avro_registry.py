@@ -24,21 +24,24 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from pipeline.config import parse_settings
 from pipeline.driver.job import run_ingest
 from pipeline.errors import EXIT_TRANSIENT, TransientError
 from tests.helpers import (
-    BOOTSTRAP,
     ROOT,
-    TEST_DB_URL,
     create_topic,
     produce,
     query,
     stored_offsets,
     unique,
-    watermarks,
 )
-from tests.integration._reliability import init_db, kafka_records
+from tests.integration._registry import (
+    assert_rows_and_dead_letters,
+    by_offset,
+    dead_letters,
+    log_ends,
+    registry_settings,
+    table_rows,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -106,36 +109,7 @@ class Writer:
 
 
 def settings(name: str, topic: str, url: str, **sink):
-    return init_db(parse_settings({
-        "pipeline": {"name": name},
-        "kafka": {"bootstrap_servers": BOOTSTRAP, "topics": [topic], "timeout_seconds": 10},
-        "database": {"url": TEST_DB_URL},
-        "sink": {"format": "avro", "table": name, "max_bad_records": -1, "columns": COLUMNS,
-                 **sink},
-        "schema_registry": {"url": url, "timeout_seconds": 3},
-        "spark": {"master": "local[2]"},
-    }, source=f"<test {name}>", environ={}))
-
-
-def by_offset(topic: str, rows_of: dict[bytes, tuple]) -> dict[tuple[int, int], tuple]:
-    """What Kafka holds, as (partition, offset) -> the expected row (a value in ``rows_of``)
-    or the value itself (a bad record)."""
-    return {po: rows_of.get(v, v) for po, (_, v, _, _) in kafka_records(topic, BOOTSTRAP).items()}
-
-
-def table_rows(name: str) -> dict[tuple[int, int], tuple]:
-    return {(r[0], r[1]): tuple(r[2:]) for r in query(
-        f'SELECT "partition", "offset", {SELECT} FROM {name}')}
-
-
-def dead_letters(name: str) -> dict[tuple[int, int], tuple[str, str, bytes]]:
-    return {(p, o): (t, m, bytes(v)) for p, o, t, m, v in query(
-        'SELECT "partition", "offset", error_type, error_message, value '
-        "FROM pipeline_dead_letters WHERE pipeline = %s", (name,))}
-
-
-def log_ends(topic: str) -> dict[tuple[str, int], int]:
-    return {(topic, p): high for p, (_, high) in watermarks(topic).items()}
+    return registry_settings("avro", name, topic, url, COLUMNS, **sink)
 
 
 def test_evolution_through_the_registry_lands_exactly_and_bad_records_are_dead_letters(
@@ -166,15 +140,7 @@ def test_evolution_through_the_registry_lands_exactly_and_bad_records_are_dead_l
 
     assert (result.status, result.records_read, result.rows_written, result.dead_letters) == (
         "succeeded", 602, 600, 2)
-    want = by_offset(topic, rows_of)
-    assert table_rows(name) == {po: r for po, r in want.items() if type(r) is tuple}
-    dead = dead_letters(name)
-    assert {po: (t, v) for po, (t, _, v) in dead.items()} == {
-        po: (bad[v], v) for po, v in want.items() if type(v) is bytes}
-    reasons = {t: m for t, m, _ in dead.values()}
-    assert "first byte is 0x01" in reasons["bad_magic_byte"], reasons
-    assert f"has no schema id {unknown_id}" in reasons["unknown_schema"], reasons
-    assert stored_offsets(name) == log_ends(topic)
+    dead, _ = assert_rows_and_dead_letters(name, topic, SELECT, rows_of, bad, unknown_id)
 
     # An incompatible v3: the registry refuses it under BACKWARD; the subject set to NONE,
     # it is registered, and its records (among v2 ones) become dead letters.
@@ -192,7 +158,7 @@ def test_evolution_through_the_registry_lands_exactly_and_bad_records_are_dead_l
     assert (result.records_read, result.rows_written, result.dead_letters) == (100, 50, 50)
     rows_of.update(zip(third[:50], [r for _, r in more[0::2]], strict=True))
     want = by_offset(topic, rows_of)
-    assert table_rows(name) == {po: r for po, r in want.items() if type(r) is tuple}
+    assert table_rows(name, SELECT) == {po: r for po, r in want.items() if type(r) is tuple}
     v3_dead = {po: d for po, d in dead_letters(name).items() if po not in dead}
     assert sorted(v for _, _, v in v3_dead.values()) == sorted(third[50:])
     assert {(t, m) for t, m, _ in v3_dead.values()} == {(
@@ -232,7 +198,7 @@ def test_a_stopped_registry_is_exit_75_and_the_rerun_after_its_restart_is_exact(
 
     assert (result.status, result.rows_written, result.dead_letters) == ("succeeded", 200, 0)
     want = by_offset(topic, dict(zip(values, rows, strict=True)))
-    assert table_rows(name) == want
+    assert table_rows(name, SELECT) == want
     assert stored_offsets(name) == log_ends(topic)
 
 

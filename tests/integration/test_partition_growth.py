@@ -33,7 +33,7 @@ from tests.helpers import (
     unique,
     watermarks,
 )
-from tests.integration.test_sink_modes import (
+from tests.integration._sink_modes import (
     assert_upsert_exact,
     event,
     table_state,

@@ -22,21 +22,24 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from pipeline.config import parse_settings
 from pipeline.driver.job import run_ingest
 from pipeline.errors import EXIT_TRANSIENT, TransientError
 from pipeline.formats.protobuf_schemas import compile_proto
 from tests.helpers import (
-    BOOTSTRAP,
-    TEST_DB_URL,
     create_topic,
     produce,
     query,
     stored_offsets,
     unique,
 )
-from tests.integration._reliability import init_db
-from tests.integration.test_avro_registry import by_offset, dead_letters, log_ends
+from tests.integration._registry import (
+    assert_rows_and_dead_letters,
+    by_offset,
+    dead_letters,
+    log_ends,
+    registry_settings,
+    table_rows,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -97,20 +100,7 @@ def closed_port() -> int:
 
 
 def settings(name: str, topic: str, url: str):
-    return init_db(parse_settings({
-        "pipeline": {"name": name},
-        "kafka": {"bootstrap_servers": BOOTSTRAP, "topics": [topic], "timeout_seconds": 10},
-        "database": {"url": TEST_DB_URL},
-        "sink": {"format": "protobuf", "table": name, "max_bad_records": -1,
-                 "columns": COLUMNS},
-        "schema_registry": {"url": url, "timeout_seconds": 3},
-        "spark": {"master": "local[2]"},
-    }, source=f"<test {name}>", environ={}))
-
-
-def table_rows(name: str) -> dict[tuple[int, int], tuple]:
-    return {(r[0], r[1]): tuple(r[2:]) for r in query(
-        f'SELECT "partition", "offset", {SELECT} FROM {name}')}
+    return registry_settings("protobuf", name, topic, url, COLUMNS)
 
 
 def test_protobuf_through_the_registry_is_exact_with_evolution_and_dead_letters(
@@ -150,14 +140,7 @@ def test_protobuf_through_the_registry_is_exact_with_evolution_and_dead_letters(
 
     assert (result.status, result.records_read, result.rows_written, result.dead_letters) == (
         "succeeded", 303, 300, 3)
-    want = by_offset(topic, rows_of)
-    assert table_rows(name) == {po: r for po, r in want.items() if type(r) is tuple}
-    dead = dead_letters(name)
-    assert {po: (t, v) for po, (t, _, v) in dead.items()} == {
-        po: (bad[v], v) for po, v in want.items() if type(v) is bytes}
-    reasons = {t: m for t, m, _ in dead.values()}
-    assert "first byte is 0x01" in reasons["bad_magic_byte"], reasons
-    assert f"has no schema id {unknown_id}" in reasons["unknown_schema"], reasons
+    _, reasons = assert_rows_and_dead_letters(name, topic, SELECT, rows_of, bad, unknown_id)
     assert (f"does not decode as {pkg}.Order of writer schema id {id2}"
             in reasons["corrupt_protobuf"]), reasons
     assert stored_offsets(name) == log_ends(topic)
@@ -202,7 +185,7 @@ def test_an_incompatible_writer_schema_makes_its_records_dead_letters_naming_fie
     rows_of = {v: r for i, (v, (_, r)) in enumerate(zip(values, made, strict=True))
                if i % 4 != 3}
     want = by_offset(topic, rows_of)
-    assert table_rows(name) == {po: r for po, r in want.items() if type(r) is tuple}
+    assert table_rows(name, SELECT) == {po: r for po, r in want.items() if type(r) is tuple}
     dead = dead_letters(name)
     assert sorted(v for _, _, v in dead.values()) == sorted(
         v for i, v in enumerate(values) if i % 4 == 3)

@@ -1,15 +1,22 @@
 """The transform path's integrity (issue 23, item 8): a partition staged by two writers that
-Spark numbers alike is published once, and a transform's second row for one Kafka record is
-a clear exit-2 error naming the transform and the record, before anything commits."""
+Spark numbers alike is published once, a transform's second row for one Kafka record is a
+clear exit-2 error naming the transform and the record, before anything commits, and staged
+blobs are bounded by bytes, not only by records, on both paths."""
 
 from __future__ import annotations
 
-import psycopg
+import functools
+import json
 
+import psycopg
+import pytest
+
+from pipeline.driver.job import run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
+from pipeline.executor import task
 from pipeline.executor.consume import read_range, reader_config
-from pipeline.executor.stage import ROW
+from pipeline.executor.stage import DEAD, ROW
 from pipeline.formats.encode import Encoder
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import plan_ranges
@@ -20,6 +27,7 @@ from tests.helpers import (
     init_cli,
     init_db,
     make_settings,
+    produce,
     produce_orders,
     query,
     result_keys,
@@ -133,3 +141,53 @@ def test_two_rows_per_record_over_rows_already_there_are_refused_not_dropped(sta
     assert_refused_naming(r, transform, topic, 0, name)
     assert result_keys(name) == [(topic, 0, o) for o in range(5)]
     assert stored_offsets(name) == {(topic, 0): 0}
+
+
+SMALL_BLOB = 16 << 10
+
+
+@pytest.mark.parametrize("fmt, transform", [
+    ("json", None), ("raw", None), ("json", f"{TRANSFORMS}:identity"),
+], ids=["json", "raw", "json-transform"])
+def test_staged_blobs_are_bounded_by_bytes_on_both_paths(spark, monkeypatch, fmt, transform):
+    """Records of ~1 KB, staged with a 16 KB cap instead of 64 MB (a cap by record count
+    alone let 10,000 records of 100 KB pass Postgres's 1 GB bytea limit): every blob the
+    publisher streams, rows and dead letters, is within the cap, the rows' bytes span many
+    blobs, and the table is exact. Seen failing with the cap's cut removed from
+    stage.range_stager / blob_writer (one blob of ~600 KB)."""
+    name = unique("blobcap")
+    topic = create_topic(name, 2)
+    good = [(str(i).encode(), json.dumps({"order_id": i, "customer": f"c{i}-" + "x" * 1000,
+                                          "amount": 1.5}).encode()) for i in range(600)]
+    bad = [(b"bad", b'{"order_id": ' + b"y" * 1000)] * 60  # dead letters of ~1 KB (json)
+    produce(topic, good + bad)
+    settings = init_db(make_settings(name, [topic], fmt=fmt,
+                                     sink={"transform": transform} if transform else None))
+    # The driver builds each task's StagingTarget (driver/job.py): its cap travels to the
+    # executors in the pickled spec.
+    monkeypatch.setattr(task, "StagingTarget",
+                        functools.partial(task.StagingTarget, max_blob_bytes=SMALL_BLOB))
+    streamed: list[tuple[str, int]] = []
+    stream = Publisher._stream
+
+    def spied(self, kind, parts, copy):
+        class Spy:
+            def write(self, blob):
+                streamed.append((kind, len(blob)))
+                copy.write(blob)
+
+        stream(self, kind, parts, Spy())
+
+    monkeypatch.setattr(Publisher, "_stream", spied)
+
+    result = run_ingest(settings)
+
+    rows = 660 if fmt == "raw" else 600
+    assert (result.status, result.rows_written) == ("succeeded", rows), result
+    assert query(f"SELECT count(*) FROM {name}") == [(rows,)]
+    assert sum(stored_offsets(name).values()) == 660  # every record placed, offsets at the end
+    assert max(n for _, n in streamed) <= SMALL_BLOB, sorted(streamed)[-3:]
+    row_blobs = [n for kind, n in streamed if kind == ROW]
+    assert sum(row_blobs) > rows * 1000 and len(row_blobs) >= rows * 1000 // SMALL_BLOB
+    if fmt == "json":
+        assert len([n for kind, n in streamed if kind == DEAD]) >= 60 * 1000 // SMALL_BLOB

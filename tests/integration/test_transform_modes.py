@@ -5,10 +5,6 @@ it null) is a clear exit-2 error naming the transform, and nothing commits."""
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
-from decimal import Decimal
-
 import pytest
 
 from pipeline.driver.job import run_ingest
@@ -22,12 +18,13 @@ from tests.helpers import (
     stored_offsets,
     unique,
 )
-from tests.integration.test_sink_modes import (
+from tests.integration._sink_modes import (
     AGGREGATE,
-    committed,
     event,
-    kafka_log,
-    newest_per_key,
+    expected_state,
+    expected_totals,
+    table_state,
+    table_totals,
     tombstone,
     upsert_settings,
 )
@@ -57,16 +54,8 @@ def test_upsert_with_a_transform_keeps_the_newest_transformed_row_per_key(spark)
     result = run_ingest(settings)
     assert result.status == "succeeded" and result.dead_letters == 1, result
 
-    log = [(int(key), partition, offset, ts, value)
-           for partition, offset, key, value, ts in kafka_log(topic, committed(settings, topic))
-           if value is not None]
-    want = {}
-    for order_id, (_, partition, offset, _, value) in newest_per_key(log).items():
-        doc = json.loads(value)
-        amount = None if doc["amount"] is None else Decimal(doc["amount"])
-        want[order_id] = (doc["status"], amount, partition, offset, doc["status"].upper())
-    got = {r[0]: tuple(r[1:]) for r in query(
-        f'SELECT order_id, status, amount, "partition", "offset", label FROM {name}')}
+    want = expected_state(settings, topic, label=True, tombstones_delete=False)
+    got = table_state(name, label=True)
     assert len(want) == 225 and got == want
     assert {got[k][0] for k in range(3)} == {"v3"} and got[4][0] == "v1"
 
@@ -81,19 +70,8 @@ def test_aggregate_with_a_filtering_transform_totals_its_output_exactly_once(spa
         assert run_ingest(settings).status == "succeeded"
     assert run_ingest(settings).status == "noop"
 
-    groups: dict[str, list] = defaultdict(list)
-    for _, _, _, value, _ in kafka_log(topic, committed(settings, topic)):
-        doc = json.loads(value)
-        if doc["order_id"] % 3:
-            groups[doc["customer"]].append(None if doc["amount"] is None
-                                           else Decimal(doc["amount"]))
-    want = {}
-    for customer, amounts in groups.items():
-        priced = [a for a in amounts if a is not None]
-        want[customer] = (len(amounts), sum(priced) if priced else None,
-                          min(priced, default=None), max(priced, default=None), len(priced))
-    got = {r[0]: tuple(r[1:]) for r in query(
-        f"SELECT customer, orders, total, smallest, biggest, priced FROM {name}")}
+    want = expected_totals(settings, topic, lambda doc: doc["order_id"] % 3)
+    got = table_totals(name)
     assert sum(v[0] for v in want.values()) == 600 and got == want
 
 

@@ -8,53 +8,29 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from pipeline.cli import main as cli_main
 from pipeline.driver.job import run_ingest
 from pipeline.driver.verify import Filters, run_verify
 from pipeline.errors import EXIT_DATA, EXIT_OK
 from tests.helpers import (
     BOOTSTRAP,
-    TEST_DB_URL,
     create_topic,
     make_settings,
-    produce,
     query,
     toml_config,
     unique,
 )
 from tests.integration._reliability import init_db
+from tests.integration._verify import execute, ingested_twice, verify
 from tests.integration.test_bad_input import compacted_topic, order  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
 def pipeline(spark, tmp_path_factory):
     """Two partitions, good records and dead letters, ingested by two runs."""
-    topic = create_topic(unique("verify"), 2)
-    produce(topic, [(b"k", order(i)) for i in range(20)], partition=0)
-    produce(topic, [(b"k", order(i)) for i in range(5)] + [(b"k", b"{bad")] * 3, partition=1)
-    s = init_db(make_settings(unique("verify"), [topic]))
-    run_ingest(s)
-    produce(topic, [(b"k", order(i)) for i in range(20, 30)], partition=0)
-    run_ingest(s)
-    config = tmp_path_factory.mktemp("verify") / "verify.toml"
-    config.write_text(toml_config(s.name, [topic], db_url=s.database_url))
-    return s, topic, config
-
-
-def execute(statement: str, params=None) -> None:
-    """A statement that returns no rows, as the tables' owner (a person tampering)."""
-    with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
-        conn.execute(statement, params)
-
-
-def verify(config, *args: str, capsys) -> tuple[int, str, str]:
-    code = cli_main(["verify", "--config", str(config), *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return ingested_twice(tmp_path_factory, "verify")[:3]
 
 
 def test_an_exact_pipeline_verifies_clean(pipeline, capsys):

@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from pipeline.cli import main as cli_main
 from pipeline.driver.job import run_ingest
 from pipeline.driver.verify import Filters, run_verify
 from pipeline.errors import EXIT_DATA, EXIT_OK
@@ -27,35 +26,20 @@ from tests.helpers import (
     unique,
 )
 from tests.integration._reliability import init_db
+from tests.integration._verify import execute, ingested_twice, verify
 from tests.integration.test_bad_input import delete_records, order, recreate_topic
-from tests.integration.test_verify import execute
 
 
 @pytest.fixture(scope="module")
 def pipeline(spark, tmp_path_factory):
-    """Two partitions, good records and dead letters, ingested by two runs."""
-    topic = create_topic(unique("ledger"), 2)
-    produce(topic, [(b"k", order(i)) for i in range(20)], partition=0)
-    produce(topic, [(b"k", order(i)) for i in range(5)] + [(None, b"{bad")] * 3, partition=1)
-    s = init_db(make_settings(unique("ledger"), [topic]))
-    first = run_ingest(s).run_id
-    produce(topic, [(b"k", order(i)) for i in range(20, 30)], partition=0)
-    second = run_ingest(s).run_id
-    config = tmp_path_factory.mktemp("ledger") / "ledger.toml"
-    config.write_text(toml_config(s.name, [topic], db_url=s.database_url))
-    return s, topic, config, first, second
+    """Two partitions, good records and dead letters (without a key), ingested by two runs."""
+    return ingested_twice(tmp_path_factory, "ledger", bad_key=None)
 
 
 def ledger(pipeline: str) -> list[tuple]:
     return query('SELECT run_id, "partition", from_offset, until_offset, records, '
                  "rows_written, dead_letters, skipped, content_hash FROM pipeline_ranges "
                  "WHERE pipeline = %s ORDER BY 2, 3", (pipeline,))
-
-
-def verify(config, *args: str, capsys) -> tuple[int, str, str]:
-    code = cli_main(["verify", "--config", str(config), *args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def kafka_hash(topic: str, partition: int, start: int, until: int) -> bytes:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -230,15 +229,9 @@ def test_a_consumer_group_the_user_may_not_use_is_one_config_error(secure):
     outside the ACLs' pipeline_* is refused inside its Spark tasks, not retried."""
     name = unique("sec_noacl")
     secure.init(name)
-    config = Path(secure.config(name))
-    # The reader's group lookup (refused) races its first fetches (allowed): 600 records
-    # in one fetch per partition could all be read before the refusal arrived (1 run in
-    # 7 here). Fetching 1 KB at a time keeps the reader busy for many round trips.
-    config.write_text(config.read_text().replace(
-        "[kafka.admin_client]", '[kafka.admin_client]\n"max.partition.fetch.bytes" = "1024"', 1))
     started = time.monotonic()
 
-    r = secure.run(str(config))
+    r = secure.run(secure.config(name))
 
     error = one_error(r)
     assert time.monotonic() - started < 60
@@ -247,3 +240,30 @@ def test_a_consumer_group_the_user_may_not_use_is_one_config_error(secure):
     assert query(f"SELECT status, exit_code FROM {SCHEMA}.pipeline_runs WHERE pipeline = %s",
                  (name,)) == [("failed", EXIT_CONFIG)]
     assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
+
+
+def test_a_reader_whose_group_the_acls_forbid_is_refused_before_it_takes_a_record(secure):
+    """The executors' reader looks its group up before it takes any record, so a forbidden
+    group is refused on every read, however small the range. Before, librdkafka's group
+    lookup raced the (allowed) fetches: of 20 such reads of one partition 3-4 read their
+    range whole and returned its records (this test failed so; the CLI test above fetched
+    1 KB at a time to make the race unlikely)."""
+    from pipeline.executor.consume import RangeReadError, read_ranges, reader_config
+    from pipeline.executor.task_errors import Kind
+    from pipeline.plan.offsets import OffsetRange
+
+    client = {"bootstrap.servers": secure.bootstrap, "security.protocol": "SASL_SSL",
+              "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "pipeline",
+              "sasl.password": secure.env["KAFKA_SASL_PASSWORD"],
+              "ssl.ca.location": secure.env["KAFKA_SSL_CA"]}
+    _, end = watermarks(secure.topic)[0]
+    for attempt in range(20):
+        group = f"{unique('sec_noacl')}-reader"  # outside the ACLs' pipeline_*
+        with pytest.raises(RangeReadError) as refused:
+            taken = [records for _, records in read_ranges(
+                reader_config(client, "read_committed", group),
+                [OffsetRange(secure.topic, 0, 0, end)], 30)]
+            pytest.fail(f"read {sum(map(len, taken))} records in attempt {attempt}")
+        assert refused.value.kind == Kind.CONFIG, refused.value
+        assert f"consumer group '{group}'" in refused.value.message
+        assert "Group authorization" in refused.value.message
