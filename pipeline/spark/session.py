@@ -102,7 +102,7 @@ JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
              "light": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
 # At most this many planned records, a Spark SQL run starts its JVM with "sql_small".
 # Measured on 2 cores, a whole run with an identity transform: at 500k records C1 alone
-# spent 2.5 + 18.1 CPU-s in its compiler threads + tasks against C1+C2's 16.6 + 11.9; at
+# spent 2.5 + 18.1 CPU-s in its compiler threads + tasks against C1+C2's 16.0 + 11.8; at
 # 2M, 89.9 CPU-s in all against 65.8. They cross near 0.8M: below it, with a margin.
 SMALL_SQL_RECORDS = 500_000
 
