@@ -100,7 +100,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
         store.create_staging(run)
         sc = None
         if ranges:
-            sc = start_spark(settings)
+            sc = start_spark(settings, sum(r.count for r in ranges))
             signals.sc = sc
             timer.lap("spark_start")
             log.info("Spark started in %.1f s", timer.stages["spark_start"],

@@ -9,9 +9,10 @@ from pipeline.config import Settings
 from pipeline.errors import ConfigError, PipelineError
 
 
-def start_spark(settings: Settings):
-    """The SparkContext; Spark SQL's session is only built when a transform needs it."""
-    from pipeline.spark.session import get_context
+def start_spark(settings: Settings, records: int = 0):
+    """The SparkContext; Spark SQL's session is only built when a transform needs it.
+    ``records``: how many the run plans to read (a transform's JVM flags depend on it)."""
+    from pipeline.spark.session import get_context, sql_flags
 
     try:
         transform = bool(settings.sink.transform)
@@ -23,7 +24,8 @@ def start_spark(settings: Settings):
                     ", which the built-in sinks do not: pip install "
                     "'kafka-offset-pipeline[transform]'; nothing was read")
         return get_context(settings.spark.master, settings.spark.conf,
-                           jvm="sql" if transform else "light", kafka_source=transform)
+                           jvm=sql_flags(records) if transform else "light",
+                           kafka_source=transform)
     except PipelineError:
         raise
     except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here

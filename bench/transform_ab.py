@@ -1,0 +1,70 @@
+"""Paired A/B of the transform path through the CLI (issue 25): two checkouts alternated
+on one topic, each run into a fresh verified table, wall seconds, CPU-seconds of the whole
+run (the CLI, its JVM, Spark's Python workers; not Kafka or Postgres) and peak RSS.
+
+    .venv/bin/python -m bench.transform_ab TOPIC N ROUNDS A_CHECKOUT B_CHECKOUT [KIND]
+
+KIND: identity (the default), enrich (conf/examples/transform.toml) or json (no transform).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+from bench.contenders import run_pipeline
+from bench.transform import ENRICH, ENRICHED_COLUMNS, EXAMPLE, IDENTITY
+from bench.transform_profile import tree_cpu, tree_cpu_by_kind
+
+
+class TreeCpu:
+    """CPU-seconds of this process's descendants, sampled every 0.2 s: a JVM its CLI does
+    not wait for is not in getrusage's children (a process exiting between two samples
+    loses at most 0.2 s)."""
+
+    def __init__(self):
+        self.peak, self.stop, self.kinds = 0.0, threading.Event(), {}
+        self.base = tree_cpu(os.getpid())
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    def sample(self):
+        while not self.stop.wait(0.2):
+            self.peak = max(self.peak, tree_cpu(os.getpid()) - self.base)
+            for k, v in tree_cpu_by_kind(os.getpid()).items():
+                self.kinds[k] = max(self.kinds.get(k, 0.0), v)
+
+    def done(self) -> float:
+        self.stop.set()
+        self.thread.join()
+        return self.peak
+
+
+def main(argv: list[str]) -> int:
+    topic, n, rounds, a, b = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[4]
+    kind = argv[5] if len(argv) > 5 else "identity"
+    for i in range(rounds):
+        for label, root in (("A", a), ("B", b)):
+            env = {**os.environ, "PYTHONPATH": f"{root}:{EXAMPLE}"}
+            kw = {}
+            if kind == "identity":
+                kw = {"sink": IDENTITY}
+            elif kind == "enrich":
+                from bench.transform import check_enriched as enriched_check
+                kw = {"sink": ENRICH, "more_columns": ENRICHED_COLUMNS,
+                      "check": enriched_check}
+            load = os.getloadavg()[0]
+            cpu = TreeCpu()
+            seconds, rss, timings = run_pipeline("json", topic, n, i, env, root=Path(root),
+                                                 tag=f"_{kind}_{label.lower()}", **kw)
+            print(f"{kind} round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s,"
+                  f" {rss:.0f} MB, read_and_stage {timings.get('read_and_stage', 0):.1f} s,"
+                  f" load {load:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items()),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
