@@ -134,3 +134,32 @@ def retained(r: OffsetRange, earliest: int) -> tuple[OffsetRange | None, OffsetR
         return r, None
     return (OffsetRange(r.topic, r.partition, r.from_offset, earliest),
             OffsetRange(r.topic, r.partition, earliest, r.until_offset))
+
+
+def offset_unexplained(tp: TopicPartition, next_offset: int, run_id: int | None,
+                       writer: dict | None) -> str | None:
+    """Why a stored offset is not what the run recorded as its writer set (None: it is).
+    A publishing run sets a partition's offset to the end of its planned range, an
+    'offsets' run to the change its details record; anything else (a row edited by hand, or
+    forged) moved the offset past records no run published, or back over them."""
+    if run_id is None:  # a row from before the offsets table named its writer
+        return None
+    if writer is None:
+        return f"stored offset {next_offset} names run {run_id}, which is not in pipeline_runs"
+    if writer["status"] != "succeeded":
+        return (f"stored offset {next_offset} was written by run {run_id}, which did not "
+                f"succeed ({writer['status']})")
+    if writer["kind"] == "offsets":
+        set_to = {(c["topic"], c["partition"]): c["new"]
+                  for c in writer["details"].get("changes", [])}
+        what = "its offsets change"
+    else:
+        set_to = {r.tp: r.until_offset for r in map(OffsetRange.from_dict, writer["planned"])}
+        what = "its planned range's end"
+    if tp not in set_to:
+        return (f"stored offset {next_offset} names run {run_id} ({writer['kind']}), which "
+                "did not set this partition")
+    if set_to[tp] != next_offset:
+        return (f"stored offset {next_offset}, but run {run_id} ({writer['kind']}) set it to "
+                f"{set_to[tp]} ({what})")
+    return None

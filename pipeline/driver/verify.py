@@ -15,7 +15,15 @@ from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Settings
 from pipeline.driver.ledger_check import LedgerFindings, check_ledger
-from pipeline.driver.reconcile import KEEP, Findings, clip, published, reconcile, retained
+from pipeline.driver.reconcile import (
+    KEEP,
+    Findings,
+    clip,
+    offset_unexplained,
+    published,
+    reconcile,
+    retained,
+)
 from pipeline.errors import ConfigError, DataError, PipelineError, TransientError
 from pipeline.plan.offsets import OffsetRange, PartitionOffsets
 
@@ -63,6 +71,8 @@ class PartitionReport:
     filtered: int = 0
     # Offsets of the published ranges with no record to verify, by why (SKIP_KINDS).
     skipped: dict[str, int] = field(default_factory=dict)
+    # The stored offset, when the run it names did not set it (reconcile.offset_unexplained).
+    stored_offset: str | None = None
 
     def skip(self, kind: str, n: int) -> None:
         if n > 0:
@@ -71,7 +81,7 @@ class PartitionReport:
     @property
     def ok(self) -> bool:
         return not (self.missing or self.unexpected or self.duplicates or self.unpublished
-                    or self.ledger_mismatches)
+                    or self.ledger_mismatches or self.stored_offset)
 
     def add_ledger(self, f: LedgerFindings) -> None:
         self.ledger_ranges, self.ledger_hashed = f.checked, f.hashed
@@ -180,6 +190,8 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto") -> Ver
                           for r in clip(rs, filters.window(*tp).from_offset,
                                         filters.window(*tp).until_offset))  # to verify
             hash_spans, span_offsets = verify_spark.hashing(settings, spark, offsets, reader)
+            stored = store.stored_offsets()
+            writers = store.offset_writers([w for _, w in stored.values() if w is not None])
             for i, ((topic, partition), rs) in enumerate(selected.items(), 1):
                 report = verify_partition(store, (reader, uncommitted), k.timeout_seconds,
                                           topic, partition, rs, filters,
@@ -194,6 +206,12 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto") -> Ver
                     lambda r: batches(reader, r, k.timeout_seconds),
                     held.get((topic, partition)), store.table_counts,
                     hash_spans=hash_spans, span_offsets=span_offsets))
+                if (topic, partition) in stored:
+                    next_offset, writer = stored[(topic, partition)]
+                    report.stored_offset = offset_unexplained(
+                        (topic, partition), next_offset, writer, writers.get(writer))
+                    if report.stored_offset:
+                        report.mismatch(next_offset, "stored_offset", report.stored_offset)
                 reports.append(report)
                 log.info("verify %s[%d] (%d/%d): %d records, %d rows, %d dead letters: %s",
                          topic, partition, i, len(selected), report.expected, report.rows,

@@ -13,7 +13,7 @@ from sqlalchemy import Table, and_, func, not_, or_, select
 from pipeline.plan.offsets import OffsetRange
 from pipeline.store.results import in_range
 from pipeline.store.session import Session
-from pipeline.store.tables import dead_letters, runs
+from pipeline.store.tables import dead_letters, offsets, runs
 
 PUBLISHING_KINDS = ("ingest", "backfill", "reprocess")
 PAGE = 10_000
@@ -35,6 +35,22 @@ class Verification(Session):
             .where(runs.c.pipeline == self.pipeline, runs.c.status == "succeeded",
                    runs.c.kind.in_(PUBLISHING_KINDS))
             .order_by(runs.c.run_id))]
+
+    def stored_offsets(self) -> dict[tuple[str, int], tuple[int, int | None]]:
+        """Each partition's stored next offset and the run that wrote it."""
+        return {(r.topic, r.partition): (r.next_offset, r.run_id) for r in self.run(
+            select(offsets.c.topic, offsets.c.partition, offsets.c.next_offset,
+                   offsets.c.run_id).where(offsets.c.pipeline == self.pipeline))}
+
+    def offset_writers(self, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """run id -> its kind, status, planned ranges and details (the runs that wrote the
+        stored offsets)."""
+        if not run_ids:
+            return {}
+        return {r.run_id: {"kind": r.kind, "status": r.status, "planned": r.planned or [],
+                           "details": r.details or {}} for r in self.run(
+            select(runs.c.run_id, runs.c.kind, runs.c.status, runs.c.planned, runs.c.details)
+            .where(runs.c.pipeline == self.pipeline, runs.c.run_id.in_(sorted(set(run_ids)))))}
 
     def archiving_runs(self) -> dict[str, int]:
         """topic -> the newest offsets run that archived its rows (a recreated topic)."""

@@ -148,3 +148,37 @@ def test_compacted_offsets_are_reported_as_skipped_and_why(
     assert code == EXIT_OK and (f"{topic}[0]: {end - read} offset(s) skipped, no record to "
                                 f"verify: {end - read} compacted away or transaction "
                                 "markers") in out
+
+
+def test_a_dropped_dead_letter_is_named_missing_and_exit_3(pipeline, capsys):
+    # A record is in neither table once its dead letter is gone: verify names it.
+    s, topic, config = pipeline
+    where = 'WHERE pipeline = %s AND topic = %s AND "partition" = 1 AND "offset" = 6'
+    [saved] = query(f"SELECT * FROM pipeline_dead_letters {where}", (s.name, topic))
+    execute(f"DELETE FROM pipeline_dead_letters {where}", (s.name, topic))
+    try:
+        code, out, _ = verify(config, capsys=capsys)
+        assert code == EXIT_DATA
+        assert f"{topic}[1] offset 6: missing" in out
+    finally:
+        execute(f"INSERT INTO pipeline_dead_letters VALUES ({', '.join(['%s'] * len(saved))})",
+                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in saved])
+    assert verify(config, capsys=capsys)[0] == EXIT_OK
+
+
+def test_a_forged_offset_row_is_named_and_exit_3(pipeline, capsys):
+    # Stored offsets moved past what any run published (records skipped by hand, or a
+    # forged row): the offsets between are named, not taken as verified.
+    s, topic, config = pipeline
+    where = 'WHERE pipeline = %s AND topic = %s AND "partition" = 0'
+    execute(f"UPDATE pipeline_offsets SET next_offset = next_offset + 5 {where}",
+            (s.name, topic))
+    try:
+        code, out, _ = verify(config, capsys=capsys)
+        assert code == EXIT_DATA, out
+        assert (f"{topic}[0] offset 35: stored_offset" in out
+                and "set it to 30 (its planned range's end)" in out), out
+    finally:
+        execute(f"UPDATE pipeline_offsets SET next_offset = next_offset - 5 {where}",
+                (s.name, topic))
+    assert verify(config, capsys=capsys)[0] == EXIT_OK
