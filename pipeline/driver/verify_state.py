@@ -85,7 +85,7 @@ def run_state_verify(settings: Settings, topic: str | None = None,
             archived = store.archiving_runs()
             ranges = published([p for _, p in plans], archived,
                                [run_id for run_id, _ in plans])
-            if sink.mode == "aggregate":
+            if store.sink.state_keeps_recreated_topics:
                 # Totals kept through a topic's recreation count the old topic's records,
                 # which Kafka no longer holds (sinks/aggregate.py).
                 report.not_verifiable += [
@@ -122,8 +122,7 @@ def run_state_verify(settings: Settings, topic: str | None = None,
                         rows, _, tombstones = encoder.encode(t, p, batch)
                         store.copy_records(rows, tombstones, encoder.binary)
                         report.records += len(batch)
-            columns = {"upsert": store.upsert_state, "aggregate": store.aggregate_state,
-                       "append": store.append_state}[sink.mode]()
+            columns = store.recompute_state()
             for name, value in store.state_differences(columns).items():
                 setattr(report, name, value)
     log.info("verify %s (%s): %d records make %d rows, the table holds %d: %s",

@@ -59,6 +59,30 @@ class Aggregate(Sink):
             computed=sql.SQL(", ").join(computed), src=sql.Identifier(source),
             merged=sql.SQL(", ").join(merged))
 
+    state_keeps_recreated_topics = True  # totals kept through a recreation (archive_recreated)
+
+    def state_sql(self, rows: sql.Identifier, state: sql.Identifier) -> list[sql.Composable]:
+        """The totals per group of every record."""
+        computed = [sql.SQL("{f}({arg}) AS {n}").format(
+            f=sql.SQL(a.function), n=sql.Identifier(a.name),
+            arg=sql.SQL("*") if a.of is None else sql.Identifier(a.of))
+            for a in self.settings.aggregates]
+        return [sql.SQL("CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT {key}, {computed} "
+                        "FROM {rows} GROUP BY {key}").format(
+                            state=state, key=identifiers(self.settings.key),
+                            computed=sql.SQL(", ").join(computed), rows=rows)]
+
+    def state_columns(self) -> list[str]:
+        return [*self.settings.key, *(a.name for a in self.settings.aggregates)]
+
+    def state_inexact(self) -> set[str]:
+        """Sums over double columns: the sink adds a run's total to the stored one, verify
+        sums every record at once, and float addition is not associative, so the two may
+        differ in the last bits."""
+        doubles = {c.name for c in self.settings.columns if c.type == "double"}
+        return {a.name for a in self.settings.aggregates
+                if a.function == "sum" and a.of in doubles}
+
     def archive_recreated(self, conn, topic, archive_results) -> int:
         # The totals stay: they count the old topic's records, which were read once.
         return 0

@@ -16,6 +16,10 @@ from pipeline.store.run import Run
 
 class Append(Sink):
     mode = "append"
+    state_is_whole_table = False
+
+    def state_key(self) -> list[str]:
+        return ["topic", "partition", "offset"]
 
     @cached_property
     def results(self) -> Table:

@@ -82,3 +82,28 @@ class Sink(ABC):
     def growth_note(self) -> str:
         """What a topic that grew partitions means for this sink (job.py logs it)."""
         return ""
+
+    # What ``pipeline verify`` recomputes (driver/verify_state.py, store/state.py): the state
+    # the results table should hold, from the records re-read into the temp table ``rows``.
+    # Append: every record is its row, compared only with the rows of the records re-read.
+    state_is_whole_table = True
+    # The state counts records of a topic before it was recreated (Kafka no longer has them).
+    state_keeps_recreated_topics = False
+
+    def state_sql(self, rows: sql.Identifier, state: sql.Identifier) -> list[sql.Composable]:
+        """The statements that make the temp table ``state`` from ``rows``."""
+        return [sql.SQL("CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT * FROM {rows}")
+                .format(state=state, rows=rows)]
+
+    def state_columns(self) -> list[str]:
+        """The columns compared (a record's, coordinates included: a row must be the right
+        record, not only hold the same values)."""
+        return [c.name for c in tables.from_record(self.results)]
+
+    def state_key(self) -> list[str]:
+        """The columns that name a differing row."""
+        return list(self.settings.key)
+
+    def state_inexact(self) -> set[str]:
+        """Columns compared within a relative 1e-9 (by a join on ``state_key``)."""
+        return set()

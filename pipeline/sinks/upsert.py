@@ -113,6 +113,21 @@ class Upsert(Sink):
             self.t(self.deleted.name)), (topic,))
         return rows
 
+    def state_sql(self, rows: sql.Identifier, state: sql.Identifier) -> list[sql.Composable]:
+        """The newest record per key (``newer``: offsets within a partition, then the Kafka
+        timestamp across), a tombstone deleting it."""
+        key = identifiers(self.settings.key)
+        on = sql.SQL(" AND ").join(sql.SQL("o.{k} = l.{k}").format(k=sql.Identifier(k))
+                                   for k in self.settings.key)
+        out = [sql.SQL("CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT DISTINCT ON ({key}, "
+                       "topic, partition) * FROM {rows} ORDER BY {key}, topic, partition, "
+                       "\"offset\" DESC").format(state=state, key=key, rows=rows),
+               sql.SQL("DELETE FROM {s} AS o USING {s} AS l WHERE {on} AND {newer}")
+               .format(s=state, on=on, newer=newer("l", "o"))]
+        if self.settings.deletes:
+            out.append(sql.SQL("DELETE FROM {} WHERE _tombstone").format(state))
+        return out
+
     def growth_note(self) -> str:
         return ("; an upsert key found in two partitions keeps its record with the latest "
                 "Kafka timestamp")

@@ -11,14 +11,12 @@ from psycopg import sql
 from sqlalchemy.schema import CreateTable
 
 from pipeline.formats import copy_binary
-from pipeline.sinks.upsert import newer
 from pipeline.store import tables
 from pipeline.store.identifiers import identifiers
 from pipeline.store.session import Session
 
 ROWS, STATE = "_verify_rows", "_verify_state"
 SHOWN = 10  # differing keys named per direction
-COORDINATES = ["topic", "partition", "offset"]
 
 
 class StateVerification(Session):
@@ -48,58 +46,12 @@ class StateVerification(Session):
                     for line in tombstones:
                         cp.write(line)
 
-    def _key(self) -> sql.Composable:
-        return identifiers(self.sink.settings.key)
-
-    def upsert_state(self) -> list[str]:
-        """The newest record per key (sinks.upsert.newer: offsets within a partition,
-        then the Kafka timestamp across), a tombstone deleting it; returns the columns
-        compared (the record's, coordinates included: a row must be its key's newest
-        record, not only hold the same values)."""
-        key, conn = self._key(), self.conn
-        sink = self.sink.settings
-        conn.execute(sql.SQL(
-            "CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT DISTINCT ON ({key}, topic, "
-            "partition) * FROM {rows} ORDER BY {key}, topic, partition, \"offset\" DESC")
-            .format(state=sql.Identifier(STATE), key=key, rows=sql.Identifier(ROWS)))
-        on = sql.SQL(" AND ").join(sql.SQL("o.{k} = l.{k}").format(k=sql.Identifier(k))
-                                   for k in sink.key)
-        conn.execute(sql.SQL("DELETE FROM {s} AS o USING {s} AS l WHERE {on} AND {newer}")
-                     .format(s=sql.Identifier(STATE), on=on, newer=newer("l", "o")))
-        if sink.deletes:
-            conn.execute(sql.SQL("DELETE FROM {} WHERE _tombstone").format(
-                sql.Identifier(STATE)))
-        return [c.name for c in tables.from_record(self.results)]
-
-    def append_state(self) -> list[str]:
-        """An append sink's state is its rows, one per record: the re-read records' rows
-        themselves; returns the columns compared (coordinates included)."""
-        self.conn.execute(sql.SQL("CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT * "
-                                  "FROM {rows}").format(state=sql.Identifier(STATE),
-                                                        rows=sql.Identifier(ROWS)))
-        return [c.name for c in tables.from_record(self.results)]
-
-    def aggregate_state(self) -> list[str]:
-        """The totals per group of every record; returns the columns compared."""
-        sink = self.sink.settings
-        computed = [sql.SQL("{f}({arg}) AS {n}").format(
-            f=sql.SQL(a.function), n=sql.Identifier(a.name),
-            arg=sql.SQL("*") if a.of is None else sql.Identifier(a.of))
-            for a in sink.aggregates]
-        self.conn.execute(sql.SQL(
-            "CREATE TEMP TABLE {state} ON COMMIT DROP AS SELECT {key}, {computed} FROM {rows} "
-            "GROUP BY {key}").format(state=sql.Identifier(STATE), key=self._key(),
-                                     computed=sql.SQL(", ").join(computed),
-                                     rows=sql.Identifier(ROWS)))
-        return [*sink.key, *(a.name for a in sink.aggregates)]
-
-    def _inexact(self) -> set[str]:
-        """An aggregate's sums over double columns: the sink adds a run's total to the
-        stored one, verify sums every record at once, and float addition is not
-        associative, so the two may differ in the last bits."""
-        sink = self.sink.settings
-        doubles = {c.name for c in sink.columns if c.type == "double"}
-        return {a.name for a in sink.aggregates if a.function == "sum" and a.of in doubles}
+    def recompute_state(self) -> list[str]:
+        """The state the results table should hold, made from the re-read records by the
+        sink's own rule (Sink.state_sql) into a temp table; returns the columns compared."""
+        for statement in self.sink.state_sql(sql.Identifier(ROWS), sql.Identifier(STATE)):
+            self.conn.execute(statement)
+        return self.sink.state_columns()
 
     def _different(self, columns: list[str], inexact: set[str]) -> sql.Composable:
         """The predicate 'row s and row t differ' (NULLs equal; inexact columns within a
@@ -116,26 +68,27 @@ class StateVerification(Session):
                 tests.append(sql.SQL("{s} IS DISTINCT FROM {t}").format(s=s_c, t=t_c))
         return sql.SQL(" OR ").join(tests)
 
-    def _aggregate_differences(self, columns: list[str]) -> dict:
-        """An aggregate's state and table joined on the group: a group on one side only,
-        or with a total that differs, counts on both sides as EXCEPT ALL would count it."""
-        sink = self.sink.settings
+    def _joined_differences(self, columns: list[str], inexact: set[str]) -> dict:
+        """State and table joined on the key: a key on one side only, or with a value that
+        differs (inexact columns within a relative 1e-9), counts on both sides as EXCEPT ALL
+        would count it."""
+        key = self.sink.state_key()
         on = sql.SQL(" AND ").join(sql.SQL("s.{k} = t.{k}").format(k=sql.Identifier(k))
-                                   for k in sink.key)
+                                   for k in key)
         joined = sql.SQL(
             "SELECT {sk}, {tk}, s.{k0} IS NULL AS no_s, t.{k0} IS NULL AS no_t, ({diff}) "
             "AS differs FROM {state} s FULL JOIN {table} t ON {on}").format(
                 sk=sql.SQL(", ").join(sql.SQL("s.{} AS {}").format(
-                    sql.Identifier(k), sql.Identifier(f"s_{k}")) for k in sink.key),
+                    sql.Identifier(k), sql.Identifier(f"s_{k}")) for k in key),
                 tk=sql.SQL(", ").join(sql.SQL("t.{} AS {}").format(
-                    sql.Identifier(k), sql.Identifier(f"t_{k}")) for k in sink.key),
-                k0=sql.Identifier(sink.key[0]),
-                diff=self._different(columns, self._inexact()),
+                    sql.Identifier(k), sql.Identifier(f"t_{k}")) for k in key),
+                k0=sql.Identifier(key[0]),
+                diff=self._different(columns, inexact),
                 state=sql.Identifier(STATE), table=self.t(self.results.name), on=on)
         out = {}
         for name, side, when in (("missing", "s", "no_t OR (NOT no_s AND differs)"),
                                  ("unexpected", "t", "no_s OR (NOT no_t AND differs)")):
-            keys = sql.SQL(", ").join(sql.Identifier(f"{side}_{k}") for k in sink.key)
+            keys = sql.SQL(", ").join(sql.Identifier(f"{side}_{k}") for k in key)
             out[name] = self.conn.execute(sql.SQL("SELECT count(*) FROM ({j}) j WHERE {w}")
                                           .format(j=joined, w=sql.SQL(when))).fetchone()[0]
             first = self.conn.execute(sql.SQL(
@@ -148,18 +101,17 @@ class StateVerification(Session):
         """Rows the state holds that the table does not (``missing``: a key gone or a
         value changed) and rows the table holds that the state does not (``unexpected``),
         counted, with the first keys of each."""
-        append = self.sink.settings.mode == "append"
-        key = identifiers(COORDINATES) if append else self._key()
+        key = identifiers(self.sink.state_key())
         cols = identifiers(columns)
         table: sql.Composable = self.t(self.results.name)
-        if append:
+        if not self.sink.state_is_whole_table:
             # Only the rows of the records re-read (a window of the table): rows no record
             # accounts for are the offset check's to find (driver/verify.py).
             table = sql.SQL("(SELECT * FROM {t} WHERE (topic, \"partition\", \"offset\") IN "
                             "(SELECT topic, \"partition\", \"offset\" FROM {s})) w").format(
                                 t=table, s=sql.Identifier(STATE))
-        if self.sink.settings.mode == "aggregate":
-            out = self._aggregate_differences(columns)
+        if inexact := self.sink.state_inexact():
+            out = self._joined_differences(columns, inexact)
         else:
             out = self._rows_differences(cols, key, table)
         out["state_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
