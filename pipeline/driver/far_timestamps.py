@@ -43,8 +43,14 @@ def far_records(settings: Settings, ranges: Sequence[OffsetRange]) -> list[FarRe
     if not ranges:
         return []
     meta = KafkaMeta(settings.kafka)
-    over = [tp for tp, ts in meta.max_timestamps([r.tp for r in ranges]).items()
-            if ts > SPARK_MAX_MS]
+    largest = meta.max_timestamps([r.tp for r in ranges])
+    if largest is None:
+        log.warning("Kafka at %s does not tell a partition's largest timestamp (before Kafka "
+                    "3.0): a record past %d ms would fail this transform run",
+                    settings.kafka.bootstrap_servers, SPARK_MAX_MS,
+                    extra={"event": "read.far_unchecked"})
+        return []
+    over = [tp for tp, ts in largest.items() if ts > SPARK_MAX_MS]
     if not over:
         return []
     # The log's first far record: a partition whose far records all precede the range
@@ -58,7 +64,7 @@ def far_records(settings: Settings, ranges: Sequence[OffsetRange]) -> list[FarRe
             continue
         scan = OffsetRange(r.topic, r.partition, max(r.from_offset, first.get(r.tp, -1)),
                            r.until_offset)
-        for batch in batches(reader, scan, k.timeout_seconds):
+        for batch in batches(reader, scan, k.timeout_seconds, what="far-timestamp scan"):
             for m in batch:
                 ts = m.timestamp()[1]
                 if ts > SPARK_MAX_MS:

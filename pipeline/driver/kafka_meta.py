@@ -144,9 +144,11 @@ class KafkaMeta:
                       isolation_level: str) -> dict[tuple[str, int], int]:
         return {tp: info.offset for tp, info in self._list(specs, isolation_level).items()}
 
-    def _list(self, specs: Mapping[TopicPartition, OffsetSpec], isolation_level: str
-              ) -> dict[tuple[str, int], object]:
-        """ListOffsetsResultInfo (offset, timestamp) per (topic, partition)."""
+    def _list(self, specs: Mapping[TopicPartition, OffsetSpec], isolation_level: str,
+              optional: bool = False) -> dict[tuple[str, int], object] | None:
+        """ListOffsetsResultInfo (offset, timestamp) per (topic, partition); ``optional``:
+        None where the broker does not support the request (e.g. MAX_TIMESTAMP before
+        Kafka 3.0)."""
         if not specs:
             return {}
         level = (IsolationLevel.READ_COMMITTED if isolation_level == "read_committed"
@@ -157,6 +159,9 @@ class KafkaMeta:
             return {(tp.topic, tp.partition): f.result() for tp, f in futures.items()}
         except KafkaException as e:
             err = e.args[0]
+            if optional and isinstance(err, KafkaError) and err.code() in (
+                    KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION):
+                return None
             if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise DataError(
                     f"unknown topic or partition while listing offsets: {err}") from None
@@ -198,12 +203,14 @@ class KafkaMeta:
                 for tp, off in found.items()}
 
     def max_timestamps(self, partitions: Iterable[tuple[str, int]]
-                       ) -> dict[tuple[str, int], int]:
+                       ) -> dict[tuple[str, int], int] | None:
         """The largest record timestamp (epoch ms) in each partition's whole log, one
-        ListOffsets request (KIP-734's MAX_TIMESTAMP); -1 for an empty partition."""
-        return {tp: info.timestamp for tp, info in self._list(
+        ListOffsets request (KIP-734's MAX_TIMESTAMP); -1 for an empty partition. None: the
+        broker does not support the request (before Kafka 3.0)."""
+        found = self._list(
             {TopicPartition(t, p): OffsetSpec.max_timestamp() for t, p in partitions},
-            self.settings.isolation_level).items()}
+            self.settings.isolation_level, optional=True)
+        return None if found is None else {tp: info.timestamp for tp, info in found.items()}
 
     def first_offsets_for_time(self, partitions: Iterable[tuple[str, int]],
                                timestamp_ms: int) -> dict[tuple[str, int], int]:
