@@ -222,16 +222,20 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from pipeline.driver.far_timestamps import far_records
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer, line_frame
     from pipeline.executor.task import LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
-    from pipeline.spark.read import read_ranges
+    from pipeline.spark.far_records import read_around, with_far
     from pipeline.spark.record_hash import DIGEST, range_reads, record_digest
     from pipeline.spark.transform import mark, split
     from pipeline.store import tables
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
-    records = read_ranges(spark, settings.kafka, ranges, settings.spark.min_partitions)
+    # Records whose timestamp Spark's source cannot hold are read here and dead-lettered
+    # (driver/far_timestamps.py): one Admin request when there is none.
+    far = far_records(settings, ranges)
+    records = read_around(spark, settings.kafka, ranges, far, settings.spark.min_partitions)
     # Spark's Kafka source makes one task per partition: a wide topic with a few records
     # per partition would pay a task's fixed cost per partition. No more tasks than the
     # built-in sinks would run (coalesce: no shuffle, a task reads its partitions in turn;
@@ -244,8 +248,9 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # runs once per record (a filter over an uncached parse is pushed below it and parses
     # again per check).
     # Each record's digest, kept in the cache: the ledger's content hash (record_hash.py).
-    cached = mark(records.withColumn(DIGEST, record_digest(F)), settings.sink,
-                  settings.schema_registry, carry=[DIGEST]).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = with_far(spark, mark(records.withColumn(DIGEST, record_digest(F)), settings.sink,
+                                  settings.schema_registry, carry=[DIGEST]), far
+                      ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         results, dead = split(cached, settings.sink)
         good = results.select(*[F.col(f"`{n}`") for n, _ in columns],

@@ -286,8 +286,10 @@ def records(reader: dict, r: OffsetRange, timeout: float) -> Iterator[int]:
             yield m.offset()
 
 
-def batches(reader: dict, r: OffsetRange, timeout: float) -> Iterator[list]:
-    """The records Kafka returns for ``r`` (Messages), a batch at a time, with progress."""
+def batches(reader: dict, r: OffsetRange, timeout: float, what: str = "verify"
+            ) -> Iterator[list]:
+    """The records Kafka returns for ``r`` (Messages), a batch at a time, with progress;
+    ``what`` reads them (it starts the log lines and errors)."""
     from pipeline.executor.consume import read_range
     from pipeline.executor.task_errors import Kind, TaskError
 
@@ -297,8 +299,8 @@ def batches(reader: dict, r: OffsetRange, timeout: float) -> Iterator[list]:
             yield batch
             before, seen = seen, seen + len(batch)
             if seen // PROGRESS_EVERY > before // PROGRESS_EVERY:
-                log.info("verify %s: %d records read", r, seen)
+                log.info("%s %s: %d records read", what, r, seen)
     except TaskError as e:
         error: type[PipelineError] = {Kind.CONFIG: ConfigError, Kind.PERMANENT: DataError
                                       }.get(e.kind, TransientError)
-        raise error(f"verify: {e.message}") from None
+        raise error(f"{what}: {e.message}") from None

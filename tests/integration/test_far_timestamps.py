@@ -1,0 +1,70 @@
+"""A transform run around records whose Kafka timestamp Spark's source cannot read (issue 23):
+the driver finds them with one ListOffsets request (driver/far_timestamps.py), Spark reads
+the planned ranges around them in layers (plan/far_records.py), and they are dead letters
+counted in the run's ledger like every record - on the real broker, Postgres and Spark."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+
+from pipeline.driver.job import run_ingest
+from pipeline.driver.kafka_meta import KafkaMeta
+from pipeline.plan.far_records import SPARK_MAX_MS
+from tests.helpers import BOOTSTRAP, create_topic, make_settings, query, unique
+from tests.integration._reliability import init_db
+from tests.integration.test_bad_input import order
+from tests.integration.test_verify_transform import kafka_sum, ledger
+
+BEYOND = 9_300_000_000_000_000  # ms: past Spark's int64 microseconds
+IDENTITY = "tests.integration.transforms.orders:identity"
+
+
+def far_topic(partitions: int) -> str:
+    return create_topic(unique("far"), partitions,
+                        **{"message.timestamp.after.max.ms": str(2**63 - 1)})
+
+
+def produce_at(topic: str, partition: int, timestamps: list[int | None], first_id: int = 0):
+    """One order per timestamp (None: the producer's clock), in this offset order."""
+    p = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True})
+    for i, ts in enumerate(timestamps, first_id):
+        p.produce(topic, key=b"k", value=order(i), partition=partition,
+                  **({"timestamp": ts} if ts is not None else {}))
+        p.flush(30)
+
+
+def test_kafka_names_a_partitions_largest_timestamp_and_its_first_far_offset(stack):
+    topic = far_topic(2)
+    produce_at(topic, 0, [1000, BEYOND, 2000, BEYOND + 5])
+    meta = KafkaMeta(make_settings(unique("far"), [topic]).kafka)
+    assert meta.max_timestamps([(topic, 0), (topic, 1)]) == {(topic, 0): BEYOND + 5,
+                                                             (topic, 1): -1}
+    assert meta.first_offsets_for_time([(topic, 0)], SPARK_MAX_MS + 1) == {(topic, 0): 1}
+
+
+@pytest.mark.slow
+def test_far_records_anywhere_in_a_range_are_dead_letters_and_the_ledger_counts_them(spark):
+    topic = far_topic(2)
+    # Far at the range's start, twice in a row, and at its end; partition 1 has none.
+    produce_at(topic, 0, [BEYOND, None, BEYOND, BEYOND + 1, None, BEYOND])
+    produce_at(topic, 1, [None, None])
+    s = init_db(make_settings(unique("far"), [topic], sink={"transform": IDENTITY}))
+    first = run_ingest(s)
+    assert first.status == "succeeded"
+    table = s.sink.table
+    assert query(f'SELECT "partition", "offset" FROM {table} ORDER BY 1, 2') == [
+        (0, 1), (0, 4), (1, 0), (1, 1)]
+    assert query('SELECT "partition", "offset", error_type, kafka_timestamp, value FROM '
+                 'pipeline_dead_letters WHERE pipeline = %s ORDER BY 1, 2', (s.name,)) == [
+        (0, o, "timestamp_out_of_range", None, order(o)) for o in (0, 2, 3, 5)]
+    # A later run: the far records precede its range (still in the log), none in it.
+    produce_at(topic, 0, [None, None], first_id=6)
+    assert run_ingest(s).status == "succeeded"
+    assert query(f'SELECT "offset" FROM {table} WHERE "partition" = 0 ORDER BY 1') == [
+        (1,), (4,), (6,), (7,)]
+    rows = ledger(s.name)
+    assert [r[1:7] for r in rows] == [(0, 0, 6, 6, 2, 4), (0, 6, 8, 2, 2, 0),
+                                      (1, 0, 2, 2, 2, 0)]
+    for _, p, start, until, *_, digest in rows:  # far records hashed like every record
+        assert bytes(digest) == kafka_sum(topic, p, start, until)
