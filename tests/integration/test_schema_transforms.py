@@ -78,7 +78,7 @@ def test_a_transform_gets_avro_records_decoded_with_the_built_in_paths_dead_lett
     assert (result.status, result.records_read, result.dead_letters) == (
         "succeeded", 302, 2 + len(v3_values))
     want = a.by_offset(topic, rows_of)
-    assert a.table_rows(name) == {po: r for po, r in want.items() if type(r) is tuple}
+    assert a.table_rows(name, a.SELECT) == {po: r for po, r in want.items() if type(r) is tuple}
     dead = a.dead_letters(name)
     assert {v: t for t, _, v in dead.values()} == {**bad, **{v: "wrong_type" for v in v3_values}}
     reasons = {t: m for t, m, _ in dead.values()}
@@ -114,7 +114,7 @@ def test_a_transform_gets_protobuf_records_decoded_exactly_with_dead_letters(reg
     assert (result.status, result.records_read, result.rows_written, result.dead_letters) == (
         "succeeded", 203, 200, 3)
     want = a.by_offset(topic, dict(zip(values, [r for _, r in made], strict=True)))
-    assert p.table_rows(name) == {po: r for po, r in want.items() if type(r) is tuple}
+    assert p.table_rows(name, p.SELECT) == {po: r for po, r in want.items() if type(r) is tuple}
     dead = a.dead_letters(name)
     assert {v: t for t, _, v in dead.values()} == bad
     reasons = {t: m for t, m, _ in dead.values()}
@@ -142,5 +142,5 @@ def test_a_transform_over_avro_with_the_registry_unreachable_is_exit_75_nothing_
 
     assert e.value.exit_code == EXIT_TRANSIENT
     assert "unreachable fetching schema id" in str(e.value), str(e.value)
-    assert stored_offsets(name) == {} and a.table_rows(name) == {}
+    assert stored_offsets(name) == {} and a.table_rows(name, a.SELECT) == {}
     assert a.dead_letters(name) == {}
