@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pipeline.plan.offsets import OffsetRange, TopicPartition
+from pipeline.plan.offsets import OffsetRange, TopicPartition, subtract_ranges
 
 # The largest Kafka timestamp (ms) Spark's source can hold as int64 microseconds.
 SPARK_MAX_MS = (2**63 - 1) // 1000
@@ -21,16 +21,7 @@ SPARK_MAX_MS = (2**63 - 1) // 1000
 def segments(r: OffsetRange, skipped: Iterable[int]) -> list[OffsetRange]:
     """``r`` minus the ``skipped`` offsets, as its non-empty pieces in offset order.
     Offsets outside ``r`` are ignored."""
-    pieces, start = [], r.from_offset
-    for offset in sorted(set(skipped)):
-        if not r.from_offset <= offset < r.until_offset:
-            continue
-        if offset > start:
-            pieces.append(OffsetRange(r.topic, r.partition, start, offset))
-        start = offset + 1
-    if start < r.until_offset:
-        pieces.append(OffsetRange(r.topic, r.partition, start, r.until_offset))
-    return pieces
+    return subtract_ranges([r], [OffsetRange(r.topic, r.partition, o, o + 1) for o in skipped])
 
 
 def layers(ranges: Iterable[OffsetRange],
