@@ -36,7 +36,7 @@ class FarRecord(NamedTuple):
 def far_records(settings: Settings, ranges: Sequence[OffsetRange]) -> list[FarRecord]:
     """Every record of ``ranges`` whose timestamp is past SPARK_MAX_MS, in offset order."""
     from pipeline.driver.kafka_meta import KafkaMeta
-    from pipeline.driver.verify import batches
+    from pipeline.driver.kafka_records import batches
     from pipeline.executor.consume import reader_config
 
     ranges = [r for r in ranges if r.count > 0]

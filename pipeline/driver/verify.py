@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Settings
+from pipeline.driver.kafka_records import batches
 from pipeline.driver.ledger_check import LedgerFindings, check_ledger
 from pipeline.driver.reconcile import (
     KEEP,
@@ -24,13 +25,12 @@ from pipeline.driver.reconcile import (
     reconcile,
     retained,
 )
-from pipeline.errors import ConfigError, DataError, PipelineError, TransientError
+from pipeline.errors import ConfigError, DataError
 from pipeline.plan.offsets import OffsetRange, PartitionOffsets
 
 log = logging.getLogger(__name__)
 
 NO_END = 2**63 - 1  # Postgres bigint's maximum: "no --to"
-PROGRESS_EVERY = 1_000_000  # records between progress lines inside one partition
 
 
 @dataclass
@@ -284,23 +284,3 @@ def records(reader: dict, r: OffsetRange, timeout: float) -> Iterator[int]:
     for batch in batches(reader, r, timeout):
         for m in batch:
             yield m.offset()
-
-
-def batches(reader: dict, r: OffsetRange, timeout: float, what: str = "verify"
-            ) -> Iterator[list]:
-    """The records Kafka returns for ``r`` (Messages), a batch at a time, with progress;
-    ``what`` reads them (it starts the log lines and errors)."""
-    from pipeline.executor.consume import read_range
-    from pipeline.executor.task_errors import Kind, TaskError
-
-    seen = 0
-    try:
-        for batch in read_range(reader, r, timeout):
-            yield batch
-            before, seen = seen, seen + len(batch)
-            if seen // PROGRESS_EVERY > before // PROGRESS_EVERY:
-                log.info("%s %s: %d records read", what, r, seen)
-    except TaskError as e:
-        error: type[PipelineError] = {Kind.CONFIG: ConfigError, Kind.PERMANENT: DataError
-                                      }.get(e.kind, TransientError)
-        raise error(f"{what}: {e.message}") from None

@@ -66,8 +66,9 @@ def run_state_verify(settings: Settings, topic: str | None = None,
     """``filters`` (driver/verify.Filters): an append sink's window (``verify --values``);
     its rows are compared one by one, so any window is a true part of its state."""
     from pipeline.driver.kafka_meta import KafkaMeta
+    from pipeline.driver.kafka_records import batches
     from pipeline.driver.reconcile import clip
-    from pipeline.driver.verify import batches, kafka_offsets
+    from pipeline.driver.verify import kafka_offsets
     from pipeline.executor.consume import reader_config
     from pipeline.executor.task import EncoderSettings
     from pipeline.plan.offsets import OffsetRange
