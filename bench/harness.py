@@ -76,28 +76,45 @@ def expected(n: int) -> tuple:
     return (n, n * (n - 1) // 2, amounts)
 
 
-def tree_rss_mb(pid: int) -> float:
-    """RSS of a process and all its descendants, from /proc."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
+def processes(with_cmdline: bool = False) -> dict[int, tuple[int, list[str], str]]:
+    """Every live process, from /proc: pid -> (parent pid, the stat fields after the
+    command name, the command line if asked)."""
+    out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            parents[int(entry)] = int(fields[1])
-            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            cmd = ""
+            if with_cmdline:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace")
+            out[int(entry)] = (int(fields[1]), fields, cmd)
         except (OSError, IndexError, ValueError):
             continue
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child, ppid in parents.items():
-            if ppid == parent and child not in tree:
-                tree.add(child)
-                frontier.append(child)
-    return sum(rss.get(p, 0) for p in tree) / 2**20
+    return out
+
+
+def descendants(procs: dict[int, tuple], root: int) -> list[int]:
+    """The pids below ``root`` (not itself) in ``processes()``."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and all its descendants, from /proc."""
+    procs = processes()
+    page = os.sysconf("SC_PAGE_SIZE")
+    return sum(int(procs[p][1][21]) * page for p in [pid, *descendants(procs, pid)]
+               if p in procs) / 2**20
 
 
 def timed(cmd: list[str], env: dict, cwd: Path = ROOT) -> tuple[float, float, str]:

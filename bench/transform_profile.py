@@ -23,57 +23,29 @@ import os
 import sys
 import time
 
-from bench.harness import BOOTSTRAP, DB
+from bench.harness import BOOTSTRAP, DB, descendants, processes
 
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu(root: int) -> float:
     """CPU-seconds of ``root`` and its live descendants, with their reaped children."""
-    parent, cpu = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent[int(entry)] = int(fields[1])
-        cpu[int(entry)] = sum(int(x) for x in fields[11:15]) / TICK
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo.extend(p for p, pp in parent.items() if pp == pid)
-    return total
+    procs = processes()
+    return sum(sum(int(x) for x in procs[p][1][11:15]) / TICK
+               for p in [root, *descendants(procs, root)] if p in procs)
 
 
 def tree_cpu_by_kind(root: int) -> dict[str, float]:
     """CPU-seconds of ``root``'s live descendants (not itself), by kind of process."""
-    parent, cpu, kind = {}, {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        pid = int(entry)
-        parent[pid] = int(fields[1])
-        cpu[pid] = sum(int(x) for x in fields[11:13]) / TICK  # its own, not its children's
-        kind[pid] = ("python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
-                     else "jvm" if "java" in cmd else "driver python" if "python" in cmd
-                     else "other")
+    procs = processes(with_cmdline=True)
     out: dict[str, float] = {}
-    todo = [p for p, pp in parent.items() if pp == root]
-    while todo:
-        pid = todo.pop()
-        out[kind[pid]] = out.get(kind[pid], 0.0) + cpu[pid]
-        todo.extend(p for p, pp in parent.items() if pp == pid)
+    for pid in descendants(procs, root):
+        _, fields, cmd = procs[pid]
+        kind = ("python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
+                else "jvm" if "java" in cmd else "driver python" if "python" in cmd
+                else "other")
+        # its own CPU, not its children's
+        out[kind] = out.get(kind, 0.0) + sum(int(x) for x in fields[11:13]) / TICK
     return out
 
 
