@@ -39,8 +39,10 @@ class _Millis:
                 self.cache.clear()
             seconds, ms = divmod(millis, 1000)
             try:
-                s = (f"{(EPOCH + timedelta(seconds=seconds)):%Y-%m-%d %H:%M:%S}"
-                     f".{ms:03d}000+00")
+                d = EPOCH + timedelta(seconds=seconds)
+                # The year padded by hand: %Y writes year 1 as "1", which Postgres reads
+                # as 2001.
+                s = f"{d.year:04d}-{d:%m-%d %H:%M:%S}.{ms:03d}000+00"
             except OverflowError:  # beyond datetime's years 1-9999
                 s = far_timestamp(millis)
             self.cache[millis] = s

@@ -353,6 +353,16 @@ def test_kafka_timestamps_past_datetime_range_are_written_as_postgres_reads_them
     assert kafka_timestamp(millis) == text_
 
 
+@pytest.mark.parametrize("millis, text_", [
+    (-62_135_596_800_000, "0001-01-01 00:00:00.000000+00"),
+    (-61_851_600_000_001, "0009-12-31 23:59:59.999000+00"),
+    (-59_011_459_200_000, "0100-01-01 00:00:00.000000+00"),
+])
+def test_kafka_timestamps_of_years_before_1000_keep_four_digits(millis, text_):
+    # Postgres reads a two-digit year as the nearest to 2020: "1-01-01" is 2001-01-01.
+    assert kafka_timestamp(millis) == text_
+
+
 def test_a_far_kafka_timestamp_is_stored_and_one_postgres_cannot_hold_is_a_dead_letter():
     good = b'{"order_id": 1, "customer": "c"}'
     records = [Record(0, good, ts=FAR), Record(1, good, ts=PG_END_MS),
