@@ -65,14 +65,16 @@ TIMES: dict[int, str] = {}
 def day_text(day: int) -> str:
     """Day ``day`` since 1970-01-01 as date.isoformat() writes it; OverflowError beyond
     years 1-9999, as the converters above."""
-    if len(DAYS) > 100_000:
+    if len(DAYS) > 10_000:  # about 1 MB at most
         DAYS.clear()
     d = DAYS[day] = (_DAY0 + timedelta(days=day)).isoformat()
     return d
 
 
 def time_text(second: int) -> str:
-    """Second ``second`` of a day as "HH:MM:SS" (at most 86,400 of them in TIMES)."""
+    """Second ``second`` of a day as "HH:MM:SS"."""
+    if len(TIMES) > 10_000:
+        TIMES.clear()
     t = TIMES[second] = f"{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
     return t
 
