@@ -33,8 +33,8 @@ def main(argv: list[str]) -> int:
                 fmt, topics[fmt], n, i, env, root=Path(root),
                 tag=f"_ab{label[0].lower()}", tables=REGISTRY if fmt == "avro" else "")
             print(f"round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s, {rss:.0f} MB,"
-                  f" read_and_stage {timings.get('read_and_stage', 0):.1f} s, load {load:.1f}",
-                  flush=True)
+                  f" read_and_stage {timings.get('read_and_stage', 0):.1f} s, load {load:.1f}; "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items()), flush=True)
     return 0
 
 
