@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pipeline.formats import avro_raw, paths
 from pipeline.formats.copy_text import NULL, text
 from pipeline.formats.json_values import WrongType
+from pipeline.formats.refused import Refused
 from pipeline.formats.types import column_type
 
 
@@ -75,7 +76,7 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
                 {', '.join(params + [''])}):
     rows = []
     append = rows.append
-    seek, tell = fo.seek, tell_of(fo)
+    seek, tell = fo.seek, fo.tell
     seen = ts.cache
     at = 0
     for m in records:
@@ -108,10 +109,8 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
         append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{{line}}{{tail}}")
     return rows
 """
-    from pipeline.formats.refused import Refused
-
     namespace = {"NULL": NULL, "W": WrongType, "text": text, "lookup": paths.lookup,
-                 "Refused": Refused, "tell_of": lambda fo: fo.tell, "days": avro_raw.DAYS,
+                 "Refused": Refused, "days": avro_raw.DAYS,
                  "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
                  "time_text": avro_raw.time_text}
     exec(compile(source, f"<avro batch_encoder {[c[5] for c in columns]}>", "exec"), namespace)
