@@ -85,9 +85,15 @@ class AvroFormat:
                         pass
             return self.fields(value, read)
 
-        writer = known.get(values[0][:HEADER]) if values else None
+        header = values[0][:HEADER] if values else None
+        if header is not None and header not in known:
+            try:  # a task's first batch: learn its first writer, for the loop's sake
+                self.fields(values[0], read)
+            except Refused:
+                pass  # said again, with the record, by general()
+        writer = known.get(header)
         if writer is not None and writer[3] is not None:
-            return writer[3](records, head, self.tail, values[0][:HEADER], fo, read,
+            return writer[3](records, head, self.tail, header, fo, read,
                              writer[0], general, kafka_timestamp, rejected, refuse,
                              *[c[2] for c in writer[2] or self.columns])
         at = [0]

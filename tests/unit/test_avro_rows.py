@@ -167,16 +167,26 @@ def test_the_generated_loop_writes_and_refuses_exactly_as_the_general_path(
                                  "not_a_record", "null_value"} <= kinds, kinds
 
 
-def test_the_bench_orders_take_the_generated_loop(schemas, monkeypatch):
+def test_the_bench_orders_take_the_generated_loop_from_a_tasks_first_batch(
+        schemas, monkeypatch):
     records = [Record(i, wire(1, ORDERS, avro_order(i))) for i in range(1000)]
+    handed, passed_on = [], []
+    real = avro_format.batch_encoder
+
+    def counting(columns):
+        loop = real(columns)
+
+        def counted(records, head, tail, header, fo, read, schema, general, *rest):
+            handed.extend(records)
+            return loop(records, head, tail, header, fo, read, schema,
+                        lambda *a: passed_on.append(1) or general(*a), *rest)
+        return counted
+
+    monkeypatch.setattr(avro_format, "batch_encoder", counting)
     enc = Encoder("avro", COLUMNS[:4], 7, schemas=schemas)
-    enc.encode("t", 0, records[:1])  # the first sight of a schema id: the general path
-    calls = []
-    general = avro_format.AvroFormat.fields
-    monkeypatch.setattr(avro_format.AvroFormat, "fields",
-                        lambda self, *a: calls.append(1) or general(self, *a))
     e = enc.encode("t", 0, records)
-    assert len(e.rows) == 1000 and not e.dead and not calls
+    assert len(e.rows) == 1000 and not e.dead
+    assert len(handed) == 1000 and not passed_on
     assert e.rows[1] == ("t\t0\t1\t2023-11-14 22:13:20.123000+00\t1\tc1\t1.25\t"
                          "2026-01-01 00:01:00+00:00\t7\n")
 
