@@ -1,8 +1,10 @@
 """The avro format's encoding CPU per record (issue 26), in one process, no stack: N bench
 orders in the Confluent wire format (written here with fastavro, schema id 1 from a
 temporary schemas_dir) through the Encoder as an executor runs it, in batches of 10,000;
-in alternated rounds the generated batch loop (formats/avro_rows.py), the general path
-alone (the loop switched off: the code before it) and the json sink on the same orders.
+in alternated rounds the general path alone (the generated loop switched off: the code
+before it), the generated batch loop (formats/avro_rows.py) decoding with fastavro, the
+same with its generated decode (formats/avro_decode.py), and the json sink on the same
+orders.
 
     .venv/bin/python -m bench.avro_encoder [N] [ROUNDS]
 """
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from bench.avro_orders import SCHEMA, avro_order
-from pipeline.formats import avro_format
+from pipeline.formats import avro_format, avro_rows
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder
 from pipeline.sample import order
@@ -77,18 +79,21 @@ def main(argv: list[str]) -> int:
     rounds = int(argv[1]) if len(argv) > 1 else 5
     avro = wire_orders(n)
     js = [Record(i, order(i)) for i in range(n)]
-    loop = avro_format.batch_encoder
-    got: dict[str, list[float]] = {"general path (before)": [], "generated loop": [],
-                                   "json sink": []}
+    loop, decoder = avro_format.batch_encoder, avro_rows.decoder
+    got: dict[str, list[float]] = {"general path (before)": [], "loop, fastavro": [],
+                                   "loop, generated decode": [], "json sink": []}
     with tempfile.TemporaryDirectory() as tmp:
         with open(f"{tmp}/1.avsc", "w") as f:
             f.write(json.dumps(SCHEMA))
         schemas = SchemaSource(schemas_dir=tmp)
         for r in range(rounds):
-            avro_format.batch_encoder = lambda columns: None
+            avro_format.batch_encoder = lambda columns, schema=None: None
             got["general path (before)"].append(us_per_record("avro", avro, schemas))
             avro_format.batch_encoder = loop
-            got["generated loop"].append(us_per_record("avro", avro, schemas))
+            avro_rows.decoder = lambda schema: None
+            got["loop, fastavro"].append(us_per_record("avro", avro, schemas))
+            avro_rows.decoder = decoder
+            got["loop, generated decode"].append(us_per_record("avro", avro, schemas))
             got["json sink"].append(us_per_record("json", js, None))
             print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in got.items())
                   + " us a record", flush=True)

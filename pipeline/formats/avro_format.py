@@ -113,8 +113,8 @@ class AvroFormat:
             fast = None if raw is None else [
                 c if convert is None else (*c[:2], convert, *c[3:])
                 for c, convert in zip(self.columns, converters, strict=True)]
-            loop = batch_encoder(fast or self.columns) if type(schema) is dict and (
-                schema.get("type") == "record") else None
+            loop = batch_encoder(fast or self.columns, raw or schema) if (
+                type(schema) is dict and schema.get("type") == "record") else None
             self._known[value[:HEADER]] = (raw or schema, schema_id, fast, loop)
         if type(doc) is not dict:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "

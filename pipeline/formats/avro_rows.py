@@ -5,19 +5,22 @@ The per-record steps of AvroFormat.rows (a closure per value, a loop over the co
 function call per field, the Kafka timestamp's method call) cost twice fastavro's decode
 (docs/benchmarks.md, "Avro records"), so for one writer schema the decode, its checks and
 the declared columns' conversions are unrolled into the source of one function. It only
-ever takes a record the general path would take, with the same text: it decodes with the
-same schema from the same buffer, requires the decode to end exactly where the record's
-bytes end, and converts each column with the column's own converter (or an inlined copy of
-it: a range check, a text that needs no escaping, the raw decimal and timestamp of
-avro_raw.py). Anything else (another schema id, an error, a null in a required column)
-goes to the general path, alone, which says why.
+ever takes a record the general path would take, with the same text: it decodes the
+record's own bytes (a flat record by generated code, avro_decode.py, which takes only what
+fastavro reads to the same values; any other with fastavro from the batch's buffer, the
+decode ending exactly where the record's bytes end), and converts each column with the
+column's own converter (or an inlined copy of it: a range check, a text that needs no
+escaping, the raw decimal and timestamp of avro_raw.py). Anything else (another schema id,
+an error, a null in a required column) goes to the general path, alone, which says why.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 
 from pipeline.formats import avro_raw, paths
+from pipeline.formats.avro_decode import decoder
 from pipeline.formats.copy_text import NULL, text
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.refused import Refused
@@ -54,23 +57,36 @@ def _convert(i: int, declared: str, convert: Callable) -> list[str]:
     return [f"f{i} = c{i}(x)"]
 
 
-def batch_encoder(columns: Sequence[tuple]) -> Callable:
+def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
     """A function (records, head, tail, header, fo, read, schema, general, ts, rejected,
     refuse, c0...) -> result lines for the values of one writer schema (``header``: its
     5 bytes); ``columns``: AvroFormat.columns (with raw converters where the writer has
     them). ``general(value, start)``: the general path's COPY text fields of a value at
-    ``start`` in ``fo``, raising Refused."""
+    ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
+    a flat record of top-level columns is decoded by generated code (avro_decode.py),
+    any other by fastavro from ``fo``."""
     params = [f"c{i}" for i in range(len(columns))]
+    flat = decoder(schema) if all(c[0] is not None for c in columns) else None
     body = []
     for i, (key, path, convert, required, declared, _) in enumerate(columns):
-        body.append(f"x = doc.get({key!r})" if key is not None else
-                    f"x = lookup(doc, {tuple(path)!r})")
+        if flat is not None:
+            body.append(f"x = {flat[1].get(key, 'None')}")
+        else:
+            body.append(f"x = doc.get({key!r})" if key is not None else
+                        f"x = lookup(doc, {tuple(path)!r})")
         convert_lines = _convert(i, declared, convert)
         body += (["if x is None: raise W", *convert_lines] if required else
                  ["if x is None:", f"    f{i} = NULL", "else:",
                   *("    " + line for line in convert_lines)])
-    inner = "\n".join("                    " + b for b in body)
     fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
+    if flat is None:
+        decode = ["seek(start + 5)", "doc = read(fo, schema, None)",
+                  "if tell() == at and type(doc) is dict:",
+                  *("    " + b for b in body), f'    line = f"{fields}"']
+    else:
+        decode = ["v = value", "end = len(v)", "p = 5", *flat[0], *body,
+                  f'line = f"{fields}"']
+    inner = "\n".join("                " + b for b in decode)
     source = f"""
 def encode_rows(records, head, tail, header, fo, read, schema, general, ts, rejected, refuse,
                 {', '.join(params + [''])}):
@@ -88,12 +104,8 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
         at += len(value)
         line = None
         if value.startswith(header):
-            seek(start + 5)
             try:
-                doc = read(fo, schema, None)
-                if tell() == at and type(doc) is dict:
 {inner}
-                    line = f"{fields}"
             except Exception:
                 pass
         if line is None:
@@ -112,6 +124,9 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
     namespace = {"NULL": NULL, "W": WrongType, "text": text, "lookup": paths.lookup,
                  "Refused": Refused, "days": avro_raw.DAYS,
                  "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
-                 "time_text": avro_raw.time_text}
-    exec(compile(source, f"<avro batch_encoder {[c[5] for c in columns]}>", "exec"), namespace)
+                 "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
+                 "f64": struct.Struct("<d").unpack_from}
+    how = "generated decode" if flat is not None else "fastavro"
+    exec(compile(source, f"<avro batch_encoder {[c[5] for c in columns]}, {how}>", "exec"),
+         namespace)
     return namespace["encode_rows"]
