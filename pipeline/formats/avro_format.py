@@ -18,11 +18,13 @@ from collections.abc import Callable, Sequence
 
 from pipeline.formats import paths
 from pipeline.formats.avro_raw import raw_plan
+from pipeline.formats.avro_rows import batch_encoder
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.refused import Refused, decoded_rows
+from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 
 MAGIC = 0
@@ -45,7 +47,8 @@ class AvroFormat:
         self.schemas = schemas
         self.tail = f"\t{run_id}\n"
         # A header (magic byte + schema id) that decoded once -> (the schema to decode its
-        # records with, the id, the columns with raw converters or None): avro_raw.py.
+        # records with, the id, the columns with raw converters or None (avro_raw.py), its
+        # generated batch loop or None (avro_rows.py)).
         self._known: dict[bytes, tuple] = {}
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
@@ -55,17 +58,17 @@ class AvroFormat:
         only when its schema id was seen before and the decode ends exactly where its bytes
         end: then it read exactly its own bytes, as ``fields`` would. Anything else (a new
         id, a bad header, an error, a short or long read) goes to ``fields``, alone, which
-        says why."""
+        says why. The values of the batch's first writer schema go through that writer's
+        generated loop (avro_rows.py), the others through ``general``."""
         from fastavro import schemaless_reader as read
 
         known = self._known
-        fo = io.BytesIO(b"".join([v for m in records if (v := m.value()) is not None]))
+        values = [v for m in records if (v := m.value()) is not None]
+        fo = io.BytesIO(b"".join(values))
         seek, tell, project = fo.seek, fo.tell, self.project
-        at = [0]
 
-        def fields(value: bytes) -> str:
-            start = at[0]
-            end = at[0] = start + len(value)
+        def general(value: bytes, start: int) -> str:
+            end = start + len(value)
             writer = known.get(value[:HEADER])
             if writer is not None:
                 seek(start + HEADER)
@@ -82,6 +85,24 @@ class AvroFormat:
                         pass
             return self.fields(value, read)
 
+        header = values[0][:HEADER] if values else None
+        if header is not None and header not in known:
+            try:  # a task's first batch: learn its first writer, for the loop's sake
+                self.fields(values[0], read)
+            except Refused:
+                pass  # said again, with the record, by general()
+        writer = known.get(header)
+        if writer is not None and writer[3] is not None:
+            return writer[3](records, head, self.tail, header, fo, read,
+                             writer[0], general, kafka_timestamp, rejected, refuse,
+                             *[c[2] for c in writer[2] or self.columns])
+        at = [0]
+
+        def fields(value: bytes) -> str:
+            start = at[0]
+            at[0] = start + len(value)
+            return general(value, start)
+
         return decoded_rows(records, head, self.tail, fields, rejected, refuse)
 
     def fields(self, value: bytes, read) -> str:
@@ -92,7 +113,9 @@ class AvroFormat:
             fast = None if raw is None else [
                 c if convert is None else (*c[:2], convert, *c[3:])
                 for c, convert in zip(self.columns, converters, strict=True)]
-            self._known[value[:HEADER]] = (raw or schema, schema_id, fast)
+            loop = batch_encoder(fast or self.columns, raw or schema) if (
+                type(schema) is dict and schema.get("type") == "record") else None
+            self._known[value[:HEADER]] = (raw or schema, schema_id, fast, loop)
         if type(doc) is not dict:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "
                           f"{avro_kind(doc)}, not a record: nothing to project to columns")

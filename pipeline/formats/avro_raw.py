@@ -38,17 +38,45 @@ def _decimal(precision: int, scale: int) -> Callable:
             digits = digits.rjust(scale + 1, "0")
             digits = f"{digits[:-scale]}.{digits[-scale:]}"
         return f"-{digits}" if n < 0 else digits
+    convert.raw, convert.precision, convert.scale = "decimal", precision, scale
     return convert
 
 
 def _timestamp(unit: int) -> Callable:
     def convert(x: int) -> str:
         return (EPOCH + timedelta(microseconds=x * unit)).isoformat(sep=" ")
+    convert.raw, convert.unit = "timestamp", unit
     return convert
 
 
 def _date(x: int) -> str:
     return (_DAY0 + timedelta(days=x)).isoformat()
+
+
+_date.raw = "date"
+
+# For the generated loop's inlined timestamps and dates (avro_rows.py): a day's text by
+# its number since 1970-01-01 (records of a batch share their days), and a time of day's
+# "HH:MM:SS" by its second, both cached as met.
+DAYS: dict[int, str] = {}
+TIMES: dict[int, str] = {}
+
+
+def day_text(day: int) -> str:
+    """Day ``day`` since 1970-01-01 as date.isoformat() writes it; OverflowError beyond
+    years 1-9999, as the converters above."""
+    if len(DAYS) > 10_000:  # about 1 MB at most
+        DAYS.clear()
+    d = DAYS[day] = (_DAY0 + timedelta(days=day)).isoformat()
+    return d
+
+
+def time_text(second: int) -> str:
+    """Second ``second`` of a day as "HH:MM:SS"."""
+    if len(TIMES) > 10_000:
+        TIMES.clear()
+    t = TIMES[second] = f"{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
+    return t
 
 
 def _converter(avro: dict, declared: str) -> Callable | None:

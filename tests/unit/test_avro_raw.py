@@ -53,7 +53,7 @@ def test_the_fast_decode_writes_and_refuses_exactly_as_the_typed_rules(tmp_path,
     def run():
         enc = Encoder("avro", COLUMNS, 1, schemas=SchemaSource(schemas_dir=str(tmp_path)))
         out = [enc.encode("t", 0, records[i:i + 500]) for i in range(0, 2000, 500)]
-        return out, [fast for _, _, fast in enc.format._known.values()]
+        return out, [w[2] for w in enc.format._known.values()]
 
     fast, plans = run()
     # Every column read raw but "fine" (the writer's scale 4 is not the column's 2).

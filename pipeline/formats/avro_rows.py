@@ -1,0 +1,132 @@
+"""The avro format's hot loop: a batch loop generated per writer schema, like the JSON
+format's row encoder (json_rows.py).
+
+The per-record steps of AvroFormat.rows (a closure per value, a loop over the columns with a
+function call per field, the Kafka timestamp's method call) cost twice fastavro's decode
+(docs/benchmarks.md, "Avro records"), so for one writer schema the decode, its checks and
+the declared columns' conversions are unrolled into the source of one function. It only
+ever takes a record the general path would take, with the same text: it decodes the
+record's own bytes (a flat record by generated code, avro_decode.py, which takes only what
+fastavro reads to the same values; any other with fastavro from the batch's buffer, the
+decode ending exactly where the record's bytes end), and converts each column with the
+column's own converter (or an inlined copy of it: a range check, a text that needs no
+escaping, the raw decimal and timestamp of avro_raw.py). Anything else (another schema id,
+an error, a null in a required column) goes to the general path, alone, which says why.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+from pipeline.formats import avro_raw, paths
+from pipeline.formats.avro_decode import decoder
+from pipeline.formats.copy_text import NULL, text
+from pipeline.formats.json_values import WrongType
+from pipeline.formats.refused import Refused
+from pipeline.formats.types import column_type
+
+
+def _convert(i: int, declared: str, convert: Callable) -> list[str]:
+    """Column i's conversion of a non-null x into f{i} (its text, or an int whose str() is
+    it), or a raise; c{i} is the column's converter, whose result is the general path's."""
+    raw = getattr(convert, "raw", None)
+    if raw == "decimal":
+        precision, scale = convert.precision, convert.scale
+        return ["n = int.from_bytes(x, 'big', signed=True)",
+                "d = str(-n if n < 0 else n)",
+                f"if len(d) > {precision}: raise W",
+                *([f"d = d.rjust({scale + 1}, '0')", f"d = d[:-{scale}] + '.' + d[-{scale}:]"]
+                  if scale else []),
+                f"f{i} = '-' + d if n < 0 else d"]
+    if raw == "timestamp":
+        unit = convert.unit
+        return [f"day, us = divmod(x{' * ' + str(unit) if unit != 1 else ''}, 86400000000)",
+                "d = days.get(day)",
+                "if d is None: d = day_text(day)",
+                "s, us = divmod(us, 1000000)",
+                "t = times.get(s)",
+                "if t is None: t = time_text(s)",
+                f"f{i} = f'{{d}} {{t}}.{{us:06d}}+00:00' if us else f'{{d}} {{t}}+00:00'"]
+    if raw == "date":
+        return [f"f{i} = days.get(x)", f"if f{i} is None: f{i} = day_text(x)"]
+    if raw is None and declared == "string":
+        return [f"f{i} = (x if x.isalnum() else text(x)) if type(x) is str else c{i}(x)"]
+    if raw is None and declared in ("long", "int"):
+        return [line.format(i=i) for line in column_type(declared).inline]  # f{i} = x
+    return [f"f{i} = c{i}(x)"]
+
+
+def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
+    """A function (records, head, tail, header, fo, read, schema, general, ts, rejected,
+    refuse, c0...) -> result lines for the values of one writer schema (``header``: its
+    5 bytes); ``columns``: AvroFormat.columns (with raw converters where the writer has
+    them). ``general(value, start)``: the general path's COPY text fields of a value at
+    ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
+    a flat record of top-level columns is decoded by generated code (avro_decode.py),
+    any other by fastavro from ``fo``."""
+    params = [f"c{i}" for i in range(len(columns))]
+    flat = decoder(schema) if all(c[0] is not None for c in columns) else None
+    body = []
+    for i, (key, path, convert, required, declared, _) in enumerate(columns):
+        if flat is not None:
+            body.append(f"x = {flat[1].get(key, 'None')}")
+        else:
+            body.append(f"x = doc.get({key!r})" if key is not None else
+                        f"x = lookup(doc, {tuple(path)!r})")
+        convert_lines = _convert(i, declared, convert)
+        body += (["if x is None: raise W", *convert_lines] if required else
+                 ["if x is None:", f"    f{i} = NULL", "else:",
+                  *("    " + line for line in convert_lines)])
+    fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
+    if flat is None:
+        decode = ["seek(start + 5)", "doc = read(fo, schema, None)",
+                  "if tell() == at and type(doc) is dict:",
+                  *("    " + b for b in body), f'    line = f"{fields}"']
+    else:
+        decode = ["v = value", "end = len(v)", "p = 5", *flat[0], *body,
+                  f'line = f"{fields}"']
+    inner = "\n".join("                " + b for b in decode)
+    source = f"""
+def encode_rows(records, head, tail, header, fo, read, schema, general, ts, rejected, refuse,
+                {', '.join(params + [''])}):
+    rows = []
+    append = rows.append
+    seek, tell = fo.seek, fo.tell
+    seen = ts.cache
+    at = 0
+    for m in records:
+        value = m.value()
+        if value is None:
+            rejected.append(m)
+            continue
+        start = at
+        at += len(value)
+        line = None
+        if value.startswith(header):
+            try:
+{inner}
+            except Exception:
+                pass
+        if line is None:
+            try:
+                line = general(value, start)
+            except Refused as e:
+                refuse(m, e.error_type, e.message)
+                continue
+        ms = m.timestamp()[1]
+        kts = seen.get(ms)
+        if kts is None:
+            kts = ts(ms)
+        append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{{line}}{{tail}}")
+    return rows
+"""
+    namespace = {"NULL": NULL, "W": WrongType, "text": text, "lookup": paths.lookup,
+                 "Refused": Refused, "days": avro_raw.DAYS,
+                 "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
+                 "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
+                 "f64": struct.Struct("<d").unpack_from}
+    how = "generated decode" if flat is not None else "fastavro"
+    exec(compile(source, f"<avro batch_encoder {[c[5] for c in columns]}, {how}>", "exec"),
+         namespace)
+    return namespace["encode_rows"]
