@@ -14,6 +14,7 @@ Python values. Every bad record is refused here with its reason: no second pass.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Sequence
 
 from pipeline.formats import paths
@@ -159,6 +160,9 @@ class AvroFormat:
         return "null_value", "value is null (tombstone)"
 
 
+_ADDRESS = re.compile(r" object at 0x[0-9a-fA-F]+")
+
+
 def decode_wire(schemas: SchemaSource, value: bytes, read, what: str):
     """(decoded, writer schema id, parsed writer schema) of a Confluent wire format
     ``value`` (``what``: "value" or "key", for the messages); raises Refused."""
@@ -180,6 +184,8 @@ def decode_wire(schemas: SchemaSource, value: bytes, read, what: str):
         doc = read(fo, schema, None)
     except Exception as e:  # noqa: BLE001 - truncated or corrupt: the record's
         why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        # fastavro names its stream with its address: the same record, the same reason.
+        why = _ADDRESS.sub(" object", why)
         raise Refused("corrupt_avro", f"{what} does not decode with writer schema id "
                       f"{schema_id} ({why}): truncated or corrupt") from None
     left = len(value) - fo.tell()

@@ -266,3 +266,14 @@ def test_a_failing_registry_5xx_is_transient(registry):
             "t", 0, [Record(0, b"\0\0\0\0\5abc")])
     assert e.value.kind is Kind.TRANSIENT and "HTTP 503" in e.value.message
     assert "rerun when the registry is healthy" in e.value.message
+
+
+def test_a_corrupt_records_reason_is_the_same_on_every_run(schemas):
+    # fastavro names its stream object, address included ("<_io.BytesIO object at 0x...>"):
+    # a re-read of the same record must give the same dead letter.
+    good = wire(1, V1, {"order_id": "a", "qty": 3, "price": 1.5, "coupon": None})
+    reasons = {dead(Encoder("avro", COLUMNS, 1, schemas=schemas).encode(
+        "t", 0, [Record(0, good[:-3])]))[0] for _ in range(3)}
+    assert len(reasons) == 1
+    (_, message), = reasons
+    assert "truncated" in message and " at 0x" not in message
