@@ -22,7 +22,8 @@ types (store.run.Run.staging_copy, from pipeline/store/tables.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from pipeline.executor.blobs import arrow_chunks, contiguous, line_chunks
@@ -94,15 +95,35 @@ class Blob(NamedTuple):
     data: bytes
 
 
+@contextmanager
+def attempt_writer(target: StagingTarget, part: int, attempt: int, task: int
+                   ) -> Iterator[Callable[[Blob], None]]:
+    """``with attempt_writer(...) as put: put(blob) ...``: one attempt's blobs in one COPY
+    and one transaction on one connection, tagged (part, attempt, task) and numbered in
+    order; committed when the block ends normally, else rolled back (nothing staged)."""
+    seq = 0
+
+    with executor_connection(target.url) as conn:
+        with conn.cursor() as cur, cur.copy(target.copy_sql) as copy:
+            copy.set_types(target.types)
+
+            def put(blob: Blob) -> None:
+                nonlocal seq
+                copy.write_row((part, attempt, task, seq, *blob))
+                seq += 1
+
+            yield put
+        conn.commit()
+
+
 def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
                   ) -> tuple[int, int, dict[str, int]]:
-    """The one skeleton of a staging task: all blobs of this task attempt in one COPY and
-    one transaction on one connection, tagged with the Spark partition, the attempt and
-    its task attempt id (Spark's taskAttemptId) and numbered in order. ``batches``: the
-    blobs of each input batch, produced lazily inside the open COPY. The during_read fault
-    fires once, after the first batch that staged anything; after_task_commit after a first
-    attempt's commit (a retried task re-stages what it committed). Returns (part, attempt,
-    lines staged per kind)."""
+    """The one skeleton of a staging task: all blobs of this task attempt in one
+    transaction (attempt_writer), tagged with the Spark partition, the attempt and its task
+    attempt id (Spark's taskAttemptId). ``batches``: the blobs of each input batch,
+    produced lazily inside the open COPY. The during_read fault fires once, after the first
+    batch that staged anything; after_task_commit after a first attempt's commit (a retried
+    task re-stages what it committed). Returns (part, attempt, lines staged per kind)."""
     from pyspark import TaskContext
 
     from pipeline import faults as f
@@ -110,114 +131,85 @@ def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
     ctx = TaskContext.get()
     part, attempt, task = ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
     totals = {ROW: 0, DEAD: 0, TOMBSTONE: 0}
-    seq = 0
-    injected = False
-    with executor_connection(target.url) as conn:
-        with conn.cursor() as cur, cur.copy(target.copy_sql) as copy:
-            copy.set_types(target.types)
-            for blobs in batches:
-                for blob in blobs:
-                    copy.write_row((part, attempt, task, seq, *blob))
-                    if blob.kind != HASH:  # a range's summary: no lines
-                        totals[blob.kind] += blob.rows
-                    seq += 1
-                if seq and not injected:  # once per task, inside its open COPY
-                    injected = True
-                    f.inject("during_read")
-        conn.commit()
+    injected = staged = False
+    with attempt_writer(target, part, attempt, task) as put:
+        for blobs in batches:
+            for blob in blobs:
+                put(blob)
+                staged = True
+                if blob.kind != HASH:  # a range's summary: no lines
+                    totals[blob.kind] += blob.rows
+            if staged and not injected:  # once per task, inside its open COPY
+                injected = True
+                f.inject("during_read")
     if attempt == 0:
         f.inject("after_task_commit")
     return part, attempt, totals
 
 
 def blob_writer(spec: LineStageTask):
-    """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches: each
-    batch's lines of one kind, per partition, go into as many blobs as
-    ``spec.target.max_blob_bytes`` needs (stage_attempt). Yields one summary row per task."""
+    """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches (a user
+    transform's rows): each batch's lines, per partition and planned range, go into as
+    many ROW blobs as ``spec.target.max_blob_bytes`` needs (stage_attempt). Yields one
+    summary row per task."""
 
     def write(batches):
         import pyarrow as pa
         import pyarrow.compute as pc
 
         max_bytes = spec.target.max_blob_bytes
+        starts: dict[tuple[str, int], list[int]] = {}
+        for r in spec.ranges:
+            starts.setdefault((r.topic, r.partition), []).append(r.from_offset)
+        for v in starts.values():
+            v.sort()
 
         def blobs_of(batch) -> Iterator[Blob]:
             for group in _by_partition(batch, pa, pc):
-                lo, hi = (v.as_py() for v in pc.min_max(group.column("offset")).values())
                 topic = group.column("topic")[0].as_py()
                 partition = group.column("partition")[0].as_py()
-                lines = pc.drop_null(group.column("row_line"))
-                for rows in arrow_chunks(lines, max_bytes, pa):
-                    yield Blob(topic, partition, ROW, len(rows), lo, hi, contiguous(rows, pa))
-                for dead in line_chunks(_dead_lines(group, pc, spec.declared), max_bytes):
-                    yield Blob(topic, partition, DEAD, len(dead), lo, hi,
-                               "".join(dead).encode())
+                for piece in _by_range(group, starts.get((topic, partition), [0]), pa, pc):
+                    lo, hi = (v.as_py() for v in pc.min_max(piece.column("offset")).values())
+                    for rows in arrow_chunks(piece.column("row_line"), max_bytes, pa):
+                        yield Blob(topic, partition, ROW, len(rows), lo, hi,
+                                   contiguous(rows, pa))
 
         part, attempt, totals = stage_attempt(spec.target, map(blobs_of, batches))
         yield pa.RecordBatch.from_pydict(
-            {"part": [part], "attempt": [attempt], "rows": [totals[ROW]],
-             "dead": [totals[DEAD]]},
+            {"part": [part], "attempt": [attempt], "rows": [totals[ROW]]},
             schema=pa.schema([("part", pa.int32()), ("attempt", pa.int32()),
-                              ("rows", pa.int64()), ("dead", pa.int64())]))
+                              ("rows", pa.int64())]))
 
     return write
 
 
-WRITER_SCHEMA = "part int, attempt int, rows long, dead long"
-# What blob_writer reads: coordinates, a result row as COPY text (null for a bad record),
-# and for a bad record the first seven dead-letter fields as COPY text plus what
-# json_diagnose.diagnose needs to explain it.
-LINE_COLUMNS = ["topic", "partition", "offset", "row_line", "dead_head", "error_code",
-                "bad_value", "_parsed"]
+WRITER_SCHEMA = "part int, attempt int, rows long"
+# What blob_writer reads: coordinates and a result row as COPY text.
+LINE_COLUMNS = ["topic", "partition", "offset", "row_line"]
 
 
-def line_frame(marked, row_columns, dead_columns, run_id: int, F, *, rows: bool = True,
-               dead: bool = True):
-    """A marked DataFrame (transform.mark) -> LINE_COLUMNS. ``rows``/``dead`` = False: the
-    frame holds only dead letters / only results (a user transform's two outputs)."""
-    good = F.col("error_code").isNull()
-    none = F.lit(None).cast("string")
-    row_line = copy_line(F, row_columns, extra=[F.lit(str(run_id))]) if rows else none
-    return marked.select(
-        "topic", "partition", "offset",
-        F.when(good, row_line).alias("row_line"),
-        (F.when(~good, dead_head(F, dead_columns)) if dead else none).alias("dead_head"),
-        F.col("error_code") if dead else none.alias("error_code"),
-        (F.when(~good, F.col("value")) if dead else F.lit(None).cast("binary")).alias(
-            "bad_value"),
-        F.col("_parsed") if dead else none.alias("_parsed"))
+def line_frame(rows, row_columns, run_id: int, F):
+    """A transform's rows -> LINE_COLUMNS: each row as one COPY text line in Spark SQL."""
+    return rows.select("topic", "partition", "offset",
+                       copy_line(F, row_columns, extra=[F.lit(str(run_id))]).alias("row_line"))
 
 
-def dead_head(F, dead_columns):
-    """The dead letter's fields before error_type and error_message, as COPY text."""
-    head = [(n, t) for n, t in dead_columns if n not in ("error_type", "error_message")]
-    fields = [copy_field(F, F.col(f"`{name}`"), pg_type) for name, pg_type in head]
-    return F.concat_ws("\t", *fields)
+def _by_range(group, starts: list[int], pa, pc):
+    """One partition's rows split by the planned range holding each offset (``starts``:
+    the ranges' first offsets, sorted), so that a blob never spans two ledger rows. Rows
+    in one range (the usual case: a transform that keeps the read's partitioning) stay one
+    piece; a transform that shuffles may mix ranges."""
+    import bisect
 
+    lo, hi = (v.as_py() for v in pc.min_max(group.column("offset")).values())
+    if bisect.bisect_right(starts, lo) == bisect.bisect_right(starts, hi):
+        yield group
+        return
+    import numpy as np
 
-def _dead_lines(group, pc, declared) -> list[str]:
-    """Bad records are rare: each is explained and finished in Python. Whatever explaining
-    one record raises, it still gets its dead letter, naming the exception (the record's
-    coordinates and bytes are in ``dead_head``, written by Spark)."""
-    from pipeline.formats import json_diagnose as d
-    from pipeline.formats.copy_text import escape
-    from pipeline.formats.dead_letters import unexpected
-
-    heads = group.column("dead_head")
-    if heads.null_count == len(heads):
-        return []
-    out = []
-    for head, code, value, parsed in zip(heads.to_pylist(), group.column("error_code").to_pylist(),
-                                         group.column("bad_value").to_pylist(),
-                                         group.column("_parsed").to_pylist(), strict=True):
-        if head is None:
-            continue
-        try:
-            error_type, message = d.diagnose(code, value, parsed, declared)
-        except Exception as e:  # noqa: BLE001 - whatever it is, it is this record's
-            error_type, message = unexpected(e, "explaining the bad record")
-        out.append(f"{head}\t{escape(error_type)}\t{escape(message)}\n")
-    return out
+    which = np.searchsorted(np.asarray(starts), group.column("offset").to_numpy(), "right")
+    for i in np.unique(which):
+        yield group.filter(pa.array(which == i))
 
 
 def _by_partition(batch, pa, pc):

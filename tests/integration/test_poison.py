@@ -121,8 +121,8 @@ def beyond_topic(stack):
 
 @pytest.mark.parametrize("fmt, transform", [
     ("json", None), ("raw", None),
-    # Spark's Kafka source would fail on it ('long overflow'): the driver finds it
-    # (driver/far_timestamps.py) and the source reads around it.
+    # The transform's input is the built-in read and decode (executor/feed.py): the
+    # same dead letter as the built-in path's.
     ("json", "tests.integration.transforms.orders:identity"),
     ("raw", "tests.integration.transforms.orders:identity"),
 ], ids=["json", "raw", "json-transform", "raw-transform"])
