@@ -35,17 +35,33 @@ def tree_cpu(root: int) -> float:
                for p in [root, *descendants(procs, root)] if p in procs)
 
 
+def _kind(cmd: str) -> str:
+    return ("python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
+            else "jvm" if "java" in cmd else "driver python" if "python" in cmd
+            else "other")
+
+
 def tree_cpu_by_kind(root: int) -> dict[str, float]:
     """CPU-seconds of ``root``'s live descendants (not itself), by kind of process."""
     procs = processes(with_cmdline=True)
     out: dict[str, float] = {}
     for pid in descendants(procs, root):
         _, fields, cmd = procs[pid]
-        kind = ("python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
-                else "jvm" if "java" in cmd else "driver python" if "python" in cmd
-                else "other")
+        kind = _kind(cmd)
         # its own CPU, not its children's
         out[kind] = out.get(kind, 0.0) + sum(int(x) for x in fields[11:13]) / TICK
+    return out
+
+
+def tree_rss_by_kind(root: int) -> dict[str, float]:
+    """RSS (MB) of ``root``'s live descendants, by kind of process."""
+    procs = processes(with_cmdline=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    out: dict[str, float] = {}
+    for pid in descendants(procs, root):
+        _, fields, cmd = procs[pid]
+        kind = _kind(cmd)
+        out[kind] = out.get(kind, 0.0) + int(fields[21]) * page / 2**20
     return out
 
 

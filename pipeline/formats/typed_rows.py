@@ -21,11 +21,13 @@ from pipeline.formats import paths
 from pipeline.formats.copy_text import NULL, headers_plain, text
 from pipeline.formats.dead_letters import dead_line
 from pipeline.formats.types import column_type
-from pipeline.plan.far_records import SPARK_MAX_MS
 
 _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 _ESCAPED = re.compile(r"\\(.)")
 FAR = "timestamp_out_of_range"
+# The largest Kafka timestamp (ms) Spark can hold as int64 microseconds (TimestampType);
+# Postgres holds a little more (timestamps.PG_END_MS).
+SPARK_MAX_MS = (2**63 - 1) // 1000
 
 
 def unescape(field: str) -> str:

@@ -23,9 +23,10 @@ def start_spark(settings: Settings, records: int = 0):
                     f"[sink] transform {settings.sink.transform!r} needs {' and '.join(missing)}"
                     ", which the built-in sinks do not: pip install "
                     "'kafka-offset-pipeline[transform]'; nothing was read")
+        # No run reads through Spark's Kafka source (a transform's input is the built-in
+        # read, executor/feed.py): no connector jars.
         return get_context(settings.spark.master, settings.spark.conf,
-                           jvm=sql_flags(records) if transform else "light",
-                           kafka_source=transform)
+                           jvm=sql_flags(records) if transform else "light")
     except PipelineError:
         raise
     except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here

@@ -14,6 +14,7 @@ import pytest
 from pipeline.driver.job import run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
+from pipeline.errors import ConfigError
 from pipeline.executor import task
 from pipeline.executor.consume import read_range, reader_config
 from pipeline.executor.stage import DEAD, ROW
@@ -191,3 +192,47 @@ def test_staged_blobs_are_bounded_by_bytes_on_both_paths(spark, monkeypatch, fmt
     assert sum(row_blobs) > rows * 1000 and len(row_blobs) >= rows * 1000 // SMALL_BLOB
     if fmt == "json":
         assert len([n for kind, n in streamed if kind == DEAD]) >= 60 * 1000 // SMALL_BLOB
+
+
+def test_a_transform_that_reads_its_input_twice_counts_each_record_once(spark):
+    """Each read task runs once per use of the input (here twice: a union of two filters)
+    and stages its dead letters and range summary each time; one of them is published per
+    task. Seen failing with the publisher taking every committed read: 2x the dead letters
+    and the ledger's records."""
+    name = unique("twice")
+    topic = create_topic(name, 2)
+    produce(topic, [(b"k", json.dumps({"order_id": i, "customer": "c", "amount": 1}).encode())
+                    for i in range(40)] + [(b"k", b"{bad")] * 3)
+    settings = init_db(make_settings(name, [topic],
+                                     sink={"transform": f"{TRANSFORMS}:evens_then_odds"}))
+
+    result = run_ingest(settings)
+
+    assert (result.status, result.records_read, result.rows_written, result.dead_letters) == (
+        "succeeded", 43, 40, 3), result
+    assert query(f"SELECT count(DISTINCT \"offset\"), count(*) FROM {name}") == [(40, 40)]
+    assert query('SELECT sum(records), sum(rows_written), sum(dead_letters), sum(filtered) '
+                 "FROM pipeline_ranges WHERE pipeline = %s", (name,)) == [(43, 40, 3, 0)]
+
+
+@pytest.mark.slow
+def test_a_transform_that_does_not_read_its_whole_input_is_exit_2(spark):
+    """A limit() stops reading its input: the read tasks never commit their summaries
+    (dead letters, records read, the ledger's hash), and the run is refused naming the
+    transform, nothing committed. 3,000 records of 10 KB: more than the sockets between a
+    Python worker and its JVM buffer, so the reads cannot finish unread."""
+    name = unique("limit")
+    topic = create_topic(name, 1)
+    produce(topic, [(b"k", json.dumps({"order_id": i, "customer": "c" * 10_000,
+                                       "amount": 1}).encode()) for i in range(3000)])
+    settings = init_db(make_settings(name, [topic],
+                                     sink={"transform": f"{TRANSFORMS}:first_ten"}))
+
+    with pytest.raises(ConfigError, match=rf"\[sink\] transform '{TRANSFORMS}:first_ten' did "
+                                          "not read all of its input"):
+        run_ingest(settings)
+
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
+    assert stored_offsets(name) == {}
+    assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s",
+                 (name,)) == [("failed", 2)]

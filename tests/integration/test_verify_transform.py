@@ -1,9 +1,9 @@
 """``pipeline verify`` of a pipeline with a [sink] transform (issue 28): its runs write ledger
 rows in the publishing transaction (records read, the transform's filtered ones included,
 rows, dead letters, and the built-in sinks' content hash, computed by the read tasks that
-feed the transform), and verify checks them against Kafka and the tables: a clean pipeline exits 0 with
-the filtered records counted, a deleted row or a forged ledger row is named by range and
-run (exit 3). The table's values cannot be recomputed without running the transform."""
+feed the transform), and verify checks them against Kafka and the tables: a clean pipeline
+exits 0 with the filtered records counted, a deleted row or a forged ledger row is named by
+range and run (exit 3). The table's values cannot be recomputed without running the transform."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.executor.task import EncoderSettings
 from pipeline.formats import typed_rows as tr
-from pipeline.plan.far_records import SPARK_MAX_MS
+from pipeline.formats.typed_rows import SPARK_MAX_MS
 from tests.unit.test_avro import LOGICAL, V1, V2, schemas, wire  # noqa: F401 - a fixture
 
 T = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

@@ -58,3 +58,17 @@ def order_7_without_id(df):
 def select_a_column_that_is_not_there(df):
     """A transform gone wrong: Spark refuses its plan (AnalysisException) when it is built."""
     return df.select("order_id", "no_such_column")
+
+
+def first_ten(df):
+    """A transform gone wrong: it limits its input, so the read stops before its end."""
+    return df.limit(10)
+
+
+def evens_then_odds(df):
+    """Reads its input twice (a union of two filters): each read task runs twice, and each
+    record is still one row."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("order_id") % 2 == 0).unionByName(
+        df.where(F.col("order_id") % 2 == 1))
