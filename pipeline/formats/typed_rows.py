@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from pipeline.formats import paths
 from pipeline.formats.copy_text import NULL, headers_plain, text
@@ -53,7 +53,10 @@ def _python_reader(declared: str) -> Callable[[str], object]:
     """A COPY text field the Encoder wrote for a column of ``declared`` -> its value."""
     t = column_type(declared)
     if t.precision is not None:
-        return Decimal
+        # The Encoder writes a number as JSON had it ("1.005", "1e-07"): Postgres rounds it
+        # half away from zero to the column's scale on COPY, and so does this.
+        quantum = Decimal(1).scaleb(-t.scale)
+        return lambda f: Decimal(f).quantize(quantum, rounding=ROUND_HALF_UP)
     return {"string": unescape, "long": int, "int": int, "double": float,
             "boolean": lambda f: f == "t", "timestamp": datetime.fromisoformat,
             "date": date.fromisoformat}[declared]

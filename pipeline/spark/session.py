@@ -74,14 +74,6 @@ def connector_coordinate() -> str:
     return f"org.apache.spark:{artifact}:{version}"
 
 
-def has_variant() -> bool:
-    """Spark SQL's VARIANT type and is_valid_utf8 (Spark 4): pipeline/spark/transform.py checks that
-    a declared string is a JSON string with them; Spark 3.5 has neither."""
-    import pyspark
-
-    return int(pyspark.__version__.split(".")[0]) >= 4
-
-
 def _brings_connector(conf: dict[str, str]) -> bool:
     """The user's [spark.conf] names the connector itself (packages or jars)."""
     return any("spark-sql-kafka" in conf.get(key, "")

@@ -32,7 +32,44 @@ def apply(records, sink: SinkSettings):
             f"({type(e).__name__}: {first_line(e)}); nothing was read: fix the transform "
             "(it runs on the driver when a run starts), then rerun") from None
     check_output(results.columns, sink)
+    refuse_partial_reads(results, sink)
     return results
+
+
+# Plan nodes that stop reading what is below them before its end, and what made them.
+PARTIAL = {"GlobalLimit": "limit()", "LocalLimit": "limit()", "Offset": "offset()",
+           "Sample": "sample()", "Tail": "tail()"}
+
+
+def partial_read(plan) -> str | None:
+    """What in a logical plan (py4j) reads only part of the transform's input (the
+    read tasks' ``MapInArrow`` over ``Range``, executor/feed.py), if any: a limit over a
+    dimension table joined in is not one."""
+    todo = [(plan, None)]
+    while todo:
+        node, above = todo.pop()
+        name = node.nodeName()
+        above = PARTIAL.get(name, above)
+        kids = node.children()
+        kids = [kids.apply(i) for i in range(kids.size())]
+        if above and name == "MapInArrow" and any(k.nodeName() == "Range" for k in kids):
+            return above
+        todo += [(k, above) for k in kids]
+    return None
+
+
+def refuse_partial_reads(results, sink: SinkSettings) -> None:
+    """A transform must read all of its input: its read tasks commit their dead letters and
+    range summaries only when read to the end (executor/feed.py). A limit or sample over
+    the input is refused here, from the plan, before anything is read; the publisher
+    refuses any other read that stopped early (Publisher.finish)."""
+    node = partial_read(results._jdf.queryExecution().analyzed())
+    if node:
+        raise ConfigError(
+            f"[sink] transform {sink.transform!r} reads only part of its input (a {node} "
+            "of it); a transform must read every record it is given, as each one is "
+            "counted (a row, a dead letter or filtered): filter rows instead (where), then "
+            "rerun; nothing was read")
 
 
 def first_line(e: Exception) -> str:

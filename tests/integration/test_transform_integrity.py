@@ -215,16 +215,36 @@ def test_a_transform_that_reads_its_input_twice_counts_each_record_once(spark):
                  "FROM pipeline_ranges WHERE pipeline = %s", (name,)) == [(43, 40, 3, 0)]
 
 
-@pytest.mark.slow
-def test_a_transform_that_does_not_read_its_whole_input_is_exit_2(spark):
-    """A limit() stops reading its input: the read tasks never commit their summaries
-    (dead letters, records read, the ledger's hash), and the run is refused naming the
-    transform, nothing committed. 3,000 records of 10 KB: more than the sockets between a
-    Python worker and its JVM buffer, so the reads cannot finish unread."""
+def test_a_transform_that_limits_its_input_is_exit_2_before_anything_is_read(spark):
+    """A limit() over the input is found in the transform's plan (spark/transform.py)."""
     name = unique("limit")
     topic = create_topic(name, 1)
-    produce(topic, [(b"k", json.dumps({"order_id": i, "customer": "c" * 10_000,
-                                       "amount": 1}).encode()) for i in range(3000)])
+    produce_orders(topic, range(20))
+    settings = init_db(make_settings(name, [topic],
+                                     sink={"transform": f"{TRANSFORMS}:first_ten"}))
+
+    with pytest.raises(ConfigError, match=rf"\[sink\] transform '{TRANSFORMS}:first_ten' reads "
+                                          r"only part of its input \(a limit\(\) of it\)"):
+        run_ingest(settings)
+
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)] and stored_offsets(name) == {}
+
+
+@pytest.mark.slow
+def test_a_read_stopped_before_its_end_is_exit_2_nothing_committed(spark, monkeypatch):
+    """Without the plan's check, the limit stops the read tasks (the publisher's check):
+    they never commit their summaries (dead letters, records read, the ledger's hash), and
+    the run is refused naming the transform, nothing committed. 50,000 records of 1 KB in
+    one partition: five Arrow batches of 10 MB, more than the socket between a Python
+    worker and its JVM holds once the limit stops reading. Seen failing (the run
+    committed 10 rows and no ledger) without the publisher's check."""
+    from pipeline.spark import transform
+
+    monkeypatch.setattr(transform, "refuse_partial_reads", lambda results, sink: None)
+    name = unique("limit")
+    topic = create_topic(name, 1)
+    produce(topic, [(b"k", json.dumps({"order_id": i, "customer": "c" * 1000,
+                                       "amount": 1}).encode()) for i in range(50_000)])
     settings = init_db(make_settings(name, [topic],
                                      sink={"transform": f"{TRANSFORMS}:first_ten"}))
 

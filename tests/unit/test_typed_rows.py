@@ -89,6 +89,15 @@ def test_json_rows_typed_and_refused_records_are_dead_letters():
     assert [(d[2], d[7]) for d in dead] == [("1", "missing_field"), ("2", "null_value")]
 
 
+def test_a_decimal_is_rounded_half_up_to_its_scale_as_postgres_stores_it():
+    out, dead = convert("json", (("id", "long", True), ("amount", "decimal(12,2)", False)), [
+        Record(0, b'{"id": 0, "amount": 1.005}'), Record(1, b'{"id": 1, "amount": 1e-7}'),
+        Record(2, b'{"id": 2, "amount": "2.5"}'), Record(3, b'{"id": 3, "amount": -0.125}')])
+    assert dead == []
+    assert out["amount"] == [Decimal("1.01"), Decimal("0.00"), Decimal("2.50"),
+                             Decimal("-0.13")]
+
+
 def test_raw_records_as_they_are_and_a_far_timestamp_is_a_dead_letter():
     far = SPARK_MAX_MS + 1  # Postgres could store it, Spark cannot
     out, dead = convert("raw", (), [
