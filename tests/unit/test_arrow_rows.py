@@ -5,6 +5,7 @@ gives today) on lines the real Encoder writes; no Kafka, no Spark."""
 import json
 import math
 import re
+import time
 from decimal import ROUND_HALF_UP, Decimal
 
 import pyarrow as pa
@@ -254,3 +255,23 @@ def test_the_exact_reading_agrees_with_pythons_on_far_and_near_instants():
     assert ar.micros("10000-01-01 00:00:00.000000+00") == 253_402_300_800_000_000
     assert ar.micros("0001-12-31 23:59:59.999000+00 BC") == -62_135_596_800_001_000
     assert math.isfinite(ar.micros("4714-11-24 00:00:00.000000+00 BC"))
+
+
+def test_the_exact_reading_keeps_a_far_instants_fraction_and_takes_no_zone_as_utc(
+        monkeypatch):
+    assert ar.micros("10000-01-01 00:00:00.5+00") == 253_402_300_800_500_000
+    assert ar.micros("10000-01-01 00:00:00.000001+00") == 253_402_300_800_000_001
+    monkeypatch.setenv("TZ", "America/New_York")  # no zone of the OS takes part
+    time.tzset()
+    try:
+        assert ar.micros("1970-01-01 00:00:01") == 1_000_000
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_decimal_that_does_not_fit_its_precision_after_rounding_is_refused():
+    # Not a line the Encoder writes (it checks the precision): the guard of the fallback.
+    line = "t\t0\t5\t2026-01-01 00:00:00.000000+00\t99999.995\t1\n"
+    with pytest.raises(ValueError, match="'99999.995' does not fit decimal\\(7,2\\)"):
+        ar.RowReader((("amount", "decimal(7,2)", False),)).batch([line])
