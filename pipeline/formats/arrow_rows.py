@@ -147,6 +147,17 @@ def _exact(declared_type: str) -> Callable[[str], object]:
             "date": date.fromisoformat}[declared_type]
 
 
+def _rounded(strings, target, pa, pc):
+    """A decimal column with more places than its scale (the JSON format passes a float's
+    repr as written, and Postgres rounds it): read 76 digits wide, rounded half away from
+    zero to the scale (Postgres's numeric input, ROUND_HALF_UP), then narrowed, which
+    refuses a value past the precision."""
+    whole = target.precision - target.scale
+    wide = pc.cast(strings, pa.decimal256(76, 76 - whole))
+    rounded = pc.round(wide, ndigits=target.scale, round_mode="half_towards_infinity")
+    return pc.cast(rounded, target)
+
+
 class RowReader:
     """Reads batches of result lines of one sink's declared columns (the Encoder's
     ``Encoded.rows`` of a text format) as pa.RecordBatch of ``arrow_schema(columns)``."""
@@ -222,6 +233,11 @@ class RowReader:
             return pc.cast(strings, target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
+        if pa.types.is_decimal(target):
+            try:
+                return _rounded(strings, target, pa, pc)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
         values = [None if s is None else exact(s) for s in strings.to_pylist()]
         if declared_type != "timestamp":
             return pa.array(values, target)

@@ -4,6 +4,7 @@ gives today) on lines the real Encoder writes; no Kafka, no Spark."""
 
 import json
 import math
+import random
 import re
 import time
 from decimal import ROUND_HALF_UP, Decimal
@@ -275,3 +276,25 @@ def test_a_decimal_that_does_not_fit_its_precision_after_rounding_is_refused():
     line = "t\t0\t5\t2026-01-01 00:00:00.000000+00\t99999.995\t1\n"
     with pytest.raises(ValueError, match="'99999.995' does not fit decimal\\(7,2\\)"):
         ar.RowReader((("amount", "decimal(7,2)", False),)).batch([line])
+
+
+@pytest.mark.parametrize("declared", ["decimal(12,2)", "decimal(6,3)", "decimal(15,0)",
+                                      "decimal(3,3)"])
+def test_floats_of_any_length_in_a_decimal_column_round_as_postgres_does(declared,
+                                                                        monkeypatch):
+    def per_field(field):  # rounded in Arrow's C++, not field by field
+        raise AssertionError(f"the per-field reading of {field}")
+    monkeypatch.setattr(ar, "_decimal", lambda precision, scale: per_field)
+    rng = random.Random(declared)
+    precision, scale = map(int, declared[8:-1].split(","))
+    whole = 10 ** (precision - scale)
+    floats = [round(rng.uniform(-whole, whole), rng.randrange(0, 18)) for _ in range(3000)]
+    floats += [h / 1000 for h in range(-995, 1000, 10)]  # halves at three places
+    columns = (("id", "long", True), ("amount", declared, False))
+    out = Encoder("json", columns, 1).encode("t", 0, records(
+        {"id": list(range(len(floats))), "amount": floats}))
+    written = {int(line.split("\t")[2]): line.split("\t")[5] for line in out.rows}
+    longer = sum(len(w.split(".")[-1]) > scale for w in written.values() if "." in w)
+    assert longer > 100 or precision == scale  # (p,p): Encoder's exact path, s places
+    got = ar.RowReader(columns).batch(out.rows).column("amount").to_pylist()
+    assert got == [postgres_numeric(w, scale) for w in written.values()]
