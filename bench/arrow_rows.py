@@ -32,10 +32,11 @@ COLUMNS = (("order_id", "long", True), ("customer", "string", True),
 
 
 class _Record:
-    __slots__ = ("o", "v")
+    __slots__ = ("o", "v", "ms")
 
-    def __init__(self, o, v):
+    def __init__(self, o, v, ms=None):
         self.o, self.v = o, v
+        self.ms = 1_700_000_000_000 + o if ms is None else ms
 
     def offset(self):
         return self.o
@@ -50,12 +51,21 @@ class _Record:
         return None
 
     def timestamp(self):
-        return (1, 1_700_000_000_000 + self.o)
+        return (1, self.ms)
 
 
-def lines(n: int) -> list[str]:
-    encoded = Encoder("json", COLUMNS, 1).encode("orders", 0, [_Record(i, order(i))
-                                                               for i in range(n)])
+def lines(n: int, variant: str = "orders") -> list[str]:
+    """The Encoder's lines of n orders; ``variant`` "long_amounts": each amount a float
+    with more places than decimal(12,2) (rounded in Arrow, arrow_rows._rounded);
+    "far_kafka_timestamp": one record's Kafka timestamp past year 9999 (that column read
+    field by field)."""
+    records = [_Record(i, order(i)) for i in range(n)]
+    if variant == "long_amounts":
+        records = [_Record(i, order(i).replace(b'"amount": ', f'"amount": {i / 7!r}, "_": '
+                                               .encode())) for i in range(n)]
+    elif variant == "far_kafka_timestamp":
+        records[n // 2] = _Record(n // 2, order(n // 2), 300_000_000_000_000)
+    encoded = Encoder("json", COLUMNS, 1).encode("orders", 0, records)
     assert not encoded.dead and len(encoded.rows) == n
     return encoded.rows
 
@@ -94,6 +104,14 @@ def main(argv: list[str]) -> int:
               f"max {max(us):.3f}  ({n:,} lines, {rounds} rounds)")
     ratio = statistics.median(times["per_field"]) / statistics.median(times["arrow_rows"])
     print(f"per_field / arrow_rows: {ratio:.1f}x")
+    for variant in ("long_amounts", "far_kafka_timestamp"):
+        rows = lines(n, variant)
+        us = []
+        for _ in range(rounds):
+            t0 = time.process_time()
+            reader.batch(rows)
+            us.append((time.process_time() - t0) / n * 1e6)
+        print(f"arrow_rows, {variant}: median {statistics.median(us):.3f} us/record")
     return 0
 
 

@@ -36,6 +36,11 @@ HEAD = (("topic", "string"), ("partition", "int"), ("offset", "long"),
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _INT64 = 1 << 63
+_SAMPLE = 256
+# The ISO timestamps Arrow's cast reads (RE2); a row of another form (a far Kafka
+# timestamp) is read by ``micros``.
+_ISO = (r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d{1,6})?"
+        r"(Z|[+-]\d\d(:?\d\d)?)$")
 # timestamps.far_timestamp's form: a year past 9999 or BC, which datetime cannot read; and
 # _Millis's years 1-999, which strftime's %Y writes without leading zeros on glibc.
 _FAR = re.compile(r"(\d+)-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\+00( BC)?",
@@ -149,11 +154,14 @@ def _exact(declared_type: str) -> Callable[[str], object]:
 
 def _rounded(strings, target, pa, pc):
     """A decimal column with more places than its scale (the JSON format passes a float's
-    repr as written, and Postgres rounds it): read 76 digits wide, rounded half away from
+    repr as written, and Postgres rounds it): read 38 or 76 digits wide, rounded half away from
     zero to the scale (Postgres's numeric input, ROUND_HALF_UP), then narrowed, which
     refuses a value past the precision."""
     whole = target.precision - target.scale
-    wide = pc.cast(strings, pa.decimal256(76, 76 - whole))
+    try:  # 38 digits hold a float's repr beside up to 17 whole digits; faster than 76
+        wide = pc.cast(strings, pa.decimal128(38, 38 - whole))
+    except pa.ArrowInvalid:
+        wide = pc.cast(strings, pa.decimal256(76, 76 - whole))
     rounded = pc.round(wide, ndigits=target.scale, round_mode="half_towards_infinity")
     return pc.cast(rounded, target)
 
@@ -214,8 +222,9 @@ class RowReader:
         return table.combine_chunks()
 
     def _typed(self, strings, declared_type: str, exact: Callable, table):
-        """One column of strings as its Arrow type: a C++ cast, or where that refuses a
-        value, the exact per-field reading of the column."""
+        """One column of strings as its Arrow type: a C++ cast; where that refuses a value,
+        a decimal rounded in C++ (_rounded), a timestamp's odd rows (a far Kafka
+        timestamp) or else the whole column read by the exact per-field rules."""
         import pyarrow.compute as pc
 
         pa = self.pa
@@ -229,23 +238,42 @@ class RowReader:
         if declared_type == "boolean":
             return pc.equal(strings, "t")
         target = arrow_type(declared_type)
+        refused = (pa.ArrowInvalid, pa.ArrowNotImplementedError)
         try:
+            # A cast that refuses a value costs as much as three that do not: a sample
+            # first, so that a column needing a fallback (a decimal of floats) skips it.
+            pc.cast(strings.slice(0, _SAMPLE), target)
             return pc.cast(strings, target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        except refused:
             pass
-        if pa.types.is_decimal(target):
-            try:
-                return _rounded(strings, target, pa, pc)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass
-        values = [None if s is None else exact(s) for s in strings.to_pylist()]
-        if declared_type != "timestamp":
-            return pa.array(values, target)
         try:
-            return pa.array(values, pa.int64()).cast(target)
+            if pa.types.is_decimal(target):
+                return _rounded(strings, target, pa, pc)
+            if declared_type == "timestamp":  # only the odd rows field by field
+                odd = pc.invert(pc.fill_null(pc.match_substring_regex(strings, _ISO), True))
+                values = self._instants(pc.filter(strings, odd), table, odd)
+                ordinary = pc.cast(pc.if_else(odd, None, strings), target)
+                return pc.replace_with_mask(ordinary, odd, values)
+        except refused:
+            pass
+        if declared_type == "timestamp":
+            return self._instants(strings, table)
+        return pa.array([None if s is None else exact(s) for s in strings.to_pylist()],
+                        target)
+
+    def _instants(self, strings, table, rows=None):
+        """Timestamps read field by field (micros); raises Unrepresentable for one that
+        timestamp[us] cannot hold. ``rows``: where ``strings`` are in the batch (a mask),
+        None for all of it."""
+        pa = self.pa
+        values = [None if s is None else micros(s) for s in strings.to_pylist()]
+        try:
+            return pa.array(values, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
         except OverflowError:
             bad = next(i for i, v in enumerate(values)
                        if v is not None and not -_INT64 <= v < _INT64)
+            if rows is not None:
+                table = table.filter(rows)
             topic = unescape(table.column(0)[bad].as_py())
             partition, offset = (table.column(c)[bad].as_py() for c in (1, 2))
             raise Unrepresentable(

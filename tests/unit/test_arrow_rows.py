@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.formats import arrow_rows as ar
 from pipeline.formats import decoded_columns as dc
+from pipeline.formats.arrow_rows import micros
 from pipeline.formats.copy_text import NULL
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
@@ -126,11 +127,14 @@ def test_every_scalar_type_reads_as_the_exact_per_field_read_back():
     assert got["kafka_timestamp"][4] == PG_FIRST_MS * 1000
 
 
-def test_a_column_arrow_refuses_is_read_field_by_field_and_the_rest_stays_exact():
-    # One far Kafka timestamp sends that column to the exact reading; the others not.
+def test_far_kafka_timestamps_alone_are_read_field_by_field_and_the_rest_stays_exact(
+        monkeypatch):
     kafka_ms = [1_700_000_000_000, 300_000_000_000_000, -62_167_219_200_001]
     lines = encoded_lines(recs=records(kafka_ms=kafka_ms))
+    read = []
+    monkeypatch.setattr(ar, "micros", lambda text: read.append(text) or micros(text))
     got = as_dict(ar.RowReader(COLUMNS).batch(lines))
+    assert len(read) == 8 and all(" BC" in t or t.startswith("11476-") for t in read)
     assert got["kafka_timestamp"] == [kafka_ms[i % 3] * 1000 for i in range(N)]
     assert lines[1].split("\t")[3] == "11476-08-15 05:20:00.000000+00"
     assert lines[2].split("\t")[3] == "0002-12-31 23:59:59.999000+00 BC"
