@@ -52,7 +52,13 @@ class NotOnTransformPath(ValueError):
 
 
 class Unrepresentable(ValueError):
-    """A value the Arrow type cannot hold (a Kafka timestamp past Spark's year 294247)."""
+    """A value the Arrow type cannot hold: a Kafka timestamp past Spark's year 294247
+    (plan/far_records.SPARK_MAX_MS), which Postgres holds; the caller leaves such records
+    out (as a dead letter) before encoding. Names the first such record."""
+
+    def __init__(self, message: str, topic: str, partition: int, offset: int):
+        super().__init__(message)
+        self.topic, self.partition, self.offset = topic, partition, offset
 
 
 def declared(columns: Sequence[Sequence]) -> list[tuple[str, str]]:
@@ -275,8 +281,8 @@ class RowReader:
             if rows is not None:
                 table = table.filter(rows)
             topic = unescape(table.column(0)[bad].as_py())
-            partition, offset = (table.column(c)[bad].as_py() for c in (1, 2))
+            partition, offset = (int(table.column(c)[bad].as_py()) for c in (1, 2))
             raise Unrepresentable(
                 f"topic {topic} partition {partition} offset {offset}: timestamp "
                 f"{strings[bad].as_py()} is beyond what Spark's timestamp holds (about year "
-                "294247)") from None
+                "294247)", topic, partition, offset) from None

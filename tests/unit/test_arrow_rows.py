@@ -46,8 +46,10 @@ VALUES = {
             "1970-01-01", "1969-12-31", None, "2000-01-01", "1900-03-01", "2024-01-01",
             "2024-12-31"],
     "name": ["", "plain", "tab\there", "back\\slash", "new\nline\rcr", "\\N", "\\",
-             "zoë 🚀 שלום", "\\t literally", "ends with \\", "N", "a\\\\b\t\t"],
-    "note": [None, "x", None, "\t", "\\N", "", None, "日本", "y", None, "z", "\n"],
+             "zoë 🚀 שלום", "\\t literally", "ends with \\",
+             "q\"uote\u2028\x85\x0b\x1c#", "a\\\\b\t\t"],
+    "note": [None, "x", None, "\t", "\\N", "", None, "日本", '"quoted"', None, "#z",
+             "\n"],
 }
 N = len(VALUES["id"])
 # Kafka timestamps (epoch ms): before the epoch, past datetime's year 9999, BC, the ends.
@@ -154,8 +156,11 @@ def test_kafka_timestamps_of_any_year_read_back_to_their_milliseconds(millis):
 def test_a_kafka_timestamp_past_sparks_timestamp_is_refused_naming_the_record():
     lines = encoded_lines(recs=records({"id": [1, 2]}, [0, PG_END_MS - 1]))
     with pytest.raises(ar.Unrepresentable, match="topic orders.eu partition 3 offset 101: "
-                                                 "timestamp 294276-12-31 .* year 294247"):
+                                                 "timestamp 294276-12-31 .* year 294247"
+                       ) as refused:
         ar.RowReader(COLUMNS).batch(lines)
+    assert (refused.value.topic, refused.value.partition, refused.value.offset) == (
+        "orders\\eu", 3, 101)
 
 
 def postgres_numeric(text: str, scale: int) -> Decimal:
