@@ -177,22 +177,28 @@ class RowReader:
     ``Encoded.rows`` of a text format) as pa.RecordBatch of ``arrow_schema(columns)``."""
 
     def __init__(self, columns: Sequence[Sequence]):
-        import pyarrow as pa
-
+        self.declared = tuple(tuple(c) for c in columns)
         self.columns = [*HEAD, *declared(columns)]
         self.schema = arrow_schema(columns)
         self.exact = [_exact(t) for _, t in self.columns]
         # Positional names: a line's fields, the run id last (not read).
         self.fields = [f"f{i}" for i in range(len(self.columns) + 1)]
-        self.pa = pa
+
+    def __reduce__(self):  # pickled by its columns (for Spark's executors), not closures
+        return RowReader, (self.declared,)
 
     def batch(self, lines: Sequence[str]):
         """The lines' columns; raises Unrepresentable for a value the Arrow type cannot
         hold, naming the record."""
-        pa = self.pa
+        import pyarrow as pa
+
         if not lines:
             return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in self.schema],
                                               schema=self.schema)
+        if not isinstance(lines[0], str):
+            raise TypeError(f"lines of {type(lines[0]).__name__}, not str: only a text "
+                            "format's rows (json, avro, protobuf) are COPY text; raw's are "
+                            "COPY binary")
         table = self._split(lines)
         arrays = [self._typed(table.column(i), t, exact, table)
                   for i, ((_, t), exact) in enumerate(zip(self.columns, self.exact,
@@ -201,9 +207,9 @@ class RowReader:
 
     def _split(self, lines: Sequence[str]):
         """The lines' fields as string columns (NULL for ``\\N``), escapes kept."""
+        import pyarrow as pa
         import pyarrow.csv as csv
 
-        pa = self.pa
         # pa.array writes the lines' UTF-8 back to back: its data buffer is the text.
         joined = pa.array(lines, pa.large_string())
         _, offsets, data = joined.buffers()
@@ -231,9 +237,9 @@ class RowReader:
         """One column of strings as its Arrow type: a C++ cast; where that refuses a value,
         a decimal rounded in C++ (_rounded), a timestamp's odd rows (a far Kafka
         timestamp) or else the whole column read by the exact per-field rules."""
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        pa = self.pa
         strings = strings.chunk(0) if strings.num_chunks == 1 else strings.combine_chunks()
         if declared_type == "string":
             slashed = pc.fill_null(pc.match_substring(strings, "\\"), False)
@@ -271,7 +277,8 @@ class RowReader:
         """Timestamps read field by field (micros); raises Unrepresentable for one that
         timestamp[us] cannot hold. ``rows``: where ``strings`` are in the batch (a mask),
         None for all of it."""
-        pa = self.pa
+        import pyarrow as pa
+
         values = [None if s is None else micros(s) for s in strings.to_pylist()]
         try:
             return pa.array(values, pa.int64()).cast(pa.timestamp("us", tz="UTC"))

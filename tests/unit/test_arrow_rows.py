@@ -4,6 +4,7 @@ gives today) on lines the real Encoder writes; no Kafka, no Spark."""
 
 import json
 import math
+import pickle
 import random
 import re
 import time
@@ -307,3 +308,16 @@ def test_floats_of_any_length_in_a_decimal_column_round_as_postgres_does(declare
     assert longer > 100 or precision == scale  # (p,p): Encoder's exact path, s places
     got = ar.RowReader(columns).batch(out.rows).column("amount").to_pylist()
     assert got == [postgres_numeric(w, scale) for w in written.values()]
+
+
+def test_a_reader_pickles_by_its_columns_and_reads_the_same_after():
+    lines = encoded_lines()
+    reader = pickle.loads(pickle.dumps(ar.RowReader(COLUMNS)))
+    got, want = as_dict(reader.batch(lines)), as_dict(ar.RowReader(COLUMNS).batch(lines))
+    assert {k: comparable(v) for k, v in got.items()} == {
+        k: comparable(v) for k, v in want.items()}
+
+
+def test_raw_rows_are_refused_they_are_copy_binary():
+    with pytest.raises(TypeError, match="lines of bytes, not str: .* raw's are COPY binary"):
+        ar.RowReader(COLUMNS).batch([b"PGCOPY\n"])
