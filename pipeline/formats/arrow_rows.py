@@ -10,11 +10,16 @@ no quoting, ``\\N`` = NULL) and each column is cast to its type in C++.
 Exactness: the Encoder writes a few canonical forms per type (str(int), repr(float),
 "t"/"f", ISO dates, ISO timestamps with an explicit offset, decimals as Python writes
 them), which Arrow's casts read to the same values as Python does (tests/unit/
-test_arrow_rows.py holds them to it). Whatever a cast refuses - a Kafka timestamp past
-year 9999 or BC, a decimal with more places than its scale (the JSON format passes a
-float's repr as written and Postgres rounds it), anything unforeseen - is read for that
-column by the exact per-field rules (``_exact``), never approximately; strings are
-unescaped in Python only where a backslash occurs.
+test_arrow_rows.py holds them to it). What a cast refuses is never read approximately:
+a decimal with more places than its scale (the JSON format passes a float's repr as
+written) is rounded half away from zero in C++, as Postgres's numeric input rounds it; a
+Kafka timestamp past year 9999 or BC (timestamps.far_timestamp) sends its own rows to
+``micros``; anything unforeseen sends its column to the exact per-field rules
+(``_exact``). Strings are unescaped in Python only where a backslash occurs.
+
+Use: ``RowReader(columns).batch(encoded.rows)`` -> a pa.RecordBatch of
+``arrow_schema(columns)``; ``spark_schema(columns)`` is the same as Spark DDL, for
+``mapInArrow``. Pure: no Spark, no I/O.
 """
 
 from __future__ import annotations
