@@ -8,7 +8,8 @@ driver, its JVM, Spark's Python workers; Kafka and Postgres are not counted). St
 
     source         Spark's Kafka source over the ranges, every column, the Arrow hop
                    into Python (drained): the floor of a variant that keeps the source
-    source_decode  + the Encoder's decode and typed rows in that mapInArrow (that
+    source_slim    the same without the headers column (what a decode needs)
+    source_decode  source_slim + the Encoder's decode and typed rows in that mapInArrow (that
                    variant's input for the transform, drained)
     feed           the transform's input as runs make it (executor/feed.py: the read
                    tasks as a DataFrame, read + encode + typed rows), drained, no staging
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
     from pipeline.plan.offsets import OffsetRange
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.read import read_ranges
-    from pipeline.spark.session import get_context, sql_flags
+    from pipeline.spark.session import get_context
 
     topic, steps = argv[0], argv[1:] or ["source", "source_decode", "feed", "builtin",
                                          "encode"]
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> int:
     me = os.getpid()
     t0, c0 = time.perf_counter(), tree_cpu(me)
     # Spark's Kafka connector too: the source steps read through it.
-    sc = get_context(settings.spark.master, settings.spark.conf, jvm=sql_flags(n),
+    sc = get_context(settings.spark.master, settings.spark.conf, jvm="light",
                      kafka_source=True)
     spark = SparkSession.builder.getOrCreate()
     print(f"start: {time.perf_counter() - t0:.1f} s, {tree_cpu(me) - c0:.1f} CPU-s", flush=True)
@@ -198,7 +199,11 @@ def main(argv: list[str]) -> int:
 
     run = {
         "source": lambda: check(drained(source())),
-        "source_decode": lambda: check(drained(source().mapInArrow(decode_source, schema))),
+        "source_slim": lambda: check(drained(source().select(
+            "topic", "partition", "offset", "key", "value", "timestamp"))),
+        "source_decode": lambda: check(drained(source().select(
+            "topic", "partition", "offset", "key", "value", "timestamp").mapInArrow(
+                decode_source, schema))),
         "feed": lambda: check(drained(spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
             feed, schema))),
         "builtin": lambda: builtin(False),

@@ -124,5 +124,6 @@ def test_a_far_timestamp_in_a_text_format_is_a_dead_letter_the_rest_rows():
                                   "é\\\\n"])
 def test_unescape_undoes_copy_text(text):
     from pipeline.formats.copy_text import text as copy_text
+    from pipeline.formats.copy_text import unescape
 
-    assert tr.unescape(copy_text(text)) == text
+    assert unescape(copy_text(text)) == text
