@@ -220,7 +220,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
 
     from pipeline.executor.consume import reader_config
     from pipeline.executor.feed import feed_schema, feeder
-    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer, line_frame
+    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
     from pipeline.executor.task import EncoderSettings, FeedTask, LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.transform import apply
@@ -247,10 +247,11 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
         feeder(feed), feed_schema(encoding.format, encoding.columns))
     results = apply(records, sink)
     columns = tables.typed(tables.from_record(tables.record_rows(sink)))
-    lines = line_frame(results.select(*[F.col(f"`{n}`") for n, _ in columns]), columns,
-                       run.id, F)
-    lines.mapInArrow(blob_writer(LineStageTask(target, tuple(ranges))), WRITER_SCHEMA
-                     ).collect()
+    # The writer makes each row a COPY text line in Arrow (formats/arrow_copy.py): the JVM
+    # only hands the transform's rows over.
+    results.select(*[F.col(f"`{n}`") for n, _ in columns]).mapInArrow(
+        blob_writer(LineStageTask(target, tuple(ranges), tuple(columns), run.id)),
+        WRITER_SCHEMA).collect()
     return len(tasks)
 
 

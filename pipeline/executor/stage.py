@@ -1,11 +1,12 @@
 """What runs on the executors: records -> Postgres COPY text -> this run's staging table.
 
-Spark SQL turns each record into one line of Postgres COPY text format (no Python per
-record: escaping, timestamps in UTC and bytea hex are Spark expressions). A small Python
-function (``mapInArrow``) then takes each Arrow batch of lines as ONE contiguous buffer and
-stores it as one blob row (or several, each at most BLOB_BYTES) in the run's UNLOGGED
-staging table, tagged with the Spark partition and the task attempt that wrote it (Spark's
-taskAttemptId: its attempt number restarts at 0 when a stage is resubmitted), and a summary
+A read task (range_stager) encodes each batch of records into COPY lines (formats/); a
+user transform's writer (blob_writer, a ``mapInArrow``) turns each Arrow batch of the
+transform's rows into COPY text lines in Arrow (formats/arrow_copy.py). Each batch's lines
+are stored as ONE contiguous buffer: one blob row (or several, each at most BLOB_BYTES) in
+the run's UNLOGGED staging table, tagged with the Spark partition and the task attempt that
+wrote it (Spark's taskAttemptId: its attempt number restarts at 0 when a stage is
+resubmitted), and a summary
 (topic, partition, kind, rows, first and last offset). Each task writes its blobs in one
 transaction, so a task attempt's blobs are either all there or not at all; the publisher
 uses one task attempt per Spark partition, so a retried task (lost executor, speculation)
@@ -22,7 +23,7 @@ types (store.run.Run.staging_copy, from pipeline/store/tables.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -45,41 +46,6 @@ def executor_connection(url: str):
 
     return psycopg.connect(url, connect_timeout=10,
                            application_name="kafka-offset-pipeline-stage")
-
-
-def escape_text(F, col):
-    """COPY text format: backslash, newline, carriage return and tab are escaped."""
-    for raw, escaped in (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
-        col = F.replace(col, F.lit(raw), F.lit(escaped))
-    return col
-
-
-def copy_field(F, col, pg_type: str):
-    """One column as COPY text; NULL is \\N. Timestamps carry an explicit UTC offset, so
-    neither the OS time zone of a driver or executor nor the session's can shift them."""
-    from pipeline.formats import types
-
-    form = types.copy_form(pg_type)
-    if form == types.HEX:
-        # \x + hex is bytea's input format; the backslash itself is escaped for COPY.
-        value = F.concat(F.lit("\\\\x"), F.hex(col))
-    elif form == types.TIMESTAMP:
-        # Past year 9999 Spark writes "+55840-..." (a Kafka timestamp in microseconds sent
-        # as milliseconds), which Postgres refuses; without the sign it reads it.
-        # regexp_replace, not ltrim(col, "+"): Spark 3.5's Python ltrim takes no trim string.
-        value = F.regexp_replace(F.date_format(col, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX"),
-                                 r"^\+", "")
-    elif form == types.ESCAPED:
-        value = escape_text(F, col)
-    else:  # numbers, booleans, dates: their string form is already COPY-safe
-        value = col.cast("string")
-    return F.coalesce(value, F.lit("\\N"))
-
-
-def copy_line(F, columns: Sequence[tuple[str, str]], extra: Sequence = ()):
-    """A whole row as one COPY text line, newline included."""
-    fields = [copy_field(F, F.col(f"`{name}`"), pg_type) for name, pg_type in columns]
-    return F.concat(F.concat_ws("\t", *fields, *extra), F.lit("\n"))
 
 
 class Blob(NamedTuple):
@@ -148,14 +114,17 @@ def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
 
 
 def blob_writer(spec: LineStageTask):
-    """A picklable function for DataFrame.mapInArrow over LINE_COLUMNS batches (a user
-    transform's rows): each batch's lines, per partition and planned range, go into as
-    many ROW blobs as ``spec.target.max_blob_bytes`` needs (stage_attempt). Yields one
-    summary row per task."""
+    """A picklable function for DataFrame.mapInArrow over a user transform's rows (the
+    staged columns, ``spec.columns``): each batch becomes COPY text lines in Arrow
+    (formats/arrow_copy.py), which go, per partition and planned range, into as many ROW
+    blobs as ``spec.target.max_blob_bytes`` needs (stage_attempt). Yields one summary row
+    per task."""
 
     def write(batches):
         import pyarrow as pa
         import pyarrow.compute as pc
+
+        from pipeline.formats.arrow_copy import lines
 
         max_bytes = spec.target.max_blob_bytes
         starts: dict[tuple[str, int], list[int]] = {}
@@ -165,6 +134,9 @@ def blob_writer(spec: LineStageTask):
             v.sort()
 
         def blobs_of(batch) -> Iterator[Blob]:
+            batch = pa.RecordBatch.from_arrays(
+                [batch.column("topic"), batch.column("partition"), batch.column("offset"),
+                 lines(batch, spec.columns, spec.run_id, pa, pc)], names=LINE_COLUMNS)
             for group in _by_partition(batch, pa, pc):
                 topic = group.column("topic")[0].as_py()
                 partition = group.column("partition")[0].as_py()
@@ -184,14 +156,8 @@ def blob_writer(spec: LineStageTask):
 
 
 WRITER_SCHEMA = "part int, attempt int, rows long"
-# What blob_writer reads: coordinates and a result row as COPY text.
+# What blob_writer cuts into blobs: coordinates and a result row as COPY text.
 LINE_COLUMNS = ["topic", "partition", "offset", "row_line"]
-
-
-def line_frame(rows, row_columns, run_id: int, F):
-    """A transform's rows -> LINE_COLUMNS: each row as one COPY text line in Spark SQL."""
-    return rows.select("topic", "partition", "offset",
-                       copy_line(F, row_columns, extra=[F.lit(str(run_id))]).alias("row_line"))
 
 
 def _by_range(group, starts: list[int], pa, pc):

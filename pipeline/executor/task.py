@@ -96,12 +96,16 @@ class FeedTask:
 
 @dataclass(frozen=True)
 class LineStageTask:
-    """A user transform's output task: stage the COPY text lines Spark SQL made
-    (stage.line_frame) from the transform's rows, one blob never across two of
-    ``ranges`` (the planned read ranges: the ledger counts each one's rows)."""
+    """A user transform's output task: its rows' staged ``columns`` ((name, Postgres
+    type), in order) as COPY text lines ending with ``run_id`` (formats/arrow_copy.py),
+    one blob never across two of ``ranges`` (the planned read ranges: the ledger counts
+    each one's rows)."""
 
     target: StagingTarget
     ranges: tuple = ()
+    columns: tuple[tuple[str, str], ...] = ()
+    run_id: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(self.ranges))
+        object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))
