@@ -1,10 +1,11 @@
 """A transform's output rows, typed Arrow columns as ``mapInArrow`` hands them to the
 writer (executor/stage.blob_writer), -> one COPY text line each, in Arrow's C++: numbers,
 booleans, dates and decimals by a cast to string, text escaped by four substring
-replacements (only when a batch holds a character to escape), timestamps by strftime in
-UTC with an explicit ``+00``, NULL as ``\\N``; the fields joined by tabs, the run id last.
-Python per value only where Arrow has no kernel (bytea's hex, a timestamp outside years
-1-9999). The JVM then only converts the rows to Arrow (no COPY projection in Spark SQL).
+replacements (only when a batch holds a character to escape), timestamps as their UTC
+date and time of day (two casts) with an explicit ``+00``, NULL as ``\\N``; the fields
+joined by tabs, the run id last. Python per value only where Arrow has no kernel (bytea's
+hex, a timestamp outside years 1-9999). The JVM then only converts the rows to Arrow (no
+COPY projection in Spark SQL).
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ def _timestamps(col, pa, pc):
         pc.cast(col, pa.timestamp("us", tz="UTC")), pa.int64())
     lo, hi = (v.as_py() for v in pc.min_max(micros).values())
     if lo is None or (-62_135_596_800_000_000 <= lo and hi < 253_402_300_800_000_000):
+        # The date and the time of day by casts (strftime costs ~1.1 us a value, these
+        # ~0.12 together): "YYYY-MM-DD" and "HH:MM:SS.ffffff".
         utc = pc.cast(micros, pa.timestamp("us", tz="UTC"))
         return pc.binary_join_element_wise(
-            pc.strftime(utc, format="%Y-%m-%d %H:%M:%S", locale="C"), "+00", "")
+            pc.cast(pc.cast(utc, pa.date32()), pa.string()), " ",
+            pc.cast(pc.cast(utc, pa.time64("us")), pa.string()), "+00", "")
     return pa.array([None if us is None else _far(us) for us in micros.to_pylist()],
                     pa.string())
 

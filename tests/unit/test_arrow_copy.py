@@ -35,6 +35,16 @@ def test_every_staged_type_as_copy_text_nulls_as_backslash_n():
         "t\t1\t6\t\\N\t\\N\t\\N\t1e+300\t\\N\t\\N\t\\N\t7\n"]
 
 
+def test_timestamps_of_years_1_to_9999_keep_four_digit_years_and_six_fraction_digits():
+    batch = pa.RecordBatch.from_pydict({"ts": pa.array(
+        [datetime(5, 1, 2, 3, 4, 5, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, 999999,
+                                                          tzinfo=UTC),
+         datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))})
+    assert lines(batch, [("ts", "timestamptz")]) == [
+        "0005-01-02 03:04:05.000000+00\t7\n", "9999-12-31 23:59:59.999999+00\t7\n",
+        "1969-12-31 23:59:59.000001+00\t7\n"]
+
+
 def test_timestamps_past_year_9999_and_bc_as_postgres_reads_them():
     # The instants as Postgres 15 prints them (to_timestamp(1761000000000) + 123 us).
     batch = pa.RecordBatch.from_pydict({"ts": pa.array(
