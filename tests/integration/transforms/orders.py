@@ -8,8 +8,9 @@ def double_amount(df):
 
 
 def identity(df):
-    """Changes nothing: a run with it takes the transform path (Spark's Kafka source and
-    Spark SQL parsing), so the tests can hold both paths to the same outcomes."""
+    """Changes nothing: a run with it takes the transform path (the read tasks as a
+    DataFrame, a second mapInArrow staging its rows), so the tests can hold both paths to
+    the same outcomes."""
     return df
 
 
