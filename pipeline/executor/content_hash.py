@@ -12,9 +12,10 @@ A run with a [sink] transform hashes with ContentHash too (its input is the buil
 executor/feed.py). Ledger rows of transform runs from before that carry another kind
 (``hash_kind``): ``md5sum``, the sum modulo 2**128 of each record's MD5 over the same
 framing, which Spark SQL computed where Spark's Kafka source read, combined across however
-Spark split a range; verify still recomputes it for them (RecordSum). A changed, removed or added record changes
-it too; unlike BLAKE2b it is not collision-resistant against someone forging records on
-purpose (who can write the topic anyway), which is not what it guards against."""
+Spark split a range; verify still recomputes it for them (RecordSum). A changed, removed or
+added record changes it too; unlike BLAKE2b it is not collision-resistant against someone
+forging records on purpose (who can write the topic anyway), which is not what it guards
+against."""
 
 from __future__ import annotations
 
