@@ -1,5 +1,6 @@
 """spark-submit entry point: ``spark-submit pipeline/submit.py run --config conf/local.toml``
-(no connector jars: every run reads with confluent-kafka) does the same run as ``pipeline run``, with the same exit codes.
+(no connector jars: every run reads with confluent-kafka) does the same run as ``pipeline
+run``, with the same exit codes.
 """
 
 import os
