@@ -5,6 +5,8 @@ run (the CLI, its JVM, Spark's Python workers; not Kafka or Postgres) and peak R
     .venv/bin/python -m bench.transform_ab TOPIC N ROUNDS A_CHECKOUT B_CHECKOUT [KIND]
 
 KIND: identity (the default), enrich (conf/examples/transform.toml) or json (no transform).
+BENCH_SPARK: a [spark] section for both (e.g. a [spark.conf] with JVM flags). Each line
+prints CPU-seconds and the peak RSS by kind of process.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from bench.contenders import run_pipeline
 from bench.transform import ENRICH, ENRICHED_COLUMNS, EXAMPLE, IDENTITY
-from bench.transform_profile import tree_cpu, tree_cpu_by_kind
+from bench.transform_profile import tree_cpu, tree_cpu_by_kind, tree_rss_by_kind
 
 
 class TreeCpu:
@@ -25,7 +27,7 @@ class TreeCpu:
     loses at most 0.2 s)."""
 
     def __init__(self):
-        self.peak, self.stop, self.kinds = 0.0, threading.Event(), {}
+        self.peak, self.stop, self.kinds, self.rss = 0.0, threading.Event(), {}, {}
         self.base = tree_cpu(os.getpid())
         self.thread = threading.Thread(target=self.sample, daemon=True)
         self.thread.start()
@@ -35,6 +37,8 @@ class TreeCpu:
             self.peak = max(self.peak, tree_cpu(os.getpid()) - self.base)
             for k, v in tree_cpu_by_kind(os.getpid()).items():
                 self.kinds[k] = max(self.kinds.get(k, 0.0), v)
+            for k, v in tree_rss_by_kind(os.getpid()).items():
+                self.rss[k] = max(self.rss.get(k, 0.0), v)
 
     def done(self) -> float:
         self.stop.set()
@@ -58,10 +62,13 @@ def main(argv: list[str]) -> int:
             load = os.getloadavg()[0]
             cpu = TreeCpu()
             seconds, rss, timings = run_pipeline("json", topic, n, i, env, root=Path(root),
-                                                 tag=f"_{kind}_{label.lower()}", **kw)
+                                                 tag=f"_{kind}_{label.lower()}",
+                                                 spark=os.environ.get("BENCH_SPARK", ""),
+                                                 **kw)
             print(f"{kind} round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s,"
                   f" {rss:.0f} MB, read_and_stage {timings.get('read_and_stage', 0):.1f} s,"
-                  f" load {load:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items()),
+                  f" load {load:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items())
+                  + "; peak MB " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.rss.items()),
                   flush=True)
     return 0
 

@@ -6,13 +6,15 @@ TOPIC: a topic of JSON orders (bench.harness.produce), read whole. Each step run
 (cold, then warm) and prints its wall seconds and the CPU-seconds of this process tree (the
 driver, its JVM, Spark's Python workers; Kafka and Postgres are not counted). Steps:
 
-    source     Spark's Kafka source over the ranges, every column, into the noop sink
-    mark       Spark's source + transform.mark (from_json, the checks), noop
-    cache      Spark's source + mark persisted + count (the cache build)
-    lines      the whole job but staging: cached mark, both branches, COPY lines, the
-               Arrow hop into Python (drained), the records_read count
-    builtin    the built-in path's read alone (consume.read_ranges per task, counted)
-    encode     the built-in path's read + encode (no staging)
+    source         Spark's Kafka source over the ranges, every column, the Arrow hop
+                   into Python (drained): the floor of a variant that keeps the source
+    source_slim    the same without the headers column (what a decode needs)
+    source_decode  source_slim + the Encoder's decode and typed rows in that mapInArrow (that
+                   variant's input for the transform, drained)
+    feed           the transform's input as runs make it (executor/feed.py: the read
+                   tasks as a DataFrame, read + encode + typed rows), drained, no staging
+    builtin        the built-in path's read alone (consume.read_ranges per task, counted)
+    encode         the built-in path's read + encode (no staging)
 
 Needs the stack and KAFKA_BOOTSTRAP_SERVERS as scripts/bench sets them.
 """
@@ -35,17 +37,33 @@ def tree_cpu(root: int) -> float:
                for p in [root, *descendants(procs, root)] if p in procs)
 
 
+def _kind(cmd: str) -> str:
+    return ("python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
+            else "jvm" if "java" in cmd else "driver python" if "python" in cmd
+            else "other")
+
+
 def tree_cpu_by_kind(root: int) -> dict[str, float]:
     """CPU-seconds of ``root``'s live descendants (not itself), by kind of process."""
     procs = processes(with_cmdline=True)
     out: dict[str, float] = {}
     for pid in descendants(procs, root):
         _, fields, cmd = procs[pid]
-        kind = ("python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
-                else "jvm" if "java" in cmd else "driver python" if "python" in cmd
-                else "other")
+        kind = _kind(cmd)
         # its own CPU, not its children's
         out[kind] = out.get(kind, 0.0) + sum(int(x) for x in fields[11:13]) / TICK
+    return out
+
+
+def tree_rss_by_kind(root: int) -> dict[str, float]:
+    """RSS (MB) of ``root``'s live descendants, by kind of process."""
+    procs = processes(with_cmdline=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    out: dict[str, float] = {}
+    for pid in descendants(procs, root):
+        _, fields, cmd = procs[pid]
+        kind = _kind(cmd)
+        out[kind] = out.get(kind, 0.0) + int(fields[21]) * page / 2**20
     return out
 
 
@@ -64,20 +82,18 @@ def settings_for(topic: str):
 
 
 def main(argv: list[str]) -> int:
-    from pyspark import StorageLevel
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from pipeline.driver.kafka_meta import KafkaMeta
-    from pipeline.executor.stage import line_frame
+    from pipeline.executor.consume import read_ranges as consume
+    from pipeline.executor.consume import reader_config
+    from pipeline.executor.task import EncoderSettings
     from pipeline.plan.offsets import OffsetRange
     from pipeline.plan.split import pack_ranges, split_ranges
-    from pipeline.spark.launch import start_spark
     from pipeline.spark.read import read_ranges
-    from pipeline.spark.transform import mark, split
-    from pipeline.store import tables
+    from pipeline.spark.session import get_context
 
-    topic, steps = argv[0], argv[1:] or ["source", "mark", "lines", "builtin",
+    topic, steps = argv[0], argv[1:] or ["source", "source_decode", "feed", "builtin",
                                          "encode"]
     settings = settings_for(topic)
     ends = KafkaMeta(settings.kafka).topic_offsets([topic])
@@ -85,19 +101,20 @@ def main(argv: list[str]) -> int:
     n = sum(r.count for r in ranges)
     me = os.getpid()
     t0, c0 = time.perf_counter(), tree_cpu(me)
-    sc = start_spark(settings)
+    # Spark's Kafka connector too: the source steps read through it.
+    sc = get_context(settings.spark.master, settings.spark.conf, jvm="light",
+                     kafka_source=True)
     spark = SparkSession.builder.getOrCreate()
     print(f"start: {time.perf_counter() - t0:.1f} s, {tree_cpu(me) - c0:.1f} CPU-s", flush=True)
     slots = sc.defaultParallelism
-    tasks = pack_ranges(split_ranges(ranges, slots), slots)
-    columns = tables.typed(tables.from_record(tables.record_rows(settings.sink)))
-    dead_columns = tables.typed(tables.DEAD_LETTER_FIELDS)
+    tasks = [t if isinstance(t, list) else [t]
+             for t in pack_ranges(split_ranges(ranges, slots), slots)]
+    columns = tuple((c.name, c.type, c.required, c.source) for c in settings.sink.columns)
+    enc = EncoderSettings("json", columns, 1)
+    config = reader_config(settings.kafka.client_config(), "read_committed", "tprofile")
 
     def source():
         return read_ranges(spark, settings.kafka, ranges).coalesce(len(tasks))
-
-    def noop(df):
-        df.write.format("noop").mode("overwrite").save()
 
     def drain(batches):
         import pyarrow as pa
@@ -105,26 +122,66 @@ def main(argv: list[str]) -> int:
         rows = sum(len(b) for b in batches)
         yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
-    def lines(records):
-        cached = mark(records, settings.sink).persist(StorageLevel.MEMORY_AND_DISK)
-        results, dead = split(cached, settings.sink)
-        good = results.select(*[F.col(f"`{c}`") for c, _ in columns],
-                              F.lit(None).cast("string").alias("error_code"))
-        frame = line_frame(good, columns, dead_columns, 1, F, dead=False).unionByName(
-            line_frame(dead, columns, dead_columns, 1, F, rows=False))
-        got = sum(r["rows"] for r in frame.mapInArrow(drain, "rows long").collect())
-        read = sum(r["count"] for r in cached.groupBy("topic", "partition").count().collect())
-        cached.unpersist()
-        assert got == n == read, (got, n, read)
+    def drained(df) -> int:
+        return sum(r["rows"] for r in df.mapInArrow(drain, "rows long").collect())
+
+    def decode_source(batches):
+        """Spark's source records -> the Encoder's typed rows (the variant that keeps
+        Spark's source, its decode in a mapInArrow): read-back as executor/feed.py."""
+        import pyarrow as pa
+
+        from pipeline.formats import typed_rows
+
+        class Rec:
+            __slots__ = ("o", "k", "v", "ts")
+
+            def __init__(self, o, k, v, ts):
+                self.o, self.k, self.v, self.ts = o, k, v, ts
+
+            def offset(self):
+                return self.o
+
+            def key(self):
+                return self.k
+
+            def value(self):
+                return self.v
+
+            def headers(self):
+                return None
+
+            def timestamp(self):
+                return (0, self.ts)
+
+        encoder = enc.encoder()
+        convert = typed_rows.converter("json", columns, pa)
+        for b in batches:
+            t, p = b.column("topic")[0].as_py(), b.column("partition")[0].as_py()
+            micros = b.column("timestamp").cast(pa.int64()).to_pylist()
+            records = [Rec(o, k, v, us // 1000) for o, k, v, us in zip(
+                b.column("offset").to_pylist(), b.column("key").to_pylist(),
+                b.column("value").to_pylist(), micros, strict=True)]
+            yield convert(t, p, records, encoder.encode(t, p, records))[0]
+
+    def feed(batches):
+        """The new path's input without its staging: read, encode, typed rows."""
+        import pyarrow as pa
+
+        from pipeline.formats import typed_rows
+
+        encoder = enc.encoder()
+        convert = typed_rows.converter("json", columns, pa)
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                for r, records in consume(config, tasks[i], 30):
+                    yield convert(r.topic, r.partition, records,
+                                  encoder.encode(r.topic, r.partition, records))[0]
+
+    from pipeline.executor.feed import feed_schema
+
+    schema = feed_schema("json", columns)
 
     def builtin(encode: bool):
-        from pipeline.executor.consume import read_ranges as consume
-        from pipeline.executor.consume import reader_config
-        from pipeline.executor.task import EncoderSettings
-
-        config = reader_config(settings.kafka.client_config(), "read_committed", "tprofile")
-        enc = EncoderSettings.for_settings(settings, 1)
-
         def task(items):
             rs = [r for item in items for r in (item if isinstance(item, list) else [item])]
             encoder = enc.encoder() if encode else None
@@ -137,11 +194,18 @@ def main(argv: list[str]) -> int:
 
         assert sum(sc.parallelize(tasks, len(tasks)).mapPartitions(task).collect()) == n
 
+    def check(got: int) -> None:
+        assert got == n, (got, n)
+
     run = {
-        "source": lambda: noop(source()),
-        "mark": lambda: noop(mark(source(), settings.sink)),
-        "cache": lambda: mark(source(), settings.sink).persist().count(),
-        "lines": lambda: lines(source()),
+        "source": lambda: check(drained(source())),
+        "source_slim": lambda: check(drained(source().select(
+            "topic", "partition", "offset", "key", "value", "timestamp"))),
+        "source_decode": lambda: check(drained(source().select(
+            "topic", "partition", "offset", "key", "value", "timestamp").mapInArrow(
+                decode_source, schema))),
+        "feed": lambda: check(drained(spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
+            feed, schema))),
         "builtin": lambda: builtin(False),
         "encode": lambda: builtin(True),
     }

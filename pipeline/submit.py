@@ -1,5 +1,6 @@
-"""spark-submit entry point: ``spark-submit --jars <connector jars> pipeline/submit.py run
---config conf/local.toml`` does the same run as ``pipeline run``, with the same exit codes.
+"""spark-submit entry point: ``spark-submit pipeline/submit.py run --config conf/local.toml``
+(no connector jars: every run reads with confluent-kafka) does the same run as ``pipeline
+run``, with the same exit codes.
 """
 
 import os

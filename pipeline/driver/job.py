@@ -21,7 +21,6 @@ from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids
 from pipeline.sinks.upsert import partitions_added
 from pipeline.spark import errors as spark_errors
 from pipeline.spark.launch import start_spark
-from pipeline.spark.record_hash import RangeRead
 from pipeline.store import Store
 from pipeline.store.run import Kind, Run
 
@@ -107,17 +106,15 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
         binary = not settings.sink.transform and binary_rows(settings.sink.format)
         with Publisher(store, run, ranges, binary=binary) as publisher:
-            read: dict = {}  # a transform's records and hash per partition (RangeRead)
             if sc is not None:
-                overlapped(lambda: read.update(stage(sc, settings, run, ranges) or {}),
+                overlapped(lambda: publisher.expect_readers(stage(sc, settings, run, ranges)),
                            publisher.take, signals)
                 timer.lap("read_and_stage")
             # What one attempt of each task staged: a retried task is not counted twice.
             staged = publisher.staged()
             staged_dead = sum(v["dead"] for v in staged.values())
             if sc is not None:
-                records = sum(r.records for r in read.values()) if read else \
-                    sum(sum(v.values()) for v in staged.values())
+                records = publisher.records_read(staged)
                 log.info("read and staged %d records of %s in %.1f s", records,
                          describe(ranges), timer.stages["read_and_stage"],
                          extra={"event": "read.done", "records": records,
@@ -136,8 +133,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                 check_topic_ids({t: {i} for t, i in topic_ids.items()},
                                 meta.topic_ids(list(topic_ids)), "the planned ranges")
             with signals.shielded():
-                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,
-                                             read=read)
+                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids)
         timer.lap("publish")
         log.info("run %s %s: published %d rows (%d deleted), %d dead letters from %d records; "
                  "offsets %s", run_id, kind, published.rows_written,
@@ -169,21 +165,20 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                      **published.counts(), timings=timer.as_dict())
 
 
-def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
-          ) -> dict[tuple[str, int], RangeRead] | None:
+def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> int:
     """Executors read the planned ranges and store them as COPY text, one blob per batch,
     in this run's staging table; nothing is collected on the driver but one tiny summary
     row per task. The built-in sinks read with confluent-kafka inside Spark tasks
-    (stage_ranges); a user transform gets Spark's Kafka source (stage_transformed), and
-    returns the records read per partition and their content hash (a transform may filter
-    records out, so the staged rows and dead letters do not count them)."""
+    (stage_ranges); a user transform gets a DataFrame fed by the same reading
+    (stage_transformed). Returns the read tasks a transform's run staged summaries for
+    under their own parts (0 for the built-in sinks, whose tasks stage both)."""
     sc.setJobGroup(f"run-{run.id}", f"{settings.name} run {run.id}: {describe(ranges)}",
                    interruptOnCancel=True)
     try:
         if settings.sink.transform:
             return stage_transformed(sc, settings, run, ranges)
         stage_ranges(sc, settings, run, ranges)
-        return None
+        return 0
     except Exception as e:
         raise classify_spark_error(e, settings, ranges) from None
 
@@ -213,59 +208,51 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
     sc.parallelize(tasks, len(tasks)).mapPartitions(stager).collect()
 
 
-def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
-                      ) -> dict[tuple[str, int], RangeRead]:
-    """A user transform works on a DataFrame of the good rows: Spark's Kafka source reads
-    once, Spark SQL parses and marks each record (transform.mark) into the executors'
-    cache (never the driver), and both outputs are staged from it."""
-    from pyspark import StorageLevel
+def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> int:
+    """A user transform works on a DataFrame of the good records, read and decoded by the
+    built-in sinks' own reader and Encoder (executor/feed.py: one Spark partition per read
+    task, the tasks stage_ranges would run), which stages the dead letters and each range's
+    summary itself; the transform's rows become COPY text lines in Spark SQL and are staged
+    by blob_writer. Returns how many read tasks there were: the publisher must find each
+    one's summaries (Publisher.finish)."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from pipeline.driver.far_timestamps import far_records
-    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer, line_frame
-    from pipeline.executor.task import LineStageTask, StagingTarget
+    from pipeline.executor.consume import reader_config
+    from pipeline.executor.feed import feed_schema, feeder
+    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
+    from pipeline.executor.task import EncoderSettings, FeedTask, LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
-    from pipeline.spark.far_records import read_around, with_far
-    from pipeline.spark.record_hash import DIGEST, range_reads, record_digest
-    from pipeline.spark.transform import mark, split
+    from pipeline.spark.transform import apply
     from pipeline.store import tables
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
-    # Records whose timestamp Spark's source cannot hold are read here and dead-lettered
-    # (driver/far_timestamps.py): one Admin request when there is none.
-    far = far_records(settings, ranges)
-    records = read_around(spark, settings.kafka, ranges, far, settings.spark.min_partitions)
-    # Spark's Kafka source makes one task per partition: a wide topic with a few records
-    # per partition would pay a task's fixed cost per partition. No more tasks than the
-    # built-in sinks would run (coalesce: no shuffle, a task reads its partitions in turn;
-    # never more partitions than the source made, and at least spark.min_partitions).
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
-    records = records.coalesce(max(len(pack_ranges(split_ranges(ranges, slots), slots)), 1))
-    columns = tables.typed(tables.from_record(tables.record_rows(settings.sink)))
-    dead_columns = tables.typed(tables.DEAD_LETTER_FIELDS)
-    # The parse is cached, not the records: each output filters the cache, and the parse
-    # runs once per record (a filter over an uncached parse is pushed below it and parses
-    # again per check).
-    # Each record's digest, kept in the cache: the ledger's content hash (record_hash.py).
-    cached = with_far(spark, mark(records.withColumn(DIGEST, record_digest(F)), settings.sink,
-                                  settings.schema_registry, carry=[DIGEST]), far
-                      ).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        results, dead = split(cached, settings.sink)
-        good = results.select(*[F.col(f"`{n}`") for n, _ in columns],
-                              F.lit(None).cast("string").alias("error_code"))
-        lines = line_frame(good, columns, dead_columns, run.id, F, dead=False).unionByName(
-            line_frame(dead, columns, dead_columns, run.id, F, rows=False))
-        declared = [(c.name, c.type) for c in settings.sink.columns]
-        writer = blob_writer(LineStageTask(
-            StagingTarget(settings.database_url, *run.staging_copy()), declared))
-        lines.mapInArrow(writer, WRITER_SCHEMA).collect()
-        # Records read per partition and their hash, from the cache (a small job): what
-        # the transform filtered out is in neither staged output.
-        return range_reads(cached, F)
-    finally:
-        cached.unpersist()
+    tasks = [t if isinstance(t, list) else [t]
+             for t in pack_ranges(split_ranges(ranges, slots), slots)]
+    k, sink = settings.kafka, settings.sink
+    target = StagingTarget(settings.database_url, *run.staging_copy())
+    # No tombstone key: on the transform path a null value is a dead letter.
+    encoding = EncoderSettings(sink.record_format, tuple(
+        (c.name, c.type, c.required, c.source) for c in sink.columns), run.id, (),
+        settings.schema_registry)
+    feed = FeedTask(target, reader_config(k.client_config(), k.isolation_level,
+                                          f"{settings.name}-reader"),
+                    k.timeout_seconds, encoding, tasks)
+    log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
+             extra={"event": "read.start", "tasks": len(tasks),
+                    "ranges": [r.as_dict() for r in ranges]})
+    # One read task per Spark partition: range(n) in n slices is one index per slice.
+    records = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
+        feeder(feed), feed_schema(encoding.format, encoding.columns))
+    results = apply(records, sink)
+    columns = tables.typed(tables.from_record(tables.record_rows(sink)))
+    # The writer makes each row a COPY text line in Arrow (formats/arrow_copy.py): the JVM
+    # only hands the transform's rows over.
+    results.select(*[F.col(f"`{n}`") for n, _ in columns]).mapInArrow(
+        blob_writer(LineStageTask(target, tuple(ranges), tuple(columns), run.id)),
+        WRITER_SCHEMA).collect()
+    return len(tasks)
 
 
 def classify_spark_error(e: Exception, settings: Settings,

@@ -144,11 +144,9 @@ class KafkaMeta:
                       isolation_level: str) -> dict[tuple[str, int], int]:
         return {tp: info.offset for tp, info in self._list(specs, isolation_level).items()}
 
-    def _list(self, specs: Mapping[TopicPartition, OffsetSpec], isolation_level: str,
-              optional: bool = False) -> dict[tuple[str, int], object] | None:
-        """ListOffsetsResultInfo (offset, timestamp) per (topic, partition); ``optional``:
-        None where the broker does not support the request (e.g. MAX_TIMESTAMP before
-        Kafka 3.0)."""
+    def _list(self, specs: Mapping[TopicPartition, OffsetSpec], isolation_level: str
+              ) -> dict[tuple[str, int], object]:
+        """ListOffsetsResultInfo (offset, timestamp) per (topic, partition)."""
         if not specs:
             return {}
         level = (IsolationLevel.READ_COMMITTED if isolation_level == "read_committed"
@@ -159,9 +157,6 @@ class KafkaMeta:
             return {(tp.topic, tp.partition): f.result() for tp, f in futures.items()}
         except KafkaException as e:
             err = e.args[0]
-            if optional and isinstance(err, KafkaError) and err.code() in (
-                    KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION):
-                return None
             if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise DataError(
                     f"unknown topic or partition while listing offsets: {err}") from None
@@ -201,23 +196,6 @@ class KafkaMeta:
             latest = {(k.topic, k.partition): k.latest for k in self.offsets(tps)}
         return {tp: (min(off, latest[tp]) if off >= 0 else latest[tp])
                 for tp, off in found.items()}
-
-    def max_timestamps(self, partitions: Iterable[tuple[str, int]]
-                       ) -> dict[tuple[str, int], int] | None:
-        """The largest record timestamp (epoch ms) in each partition's whole log, one
-        ListOffsets request (KIP-734's MAX_TIMESTAMP); -1 for an empty partition. None: the
-        broker does not support the request (before Kafka 3.0)."""
-        found = self._list(
-            {TopicPartition(t, p): OffsetSpec.max_timestamp() for t, p in partitions},
-            self.settings.isolation_level, optional=True)
-        return None if found is None else {tp: info.timestamp for tp, info in found.items()}
-
-    def first_offsets_for_time(self, partitions: Iterable[tuple[str, int]],
-                               timestamp_ms: int) -> dict[tuple[str, int], int]:
-        """The first offset whose timestamp is >= timestamp_ms (-1: none), unclamped."""
-        return self._list_offsets(
-            {TopicPartition(t, p): OffsetSpec.for_timestamp(timestamp_ms)
-             for t, p in partitions}, self.settings.isolation_level)
 
     def mirror_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Best effort: commit our stored offsets to a consumer group for lag tooling.

@@ -1,6 +1,5 @@
 """A range's records read on the driver, a batch at a time, with progress lines: what
-``pipeline verify`` re-reads and what a transform run scans for records Spark cannot read
-(driver/far_timestamps.py). The reading itself is the executors' (executor/consume.py);
+``pipeline verify`` re-reads. The reading itself is the executors' (executor/consume.py);
 this turns its task errors into the driver's error classes (exit codes)."""
 
 from __future__ import annotations

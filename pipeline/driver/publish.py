@@ -73,6 +73,7 @@ class Publisher:
         self.store, self.run, self.binary = store, run, binary
         self.ranges = list(ranges)
         self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
+        self.readers = 0  # a transform's read tasks, staged under their own parts (feed.py)
         self.staging = run.staging
         self.cols = identifiers(c.name for c in tables.written(store.records))
         self.sink = store.settings.sink
@@ -133,6 +134,11 @@ class Publisher:
             raise exc
 
     # ---- while Spark reads --------------------------------------------------------------
+    def expect_readers(self, tasks: int) -> None:
+        """A transform's run: ``tasks`` read tasks each stage their dead letters and range
+        summaries under the part executor/feed.reader_part names (0: none)."""
+        self.readers = tasks
+
     def take(self) -> int:
         """Stream the result blobs of tasks that committed since the last call; returns
         how many tasks were new."""
@@ -175,18 +181,49 @@ class Publisher:
                 item[name] = item.get(name, 0) + int(n)
         return out
 
+    def read_counts(self) -> dict[tuple[str, int], int]:
+        """Per (topic, partition): the Kafka records the published attempts read, from
+        their range summaries (HASH blobs; a transform may filter some out, so its rows
+        and dead letters do not count them)."""
+        with db_errors(self.store.url), self._reader.begin():
+            return {(t, p): int(n) for t, p, n in self._read.execute(sql.SQL(
+                'SELECT topic, "partition", sum(n) FROM {} WHERE kind = %s AND (part, task) '
+                "IN (SELECT * FROM unnest(%s::int[], %s::bigint[])) GROUP BY 1, 2").format(
+                    self.staging), (HASH, list(self.parts), list(self.parts.values()))
+            ).fetchall()}
+
+    def records_read(self, staged: dict[tuple[str, int], dict[str, int]]) -> int:
+        """All records the published attempts read: a transform's from the read tasks'
+        summaries, the built-in sinks' from their rows, dead letters and tombstones."""
+        if self.readers:
+            return sum(self.read_counts().values())
+        return sum(sum(v.values()) for v in staged.values())
+
+    def _check_readers(self) -> None:
+        """Every read task of a transform's run committed once: else the transform did not
+        read its input to the end (a limit, a take), and the ledger would miss ranges."""
+        from pipeline.executor.feed import reader_part
+
+        missing = [i for i in range(self.readers) if reader_part(i) not in self.parts]
+        if missing:
+            raise ConfigError(
+                f"[sink] transform {self.sink.transform!r} did not read all of its input: "
+                f"{len(missing)} of {self.readers} read tasks were never read to their end "
+                "(a limit(), take() or sample of the input?); a transform must read every "
+                "record it is given (filter rows instead of limiting them), then rerun; "
+                f"run {self.run.id} rolled back, nothing committed")
+
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
-               topic_ids: dict[str, str] | None = None,
-               read: dict | None = None) -> Published:
+               topic_ids: dict[str, str] | None = None) -> Published:
         """Everything after the read: the last blobs, the columns sink.evolve adds and the
         merge if needed, dead letters, the ledger rows, the offsets compare-and-set and the
-        run row, then COMMIT. ``read``: a transform's records and content hash per partition
-        (record_hash.RangeRead; those it filtered out are staged nowhere: ``filtered`` in the
-        run's per-partition counts and its ledger rows)."""
+        run row, then COMMIT. A transform's records that it filtered out are staged nowhere:
+        ``filtered`` in the run's per-partition counts and its ledger rows."""
         store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
+        self._check_readers()
         staged = self.staged()
         with db_errors(store.url):
             cm, self._copy_cm = self._copy_cm, None
@@ -207,17 +244,17 @@ class Publisher:
                 rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
             records_read = sum(sum(v.values()) for v in staged.values())
-            if read:
+            if self.readers:
+                read = self.read_counts()
                 for tp, n in read.items():
                     item = staged.setdefault(tp, {"rows": 0, "dead": 0})
-                    if (filtered := n.records - item["rows"] - item["dead"]) > 0:
+                    if (filtered := n - item["rows"] - item["dead"]) > 0:
                         item["filtered"] = filtered
-                records_read = sum(n.records for n in read.values())
+                records_read = sum(read.values())
             per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
-            if self.sink.transform:  # the ledger: Spark's aggregate, one row per range
-                store.record_transform_ranges(run, self.ranges, read or {}, staged)
-            else:  # the ledger, from the same attempts
-                store.record_ranges(run, self.parts)
+            # The ledger, from the same attempts (a transform's: the read tasks' summaries,
+            # the writers' rows inside each range).
+            store.record_ranges(run, self.parts, transformed=bool(self.readers))
             store.compare_and_set_offsets(run, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.

@@ -8,12 +8,14 @@ key and value lengths, -1 for a null) followed by the key and value bytes, so th
 different records (or a null and an empty value) frame the same bytes. Headers and
 timestamps are left out: they are not what the tables are compared on.
 
-A run with a [sink] transform reads with Spark's Kafka source (no Python per record), so
-its ledger rows carry another kind (``hash_kind``): ``md5sum``, the sum modulo 2**128 of
-each record's MD5 over the same framing, computed in Spark SQL (spark/record_hash.py) and
-combined across however Spark splits a range. A changed, removed or added record changes
-it too; unlike BLAKE2b it is not collision-resistant against someone forging records on
-purpose (who can write the topic anyway), which is not what it guards against."""
+A run with a [sink] transform hashes with ContentHash too (its input is the built-in read,
+executor/feed.py). Ledger rows of transform runs from before that carry another kind
+(``hash_kind``): ``md5sum``, the sum modulo 2**128 of each record's MD5 over the same
+framing, which Spark SQL computed where Spark's Kafka source read, combined across however
+Spark split a range; verify still recomputes it for them (RecordSum). A changed, removed or
+added record changes it too; unlike BLAKE2b it is not collision-resistant against someone
+forging records on purpose (who can write the topic anyway), which is not what it guards
+against."""
 
 from __future__ import annotations
 

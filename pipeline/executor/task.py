@@ -78,12 +78,34 @@ class RangeStageTask:
 
 
 @dataclass(frozen=True)
-class LineStageTask:
-    """A user transform's task: stage the COPY text lines Spark SQL made (stage.line_frame)
-    and explain its bad records against the JSON sink's declared (name, type) pairs."""
+class FeedTask:
+    """A user transform's input (executor/feed.py): read task ``i`` reads ``tasks[i]``
+    exactly as a RangeStageTask would (``reader``, ``timeout_seconds``), decodes them
+    (``encoding``, no tombstone key) into the DataFrame the transform receives, and stages
+    its dead letters and range summaries in ``target``."""
 
     target: StagingTarget
-    declared: tuple[tuple[str, str], ...] = ()
+    reader: dict[str, Any]
+    timeout_seconds: float
+    encoding: EncoderSettings
+    tasks: tuple[tuple, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "declared", tuple(tuple(c) for c in self.declared))
+        object.__setattr__(self, "tasks", tuple(tuple(t) for t in self.tasks))
+
+
+@dataclass(frozen=True)
+class LineStageTask:
+    """A user transform's output task: its rows' staged ``columns`` ((name, Postgres
+    type), in order) as COPY text lines ending with ``run_id`` (formats/arrow_copy.py),
+    one blob never across two of ``ranges`` (the planned read ranges: the ledger counts
+    each one's rows)."""
+
+    target: StagingTarget
+    ranges: tuple = ()
+    columns: tuple[tuple[str, str], ...] = ()
+    run_id: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranges", tuple(self.ranges))
+        object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Sequence
 
 NULL = "\\N"
@@ -27,6 +28,17 @@ def text(value: str) -> str:
     if "\x00" in value:
         raise Unstorable("contains a NUL character (\\u0000), which Postgres text cannot store")
     return value
+
+
+_ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+_ESCAPED = re.compile(r"\\(.)")
+
+
+def unescape(field: str) -> str:
+    """A COPY text field's string (``text`` undone)."""
+    if "\\" not in field:
+        return field
+    return _ESCAPED.sub(lambda m: _ESCAPES.get(m.group(1), m.group(1)), field)
 
 
 def escape(value: str) -> str:

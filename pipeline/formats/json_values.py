@@ -1,8 +1,8 @@
 """The JSON format's value rules: a parsed JSON value -> its COPY text field, per declared
 column type; raises WrongType for a value the type does not allow.
 
-The same rules as Spark's ``from_json``, which a transform's path still uses (both are held
-to the same catalogue in tests/integration/test_bad_input.py): string = a JSON string;
+The same rules as Spark's ``from_json``, which a transform's path used to parse with (both
+were held to the same catalogue in tests/integration/test_bad_input.py): string = a JSON string;
 long/int = a JSON integer in range; double = a JSON number or one of "NaN", "Infinity",
 "-Infinity"; boolean = true/false; decimal(p,s) = a JSON number or numeric string, rounded
 half-up to s places, at most p digits; timestamp = an ISO 8601 string (no offset = UTC) or

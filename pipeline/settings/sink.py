@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from pipeline.errors import ConfigError
-from pipeline.formats import paths, types
+from pipeline.formats import types
 from pipeline.settings.base import Identifier, Table, about_key
 from pipeline.settings.columns import Column, column
 
@@ -95,10 +95,10 @@ class SinkTable(Table):
         if fmt == "raw" and columns:
             raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
         for c in columns if transform is not None else ():
-            # The transform path parses JSON with Spark's from_json by column name (avro and
-            # protobuf: decoded_columns.py, paths too), scalars only.
-            if (c.source and fmt == "json") or not types.column_type(c.type).scalar:
-                what = f"from = {paths.label(c.source)!r}" if c.source else c.type
+            # A transform's DataFrame holds the Encoder's rows as typed Spark columns
+            # (formats/typed_rows.py, paths too): scalars only.
+            if not types.column_type(c.type).scalar:
+                what = c.type
                 raise ConfigError(
                     f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' "
                     f"= {transform!r} yet: remove sink.transform, or read the field in the "

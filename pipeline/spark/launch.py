@@ -11,8 +11,9 @@ from pipeline.errors import ConfigError, PipelineError
 
 def start_spark(settings: Settings, records: int = 0):
     """The SparkContext; Spark SQL's session is only built when a transform needs it.
-    ``records``: how many the run plans to read (a transform's JVM flags depend on it)."""
-    from pipeline.spark.session import get_context, sql_flags
+    ``records``: how many the run plans to read (not used: every run starts the JVM with
+    the same flags, session.JVM_FLAGS)."""
+    from pipeline.spark.session import get_context
 
     try:
         transform = bool(settings.sink.transform)
@@ -23,9 +24,9 @@ def start_spark(settings: Settings, records: int = 0):
                     f"[sink] transform {settings.sink.transform!r} needs {' and '.join(missing)}"
                     ", which the built-in sinks do not: pip install "
                     "'kafka-offset-pipeline[transform]'; nothing was read")
-        return get_context(settings.spark.master, settings.spark.conf,
-                           jvm=sql_flags(records) if transform else "light",
-                           kafka_source=transform)
+        # No run reads through Spark's Kafka source (a transform's input is the built-in
+        # read, executor/feed.py): no connector jars.
+        return get_context(settings.spark.master, settings.spark.conf, jvm="light")
     except PipelineError:
         raise
     except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here

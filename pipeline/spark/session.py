@@ -74,14 +74,6 @@ def connector_coordinate() -> str:
     return f"org.apache.spark:{artifact}:{version}"
 
 
-def has_variant() -> bool:
-    """Spark SQL's VARIANT type and is_valid_utf8 (Spark 4): pipeline/spark/transform.py checks that
-    a declared string is a JSON string with them; Spark 3.5 has neither."""
-    import pyspark
-
-    return int(pyspark.__version__.split(".")[0]) >= 4
-
-
 def _brings_connector(conf: dict[str, str]) -> bool:
     """The user's [spark.conf] names the connector itself (packages or jars)."""
     return any("spark-sql-kafka" in conf.get(key, "")
@@ -90,26 +82,14 @@ def _brings_connector(conf: dict[str, str]) -> bool:
 
 # The driver JVM's flags when we start it (a user's spark.driver.extraJavaOptions replaces
 # them; under spark-submit the JVM is up already). Measured (docs/benchmarks.md):
-# - "sql": Spark SQL runs per record (Kafka source, parsing, a transform): the parallel
-#   collector and JIT of the huge generated methods cut its time per record by ~30%;
-# - "sql_small": the same for a run of few records (sql_flags): C2's compiler threads
-#   cost a run ~16-21 CPU-s whatever its size, more than they save below ~0.8M records,
-#   so the client compiler alone (issue 25's profile, docs/benchmarks.md);
-# - "light": per-record work is in Python (the built-in sinks): the JVM only schedules, so
-#   the client compiler alone and the serial collector start it ~1.5 s sooner.
+# - "light": every run. Per-record work is in Python (the built-in sinks, and a transform's
+#   input since executor/feed.py): the client compiler alone and the serial collector
+#   start the JVM ~1.5 s sooner, and at 2M records under an identity transform the JVM
+#   spent the same CPU as with C2 and the parallel collector, its peak RSS ~245 MB less;
+# - "sql": Spark SQL per record (Spark's Kafka source, parsing): the parallel collector and
+#   JIT of huge generated methods (the benchmark's Structured Streaming peers, get_spark).
 JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
-             "sql_small": "-XX:+UseParallelGC -XX:TieredStopAtLevel=1",
              "light": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
-# At most this many planned records, a Spark SQL run starts its JVM with "sql_small".
-# Measured on 2 cores, a whole run with an identity transform: at 500k records C1 alone
-# spent 2.5 + 18.1 CPU-s in its compiler threads + tasks against C1+C2's 16.0 + 11.8; at
-# 2M, 89.9 CPU-s in all against 65.8. They cross near 0.8M: below it, with a margin.
-SMALL_SQL_RECORDS = 500_000
-
-
-def sql_flags(records: int) -> str:
-    """The JVM_FLAGS key of a Spark SQL run (a transform) that reads ``records``."""
-    return "sql_small" if records <= SMALL_SQL_RECORDS else "sql"
 
 
 def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,

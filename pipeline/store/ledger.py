@@ -10,7 +10,7 @@ from typing import NamedTuple
 from psycopg import sql
 from sqlalchemy import and_, func, or_, select
 
-from pipeline.executor.content_hash import BLAKE2B, MD5SUM
+from pipeline.executor.content_hash import BLAKE2B
 from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
 from pipeline.plan.offsets import OffsetRange
 from pipeline.store.results import in_range
@@ -32,21 +32,29 @@ class LedgerRow(NamedTuple):
     hash_kind: str = BLAKE2B
 
 
-# One ledger row per range summary; its counts are those of the same attempt's blobs inside
-# the range (a blob never spans two ranges: stage.range_stager makes them per range).
+# One ledger row per range summary; its counts are those of the chosen attempts' blobs
+# inside the range (a blob never spans two ranges: stage.range_stager makes them per range,
+# stage.blob_writer cuts a transform's rows by range). The built-in sinks' blobs are the
+# summary's own attempt's; a transform's rows are staged by other tasks than its reads
+# (executor/feed.py), and what it filtered out is in neither table.
 _RECORD = """
 INSERT INTO {ranges} (pipeline, run_id, topic, "partition", from_offset, until_offset,
-                      records, rows_written, dead_letters, deletes, skipped, content_hash)
+                      records, rows_written, dead_letters, deletes, skipped, filtered,
+                      content_hash)
 SELECT %(pipeline)s, %(run)s, h.topic, h."partition", h.min_offset, h.max_offset, h.n,
        coalesce(sum(b.n) FILTER (WHERE b.kind = %(row)s), 0),
        coalesce(sum(b.n) FILTER (WHERE b.kind = %(dead)s), 0),
        coalesce(sum(b.n) FILTER (WHERE b.kind = %(tombstone)s), 0),
-       h.max_offset - h.min_offset - h.n, h.blob
+       h.max_offset - h.min_offset - h.n,
+       CASE WHEN %(transformed)s THEN greatest(h.n - coalesce(sum(b.n) FILTER (
+            WHERE b.kind IN (%(row)s, %(dead)s)), 0), 0) ELSE 0 END,
+       h.blob
   FROM {staging} h
   LEFT JOIN {staging} b
-    ON b.part = h.part AND b.task = h.task AND b.kind <> %(hash)s AND b.topic = h.topic
+    ON {same_attempt} b.kind <> %(hash)s AND b.topic = h.topic
    AND b."partition" = h."partition" AND b.min_offset >= h.min_offset
    AND b.max_offset < h.max_offset
+   AND (b.part, b.task) IN (SELECT * FROM unnest(%(parts)s::int[], %(tasks)s::bigint[]))
  WHERE h.kind = %(hash)s
    AND (h.part, h.task) IN (SELECT * FROM unnest(%(parts)s::int[], %(tasks)s::bigint[]))
  GROUP BY h.topic, h."partition", h.min_offset, h.max_offset, h.n, h.blob
@@ -54,43 +62,18 @@ SELECT %(pipeline)s, %(run)s, h.topic, h."partition", h.min_offset, h.max_offset
 
 
 class Ledger(Session):
-    def record_ranges(self, run: Run, parts: dict[int, int]) -> int:
+    def record_ranges(self, run: Run, parts: dict[int, int], transformed: bool = False
+                      ) -> int:
         """In the open (publishing) transaction: the ledger rows of the chosen attempts
-        (``parts``: Spark partition -> task attempt id); how many. A transform's run stages
-        no range summaries (Spark's Kafka source reads it): record_transform_ranges."""
+        (``parts``: Spark partition -> task attempt id); how many. ``transformed``: a user
+        transform's run, whose rows are other attempts' than its range summaries and may
+        be fewer than the records read (``filtered``)."""
+        same = sql.SQL("" if transformed else "b.part = h.part AND b.task = h.task AND")
         return self.execute(sql.SQL(_RECORD).format(
-            ranges=self.t(ranges.name), staging=run.staging), {
+            ranges=self.t(ranges.name), staging=run.staging, same_attempt=same), {
                 "pipeline": self.pipeline, "run": run.id, "row": ROW, "dead": DEAD,
                 "tombstone": TOMBSTONE, "hash": HASH, "parts": list(parts),
-                "tasks": list(parts.values())}).rowcount
-
-    def record_transform_ranges(self, run: Run, planned: list[OffsetRange], read: dict,
-                                staged: dict[tuple[str, int], dict[str, int]]) -> int:
-        """In the open (publishing) transaction: a transform run's ledger rows, one per
-        planned range (its reader, Spark's Kafka source, reads one range per partition):
-        records and hash from Spark's aggregate (``read``: record_hash.RangeRead per
-        partition), rows and dead letters from the published attempts' blobs (``staged``),
-        the rest filtered out by the transform."""
-        from pipeline.executor.content_hash import from_sum
-
-        values = []
-        for r in planned:
-            got = read.get(r.tp)
-            records = got.records if got else 0
-            s = staged.get(r.tp, {})
-            rows, dead = s.get("rows", 0), s.get("dead", 0)
-            values.append({"pipeline": self.pipeline, "run_id": run.id, "topic": r.topic,
-                           "partition": r.partition, "from_offset": r.from_offset,
-                           "until_offset": r.until_offset, "records": records,
-                           "rows_written": rows, "dead_letters": dead, "deletes": 0,
-                           "skipped": r.count - records,
-                           "filtered": max(records - rows - dead, 0),
-                           "content_hash": got.content_hash if got else from_sum(0),
-                           "hash_kind": MD5SUM})
-        if values:
-            with self.transaction():
-                self.session.execute(ranges.insert(), values)
-        return len(values)
+                "tasks": list(parts.values()), "transformed": transformed}).rowcount
 
     def ledger_rows(self, topic: str, partition: int, window: OffsetRange
                     ) -> Iterator[LedgerRow]:

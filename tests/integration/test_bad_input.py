@@ -90,7 +90,7 @@ CATALOGUE = [
 STORED = {17: ("1.01", "2026-03-08 06:30:00+00"), 18: ("2.50", "2026-11-01 01:30:00+00"),
           20: ("1.50", "2025-12-31 08:00:00+00")}
 # Both paths are held to the same outcomes: the built-in sink's (records read and parsed in
-# Python on the executors) and a transform's (Spark's Kafka source, Spark SQL parsing).
+# Python on the executors) and a transform's (the same read and decode as a DataFrame).
 PATHS = [None, "tests.integration.transforms.orders:identity"]
 
 

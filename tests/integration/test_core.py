@@ -339,15 +339,12 @@ def test_bad_config_fails_before_anything_runs_with_exit_2(tmp_path):
     ('[spark.conf]\n"spark.executor.memory" = "lots"', "spark",
      "error: Spark did not start with master 'local[2]' and [spark.conf] "
      "spark.executor.memory: "),
-    ('[kafka.spark_consumer]\n"fetch.max.bytes" = "abc"', "kafka",
-     "error: Spark's Kafka client refused 'kafka.spark_consumer.fetch.max.bytes' = abc: Not "
-     "a number of type INT; fix it in [kafka.spark_consumer]; nothing committed"),
-], ids=["spark.conf", "kafka.spark_consumer"])
-def test_a_value_spark_or_its_kafka_client_refuses_is_exit_2_naming_the_key(
+], ids=["spark.conf"])
+def test_a_value_spark_refuses_is_exit_2_naming_the_key(
         stack, tmp_path, setting, where, message):
     topic, name, _ = cli_pipeline(tmp_path, "refused", 20)
     config = tmp_path / "refused.toml"
-    # The Kafka client of Spark's source only runs with a transform.
+    # A transform's run starts Spark with its Spark SQL flags.
     text = toml_config(name, [topic], extra_sink='transform = '
                        '"tests.integration.transforms.orders:identity"')
     if where == "spark":

@@ -1,7 +1,6 @@
-"""A transform run around records whose Kafka timestamp Spark's source cannot read (issue 23):
-the driver finds them with one ListOffsets request (driver/far_timestamps.py), Spark reads
-the planned ranges around them in layers (plan/far_records.py), and they are dead letters
-counted in the run's ledger like every record - on the real broker, Postgres and Spark."""
+"""A transform run over records whose Kafka timestamp Spark cannot hold (issue 23): the read
+tasks that feed the transform (executor/feed.py) make them dead letters, counted in the
+run's ledger like every record - on the real broker, Postgres and Spark."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline.driver.job import run_ingest
-from pipeline.driver.kafka_meta import KafkaMeta
-from pipeline.plan.far_records import SPARK_MAX_MS
 from tests.helpers import BOOTSTRAP, create_topic, make_settings, query, unique
 from tests.integration._reliability import init_db
 from tests.integration.test_bad_input import order
@@ -32,15 +29,6 @@ def produce_at(topic: str, partition: int, timestamps: list[int | None], first_i
         p.produce(topic, key=b"k", value=order(i), partition=partition,
                   **({"timestamp": ts} if ts is not None else {}))
         p.flush(30)
-
-
-def test_kafka_names_a_partitions_largest_timestamp_and_its_first_far_offset(stack):
-    topic = far_topic(2)
-    produce_at(topic, 0, [1000, BEYOND, 2000, BEYOND + 5])
-    meta = KafkaMeta(make_settings(unique("far"), [topic]).kafka)
-    assert meta.max_timestamps([(topic, 0), (topic, 1)]) == {(topic, 0): BEYOND + 5,
-                                                             (topic, 1): -1}
-    assert meta.first_offsets_for_time([(topic, 0)], SPARK_MAX_MS + 1) == {(topic, 0): 1}
 
 
 @pytest.mark.slow

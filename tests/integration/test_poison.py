@@ -2,7 +2,7 @@
 run (exit 1, nothing committed, the next run the same) and must now be a result row or a
 dead letter of a named type, exactly once, with the offsets at the end (issue 23). Through
 the real CLI on the real broker and Postgres, on the built-in path (json and raw sinks) and
-on the transform path (Spark's Kafka source and Spark SQL)."""
+on the transform path (the same read and decode feeding a DataFrame, executor/feed.py)."""
 
 from __future__ import annotations
 
@@ -121,8 +121,8 @@ def beyond_topic(stack):
 
 @pytest.mark.parametrize("fmt, transform", [
     ("json", None), ("raw", None),
-    # Spark's Kafka source would fail on it ('long overflow'): the driver finds it
-    # (driver/far_timestamps.py) and the source reads around it.
+    # The transform's input is the built-in read and decode (executor/feed.py): the
+    # same dead letter as the built-in path's.
     ("json", "tests.integration.transforms.orders:identity"),
     ("raw", "tests.integration.transforms.orders:identity"),
 ], ids=["json", "raw", "json-transform", "raw-transform"])

@@ -14,6 +14,7 @@ import pytest
 from pipeline.driver.job import run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
+from pipeline.errors import ConfigError
 from pipeline.executor import task
 from pipeline.executor.consume import read_range, reader_config
 from pipeline.executor.stage import DEAD, ROW
@@ -191,3 +192,67 @@ def test_staged_blobs_are_bounded_by_bytes_on_both_paths(spark, monkeypatch, fmt
     assert sum(row_blobs) > rows * 1000 and len(row_blobs) >= rows * 1000 // SMALL_BLOB
     if fmt == "json":
         assert len([n for kind, n in streamed if kind == DEAD]) >= 60 * 1000 // SMALL_BLOB
+
+
+def test_a_transform_that_reads_its_input_twice_counts_each_record_once(spark):
+    """Each read task runs once per use of the input (here twice: a union of two filters)
+    and stages its dead letters and range summary each time; one of them is published per
+    task. Seen failing with the publisher taking every committed read: 2x the dead letters
+    and the ledger's records."""
+    name = unique("twice")
+    topic = create_topic(name, 2)
+    produce(topic, [(b"k", json.dumps({"order_id": i, "customer": "c", "amount": 1}).encode())
+                    for i in range(40)] + [(b"k", b"{bad")] * 3)
+    settings = init_db(make_settings(name, [topic],
+                                     sink={"transform": f"{TRANSFORMS}:evens_then_odds"}))
+
+    result = run_ingest(settings)
+
+    assert (result.status, result.records_read, result.rows_written, result.dead_letters) == (
+        "succeeded", 43, 40, 3), result
+    assert query(f"SELECT count(DISTINCT \"offset\"), count(*) FROM {name}") == [(40, 40)]
+    assert query('SELECT sum(records), sum(rows_written), sum(dead_letters), sum(filtered) '
+                 "FROM pipeline_ranges WHERE pipeline = %s", (name,)) == [(43, 40, 3, 0)]
+
+
+def test_a_transform_that_limits_its_input_is_exit_2_before_anything_is_read(spark):
+    """A limit() over the input is found in the transform's plan (spark/transform.py)."""
+    name = unique("limit")
+    topic = create_topic(name, 1)
+    produce_orders(topic, range(20))
+    settings = init_db(make_settings(name, [topic],
+                                     sink={"transform": f"{TRANSFORMS}:first_ten"}))
+
+    with pytest.raises(ConfigError, match=rf"\[sink\] transform '{TRANSFORMS}:first_ten' reads "
+                                          r"only part of its input \(a limit\(\) of it\)"):
+        run_ingest(settings)
+
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)] and stored_offsets(name) == {}
+
+
+@pytest.mark.slow
+def test_a_read_stopped_before_its_end_is_exit_2_nothing_committed(spark, monkeypatch):
+    """Without the plan's check, the limit stops the read tasks (the publisher's check):
+    they never commit their summaries (dead letters, records read, the ledger's hash), and
+    the run is refused naming the transform, nothing committed. 50,000 records of 1 KB in
+    one partition: five Arrow batches of 10 MB, more than the socket between a Python
+    worker and its JVM holds once the limit stops reading. Seen failing (the run
+    committed 10 rows and no ledger) without the publisher's check."""
+    from pipeline.spark import transform
+
+    monkeypatch.setattr(transform, "refuse_partial_reads", lambda results, sink: None)
+    name = unique("limit")
+    topic = create_topic(name, 1)
+    produce(topic, [(b"k", json.dumps({"order_id": i, "customer": "c" * 1000,
+                                       "amount": 1}).encode()) for i in range(50_000)])
+    settings = init_db(make_settings(name, [topic],
+                                     sink={"transform": f"{TRANSFORMS}:first_ten"}))
+
+    with pytest.raises(ConfigError, match=rf"\[sink\] transform '{TRANSFORMS}:first_ten' did "
+                                          "not read all of its input"):
+        run_ingest(settings)
+
+    assert query(f"SELECT count(*) FROM {name}") == [(0,)]
+    assert stored_offsets(name) == {}
+    assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s",
+                 (name,)) == [("failed", 2)]

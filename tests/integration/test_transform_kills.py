@@ -64,7 +64,7 @@ def assert_exact(mode: str, settings, topic: str) -> dict:
 
 
 # The points where the transform path differs from the built-in one: its read and staging
-# (Spark's Kafka source, mapInArrow into the staging table) and the publish of what it
+# (the read tasks' and the writers' mapInArrow into the staging table) and the publish of what it
 # staged. The other points (after_plan, after_stage, after_commit) run the same code for
 # both paths; test_sink_modes kills every mode there. Each case is a CLI run with a JVM
 # start: all six points for both modes cost the suite ~6 more minutes for no new path

@@ -1,9 +1,9 @@
 """``pipeline verify`` of a pipeline with a [sink] transform (issue 28): its runs write ledger
 rows in the publishing transaction (records read, the transform's filtered ones included,
-rows, dead letters, and a content hash computed in Spark SQL where Spark's Kafka source
-reads), and verify checks them against Kafka and the tables: a clean pipeline exits 0 with
-the filtered records counted, a deleted row or a forged ledger row is named by range and
-run (exit 3). The table's values cannot be recomputed without running the transform."""
+rows, dead letters, and the built-in sinks' content hash, computed by the read tasks that
+feed the transform), and verify checks them against Kafka and the tables: a clean pipeline
+exits 0 with the filtered records counted, a deleted row or a forged ledger row is named by
+range and run (exit 3). The table's values cannot be recomputed without running the transform."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pipeline.cli import main as cli_main
 from pipeline.driver.job import run_ingest
 from pipeline.driver.verify import Filters, run_verify
 from pipeline.errors import EXIT_DATA, EXIT_OK
-from pipeline.executor.content_hash import RecordSum
+from pipeline.executor.content_hash import ContentHash
 from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
@@ -60,7 +60,7 @@ def ledger(pipeline: str) -> list[tuple]:
 def kafka_sum(topic: str, partition: int, start: int, until: int) -> bytes:
     from pipeline.executor.consume import read_range, reader_config
 
-    h = RecordSum()
+    h = ContentHash()
     for batch in read_range(reader_config({"bootstrap.servers": BOOTSTRAP},
                                           "read_committed", unique("g")),
                             OffsetRange(topic, partition, start, until), 30):
@@ -81,10 +81,10 @@ def test_a_transform_run_writes_ledger_rows_with_filtered_records_and_the_kafka_
     # Partition 0, run 1: orders 0-11 and 13; 0, 3, 6, 9 filtered. Run 2: 20-25; 21, 24.
     # Partition 1: orders 0-3 (0 and 3 filtered), a null value and "{bad": dead letters.
     assert [r[:10] for r in rows] == [
-        (first, 0, 0, 13, 13, 9, 0, 4, 0, "md5sum"),
-        (second, 0, 13, 19, 6, 4, 0, 2, 0, "md5sum"),
-        (first, 1, 0, 6, 6, 2, 2, 2, 0, "md5sum")]
-    # The hash Spark SQL computed is the one verify computes from Kafka (a null key, a null
+        (first, 0, 0, 13, 13, 9, 0, 4, 0, "blake2b"),
+        (second, 0, 13, 19, 6, 4, 0, 2, 0, "blake2b"),
+        (first, 1, 0, 6, 6, 2, 2, 2, 0, "blake2b")]
+    # The hash the read tasks computed is the one verify computes from Kafka (a null key, a null
     # value and an empty key framed alike on both sides).
     for _, p, start, until, *_, digest in rows:
         assert bytes(digest) == kafka_sum(topic, p, start, until)

@@ -14,10 +14,12 @@ from pipeline.executor.stage import DEAD, ROW, TOMBSTONE, Blob, stage_attempt
 from pipeline.executor.task import (
     BLOB_BYTES,
     EncoderSettings,
+    FeedTask,
     LineStageTask,
     RangeStageTask,
     StagingTarget,
 )
+from pipeline.plan.offsets import OffsetRange
 
 TARGET = StagingTarget("postgresql://db/x", "COPY s FROM STDIN (FORMAT BINARY)",
                        ["int4", "bytea"])
@@ -32,8 +34,13 @@ def test_a_spec_is_frozen_typed_and_pickles_to_an_equal_spec():
     assert pickle.loads(pickle.dumps(spec)) == spec
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.timeout_seconds = 1  # type: ignore[misc]
-    lines = LineStageTask(TARGET, [["id", "bigint"]])
-    assert lines.declared == (("id", "bigint"),) and pickle.loads(pickle.dumps(lines)) == lines
+    lines = LineStageTask(TARGET, [OffsetRange("t", 0, 5, 9)])
+    assert lines.ranges == (OffsetRange("t", 0, 5, 9),)
+    assert pickle.loads(pickle.dumps(lines)) == lines
+    feed = FeedTask(TARGET, {}, 30.0, EncoderSettings("raw", (), 7),
+                    [[OffsetRange("t", 0, 0, 5)], [OffsetRange("t", 1, 0, 5)]])
+    assert feed.tasks[1] == (OffsetRange("t", 1, 0, 5),)
+    assert pickle.loads(pickle.dumps(feed)) == feed
 
 
 def test_encoder_settings_build_the_encoder_they_describe():

@@ -8,8 +8,9 @@ def double_amount(df):
 
 
 def identity(df):
-    """Changes nothing: a run with it takes the transform path (Spark's Kafka source and
-    Spark SQL parsing), so the tests can hold both paths to the same outcomes."""
+    """Changes nothing: a run with it takes the transform path (the read tasks as a
+    DataFrame, a second mapInArrow staging its rows), so the tests can hold both paths to
+    the same outcomes."""
     return df
 
 
@@ -58,3 +59,17 @@ def order_7_without_id(df):
 def select_a_column_that_is_not_there(df):
     """A transform gone wrong: Spark refuses its plan (AnalysisException) when it is built."""
     return df.select("order_id", "no_such_column")
+
+
+def first_ten(df):
+    """A transform gone wrong: it limits its input, so the read stops before its end."""
+    return df.limit(10)
+
+
+def evens_then_odds(df):
+    """Reads its input twice (a union of two filters): each read task runs twice, and each
+    record is still one row."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("order_id") % 2 == 0).unionByName(
+        df.where(F.col("order_id") % 2 == 1))

@@ -1,0 +1,98 @@
+"""A user transform's input: the built-in sinks' own read and decode, as a DataFrame.
+
+The driver makes one Spark partition per planned read task (the tasks stage_ranges runs:
+split.pack_ranges over split.split_ranges) and maps them with ``feeder`` (``mapInArrow``):
+each task reads its ranges exactly with one consumer (consume.read_ranges: read_committed,
+retention errors, typed TaskErrors), encodes each batch with the sink's Encoder (no
+tombstone key: on the transform path a null value is a dead letter) and yields the good
+records as typed Arrow batches of the result columns (formats/typed_rows.py). That is the
+DataFrame the transform receives; no JVM parse, no cache.
+
+The reader stages what it alone knows, its dead letters (DEAD blobs) and each range's
+summary (HASH blob: records read and their content hash, as stage.range_stager does), in
+ONE transaction that commits only after its last batch was taken: the ledger, the records
+read and the dead letters come from the built-in machinery. Because the reader is a side
+effect inside a DataFrame the user's code consumes:
+
+- its blobs are staged under reader parts ``-1 - task index``, never a writer's part (the
+  publisher picks one attempt per part when it first sees it);
+- each invocation is its own attempt, with a random 63-bit task id (Spark may run it more
+  than once: a retry, a resubmitted stage, a transform that uses its input twice); the
+  content of a part is the same whichever invocation the publisher picks;
+- an invocation whose output was not read to its end (a transform's ``limit``) never
+  commits: the publisher then misses its part and refuses the run (Publisher.finish).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+
+from pipeline.executor.task import FeedTask
+from pipeline.formats import paths
+from pipeline.formats.types import column_type
+
+# The raw format's result columns (transform.result_names) as Spark DDL.
+RAW_SCHEMA = ("topic string, partition int, offset bigint, key binary, value binary, "
+              "headers string, kafka_timestamp timestamp")
+
+
+def reader_part(index: int) -> int:
+    """The staging part of read task ``index``: negative, apart from every writer's."""
+    return -1 - index
+
+
+def feed_schema(fmt: str, columns: Sequence[Sequence]) -> str:
+    """The DataFrame a transform receives (Spark DDL): the record's coordinates and Kafka
+    timestamp, then the declared columns as their Spark types (raw: the record as it is)."""
+    if fmt == "raw":
+        return RAW_SCHEMA
+    typed = ", ".join(f"`{name}` {column_type(t).spark}"
+                      for name, t, _, _ in paths.columns(columns))
+    return f"topic string, partition int, offset bigint, kafka_timestamp timestamp, {typed}"
+
+
+def feeder(spec: FeedTask):
+    """A picklable function for ``mapInArrow`` over batches of read task indexes (column
+    ``id``) -> ``feed_schema`` batches (module docstring)."""
+
+    def feed(batches):
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield from _read_task(spec, index)
+
+    return feed
+
+
+def _read_task(spec: FeedTask, index: int) -> Iterator:
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from pipeline.executor.blobs import line_chunks
+    from pipeline.executor.consume import read_ranges
+    from pipeline.executor.content_hash import ContentHash
+    from pipeline.executor.stage import DEAD, HASH, Blob, attempt_writer
+    from pipeline.formats import typed_rows
+    from pipeline.formats.copy_text import TEXT
+
+    encoder = spec.encoding.encoder()
+    to_arrow = typed_rows.converter(spec.encoding.format, spec.encoding.columns, pa)
+    ranges = list(spec.tasks[index])
+    hashes = {r: ContentHash() for r in ranges if r.count > 0}
+    ctx = TaskContext.get()
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    # SystemRandom: forked Python workers would share a seeded generator's sequence.
+    task = random.SystemRandom().getrandbits(63)
+    with attempt_writer(spec.target, reader_part(index), attempt, task) as put:
+        for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds):
+            hashes[r].add(records)
+            encoded = encoder.encode(r.topic, r.partition, records)
+            batch, dead = to_arrow(r.topic, r.partition, records, encoded)
+            lo, hi = records[0].offset(), records[-1].offset()
+            for lines in line_chunks(dead, spec.target.max_blob_bytes):
+                put(Blob(r.topic, r.partition, DEAD, len(lines), lo, hi, TEXT.blob(lines)))
+            if len(batch):
+                yield batch
+        for r, h in hashes.items():
+            put(Blob(r.topic, r.partition, HASH, h.records, r.from_offset, r.until_offset,
+                     h.digest()))
