@@ -1,5 +1,5 @@
 """COPY text result lines -> a typed Arrow batch: formats/arrow_rows.RowReader against the
-per-field read-back (decoded_columns: split, _reader per field, pa.array per column).
+per-field read-back (copy_readback: split, reader per field, pa.array per column).
 
     PYTHONPATH=. .venv/bin/python -m bench.arrow_rows [RECORDS] [ROUNDS]
 
@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa  # noqa: E402
 
-from pipeline.formats import decoded_columns as dc  # noqa: E402
+from pipeline.formats import copy_readback as dc  # noqa: E402
 from pipeline.formats.arrow_rows import RowReader, micros  # noqa: E402
-from pipeline.formats.copy_text import NULL  # noqa: E402
+from pipeline.formats.copy_text import NULL, unescape  # noqa: E402
 from pipeline.formats.encode import Encoder  # noqa: E402
 from pipeline.sample import order  # noqa: E402
 
@@ -71,11 +71,11 @@ def lines(n: int, variant: str = "orders") -> list[str]:
 
 
 def per_field(rows: list[str]) -> pa.RecordBatch:
-    """The same batch read field by field, as decoded_columns reads the declared columns
+    """The same batch read field by field, as copy_readback reads the declared columns
     (here the head too, for the same 8 columns)."""
-    head = [("topic", dc.unescape, pa.string()), ("partition", int, pa.int32()),
+    head = [("topic", unescape, pa.string()), ("partition", int, pa.int32()),
             ("offset", int, pa.int64()), ("kafka_timestamp", micros, pa.int64())]
-    readers = head + [(n, dc._reader(t), dc._arrow_type(t, pa)) for n, t, _ in COLUMNS]
+    readers = head + [(n, dc.reader(t), dc.arrow_type(t, pa)) for n, t, _ in COLUMNS]
     columns: list[list] = [[] for _ in readers]
     appends = [c.append for c in columns]
     for line in rows:

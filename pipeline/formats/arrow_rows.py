@@ -3,7 +3,7 @@
 The transform path feeds a user transform the rows the built-in sinks would store: the
 lines Encoder.encode writes for the json, avro and protobuf formats (``topic, partition,
 offset, kafka_timestamp, <declared columns>, run_id``, tab-separated, COPY text escapes,
-``\\N`` for NULL). Reading each field back in Python (decoded_columns._reader) costs about
+``\\N`` for NULL). Reading each field back in Python (copy_readback.reader) costs about
 1 us a field; here the lines go to Arrow as one buffer, its CSV reader splits them (tab,
 no quoting, ``\\N`` = NULL) and each column is cast to its type in C++.
 
@@ -31,7 +31,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal
 
 from pipeline.formats import paths
-from pipeline.formats.decoded_columns import unescape
+from pipeline.formats.copy_text import unescape
 from pipeline.formats.types import column_type
 
 # The columns every line starts with, before the declared ones (Encoder: head, offset,

@@ -1,11 +1,8 @@
 """Why a JSON record could not become a result row: the dead letter's error type and
-message. The JSON format's diagnosis, shared by its two paths: the built-in sinks'
-(json_format.JsonFormat.explain) and a transform's, where Spark marks the records.
-
-Spark decides good or bad per record with one typed parse and a short chain of checks that
-yields a code (see transform.mark). Explaining a bad record needs a second, untyped look at
-it; that runs here, in plain Python on the executor, for the bad records only, so the good
-ones pay nothing for it. Pure functions: unit-tested without Spark.
+message, for a check's short code (json_format.JsonFormat.explain, on every path: a
+transform's input is read by the same Encoder). Explaining a bad record needs a second,
+untyped look at it; that runs for the bad records only, so the good ones pay nothing for
+it. Pure functions: unit-tested without Spark.
 """
 
 from __future__ import annotations
@@ -17,10 +14,9 @@ from typing import Any
 
 NULL_VALUE = "null_value"
 INVALID_UTF8 = "invalid_utf8"
-PARSE = "parse"  # from_json rejected the record: diagnosed below
+PARSE = "parse"  # the typed parse rejected the record: diagnosed below
 MISSING = "missing:"  # + column name
 NOT_A_STRING = "string:"  # + column name
-REFUSED = "refused:"  # + error type: an avro or protobuf record's (decoded_columns.py)
 # json.loads raises RecursionError (not a ValueError) past ~1,000 levels; orjson and Spark's
 # Jackson refuse such a value too (limits 1,024 and 1,000).
 TOO_DEEP = ("malformed_json", "value nests arrays or objects deeper than the JSON parsers "
@@ -47,11 +43,8 @@ def json_kind(value: Any) -> str:
 def diagnose(code: str, value: bytes | None, parsed_json: str | None,
              columns: Sequence[tuple[str, str]]) -> tuple[str, str]:
     """(error_type, error_message) of a bad record. ``columns`` are the declared (name,
-    type) pairs; ``parsed_json`` is Spark's typed parse of the record as JSON (fields it
-    could not convert are null). A schema format's record (decoded_columns.py) comes
-    explained: ``refused:<error_type>``, its message in ``parsed_json``."""
-    if code.startswith(REFUSED):
-        return code[len(REFUSED):], parsed_json or ""
+    type) pairs; ``parsed_json`` is the typed parse of the record as JSON (fields it could
+    not convert are null)."""
     if code == NULL_VALUE:
         return "null_value", "value is null (tombstone)"
     if code == INVALID_UTF8:

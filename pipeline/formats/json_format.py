@@ -2,8 +2,7 @@
 typed by the JSON value rules (json_values.py); its rows are COPY text lines.
 
 The batch path parses with orjson and runs the generated row encoder (json_rows.py); a
-record it rejects is explained here, slowly, as the Spark path explains it
-(json_diagnose.py): bad records are rare.
+record it rejects is explained here, slowly (json_diagnose.py): bad records are rare.
 """
 
 from __future__ import annotations
@@ -96,8 +95,8 @@ class JsonFormat:
 
     def explain(self, m) -> tuple[str, str]:
         """Why a rejected record is not a result row (error_type, message); bad records are
-        rare, so this may be slow. The order of the checks is the Spark marking's
-        (transform.mark)."""
+        rare, so this may be slow. The order of the checks is fixed: the first that fails
+        names the record's fault."""
         value = m.value()
         if value is None:
             return d.diagnose(d.NULL_VALUE, value, None, self.declared)
@@ -133,7 +132,7 @@ class JsonFormat:
             except WrongType as e:
                 if self.types[name] == "string":
                     continue
-                if path == (name,) and not str(e):  # as the Spark path diagnoses it
+                if path == (name,) and not str(e):  # a flat column: the typed parse explains it
                     return d.diagnose(d.PARSE, value, json.dumps(typed, default=str),
                                       self.declared)
                 detail = f": {e}" if str(e) else ""

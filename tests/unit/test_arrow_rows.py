@@ -1,5 +1,5 @@
 """The Encoder's COPY text result lines -> one typed Arrow batch (formats/arrow_rows.py),
-held to the exact per-field read-back (decoded_columns._reader, what the transform path
+held to the exact per-field read-back (copy_readback.reader, what the transform path
 gives today) on lines the real Encoder writes; no Kafka, no Spark."""
 
 import json
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 
 from pipeline.formats import arrow_rows as ar
-from pipeline.formats import decoded_columns as dc
+from pipeline.formats import copy_readback as dc
 from pipeline.formats.arrow_rows import micros
-from pipeline.formats.copy_text import NULL
+from pipeline.formats.copy_text import NULL, unescape
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
 from tests.unit.test_avro import LOGICAL, schemas, wire  # noqa: F401 - a fixture
@@ -82,19 +82,19 @@ def encoded_lines(columns=COLUMNS, recs=None, topic="orders\\eu", partition=3):
 
 
 def read_back(lines, columns=COLUMNS, kafka_ms=None):
-    """The exact per-field read-back, as decoded_columns gives the declared columns; the
+    """The exact per-field read-back, as copy_readback gives the declared columns; the
     head as the records hold it."""
     declared = [(n, t) for n, t, *_ in columns]
     rows = [line.rstrip("\n").split("\t") for line in lines]
-    out = {"topic": [dc.unescape(r[0]) for r in rows],
+    out = {"topic": [unescape(r[0]) for r in rows],
            "partition": [int(r[1]) for r in rows], "offset": [int(r[2]) for r in rows]}
     if kafka_ms is not None:
         out["kafka_timestamp"] = [kafka_ms[(o - 100) % len(kafka_ms)] * 1000
                                   for o in out["offset"]]
     for c, (name, t) in enumerate(declared):
-        read = dc._reader(t)
+        read = dc.reader(t)
         typed = pa.array([None if r[4 + c] == NULL else read(r[4 + c]) for r in rows],
-                         dc._arrow_type(t, pa))
+                         dc.arrow_type(t, pa))
         out[name] = instants(typed).to_pylist()
     return out
 
@@ -173,7 +173,7 @@ def postgres_numeric(text: str, scale: int) -> Decimal:
 
 def test_a_decimal_written_with_more_places_than_its_scale_is_rounded_as_postgres_does():
     # The JSON format passes a float's repr as written (json_values.decimal's fast path);
-    # decoded_columns' read-back cannot even build the column (pyarrow refuses to round).
+    # copy_readback' read-back cannot even build the column (pyarrow refuses to round).
     amounts = [1.005, 2.675, -0.125, 19.999, 0.1 + 0.2, -9999999999.994, 1.25, None]
     columns = (("id", "long", True), ("amount", "decimal(12,2)", False))
     lines = encoded_lines(columns, records({"id": list(range(8)), "amount": amounts}))

@@ -1,8 +1,7 @@
 """The exact per-field read-back of the Encoder's COPY text rows: the reference that
 formats/arrow_rows.py's vectorized reading is held to (tests/unit/test_arrow_rows.py,
-bench/arrow_rows.py). Runs read with arrow_rows (formats/typed_rows.py); the former
-per-record decoding step of the transform path (a mapInArrow over Spark's Kafka source)
-is gone: a transform's input is the built-in read (executor/feed.py)."""
+bench/arrow_rows.py). No run uses it: runs read with arrow_rows (formats/typed_rows.py);
+one value at a time, it is the plain statement of what each field means."""
 
 from __future__ import annotations
 
@@ -13,10 +12,8 @@ from decimal import Decimal
 from pipeline.formats.copy_text import unescape
 from pipeline.formats.types import column_type
 
-__all__ = ["unescape"]
 
-
-def _reader(declared: str) -> Callable[[str], object]:
+def reader(declared: str) -> Callable[[str], object]:
     """A COPY text field the Encoder wrote for a column of ``declared`` -> its value."""
     t = column_type(declared)
     if not t.scalar:
@@ -28,7 +25,7 @@ def _reader(declared: str) -> Callable[[str], object]:
             "date": date.fromisoformat}[declared]
 
 
-def _arrow_type(declared: str, pa):
+def arrow_type(declared: str, pa):
     t = column_type(declared)
     if t.precision is not None:
         return pa.decimal128(t.precision, t.scale)
