@@ -212,8 +212,8 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     """A user transform works on a DataFrame of the good records, read and decoded by the
     built-in sinks' own reader and Encoder (executor/feed.py: one Spark partition per read
     task, the tasks stage_ranges would run), which stages the dead letters and each range's
-    summary itself; the transform's rows become COPY text lines in Spark SQL and are staged
-    by blob_writer. Returns how many read tasks there were: the publisher must find each
+    summary itself; the transform's rows become COPY text lines in Arrow
+    (formats/arrow_copy.py) and are staged by blob_writer. Returns how many read tasks there were: the publisher must find each
     one's summaries (Publisher.finish)."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
