@@ -230,9 +230,9 @@ def _exit_codes():
 
 
 def connector_jars() -> str:
-    """The Kafka connector jars, when this worker has them. Only a [sink] transform reads
-    through Spark's Kafka source; without them the job itself says, exit 2, how to provide
-    them (so the built-in sinks need no jars on the worker)."""
+    """The Kafka connector jars, passed when this worker has them. No run needs them (every
+    path, a [sink] transform's included, reads Kafka with the job's own reader); a user's
+    transform that reads other Kafka data through Spark's source would."""
     jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     return ",".join(jars) if any("spark-sql-kafka" in j for j in jars) else ""
 
