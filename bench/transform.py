@@ -6,7 +6,7 @@ rounds), each into a fresh table:
 
     pipeline_json      this pipeline, the built-in json path (the baseline: no transform)
     pipeline_identity  + ``transform = "tests.integration.transforms.orders:identity"``
-                       (Spark's Kafka source and Spark SQL, the transform changes nothing)
+                       (the job's own read and decode, Spark SQL; the transform changes nothing)
     pipeline_enrich    + the realistic transform of conf/examples/transform.toml
                        (order_enrichment.enrich: a filter, a broadcast join with
                        customers.csv, a derived column)
@@ -42,7 +42,7 @@ ENRICH = 'transform = "order_enrichment:enrich"\n'
 ENRICHED_COLUMNS = 'region = "string"\nsegment = "string"\namount_band = "string"\n'
 LABELS = {
     "pipeline_json": "this pipeline, json sink, no transform (the built-in path)",
-    "pipeline_identity": "**this pipeline + identity transform** (Spark's Kafka source, "
+    "pipeline_identity": "**this pipeline + identity transform** (the job's own read and decode, "
                          "Spark SQL)",
     "pipeline_enrich": "**this pipeline + the realistic transform** (filter, broadcast join "
                        "with customers.csv, derived column)",
