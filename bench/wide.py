@@ -8,8 +8,8 @@ up. Scenarios (partitions x records per partition, JSON orders):
                             -> mapInArrow + COPY) vs the single Python process
     200 x 100, 4 x 5,000    the same 20,000 records on a wide and a narrow topic: this
                             pipeline only (the target: the wide run within 2x of the narrow);
-                            on 200 x 100 also the transform path (an identity transform:
-                            Spark's Kafka source, coalesced to the built-in path's tasks)
+                            on 200 x 100 also the transform path (an identity transform over
+                            the built-in path's own read tasks, executor/feed.py)
 
 All contenders of all shapes run in turns (A, B, C, A, B, C: BENCH_REPEAT rounds), so a
 change in the load of this shared machine falls on all of them; the 1-minute load average
@@ -44,14 +44,14 @@ PEERS_FOR = {(256, 100): ("sss_arrow", "single_process"),
 BASELINE = os.environ.get("BENCH_BASELINE", "")
 # The baseline pays ~1 s per partition: only on the issue's own pair of shapes.
 BASELINE_FOR = {(200, 100), (4, 5_000)}
-# The transform path (Spark's Kafka source, one input partition per Kafka partition) with
-# a transform that changes nothing.
+# The transform path (fed by the built-in path's read tasks: small ranges packed, as the
+# json sink's) with a transform that changes nothing.
 TRANSFORM_FOR = {(200, 100)} if os.environ.get("BENCH_WIDE_TRANSFORM", "1") != "0" else set()
 IDENTITY = 'transform = "tests.integration.transforms.orders:identity"\n'
 LABEL = {"pipeline_json": "this pipeline, json sink (`pipeline run`)",
          "baseline": "this pipeline before issue 29 (one task, consumer and 1 s wait per "
                      "partition)",
-         "transform": "this pipeline, transform path (Spark's Kafka source, identity transform)",
+         "transform": "this pipeline, transform path (its own read tasks, identity transform)",
          "baseline_transform": "the transform path before issue 29 (a task per partition)",
          "sss_arrow": "Spark Structured Streaming AvailableNow, foreachBatch -> mapInArrow + "
                       "COPY",
