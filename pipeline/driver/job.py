@@ -213,8 +213,8 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     built-in sinks' own reader and Encoder (executor/feed.py: one Spark partition per read
     task, the tasks stage_ranges would run), which stages the dead letters and each range's
     summary itself; the transform's rows become COPY text lines in Arrow
-    (formats/arrow_copy.py) and are staged by blob_writer. Returns how many read tasks there were: the publisher must find each
-    one's summaries (Publisher.finish)."""
+    (formats/arrow_copy.py) and are staged by blob_writer. Returns how many read tasks
+    there were: the publisher must find each one's summaries (Publisher.finish)."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -249,8 +249,12 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     columns = tables.typed(tables.from_record(tables.record_rows(sink)))
     # The writer makes each row a COPY text line in Arrow (formats/arrow_copy.py): the JVM
     # only hands the transform's rows over.
+    # The writers cut their blobs by the read tasks' ranges (each one ledger row), not by
+    # the planned ones: a big planned range is read in pieces, and a transform that
+    # shuffles mixes the pieces' rows in every batch.
+    pieces = tuple(r for task in tasks for r in task)
     results.select(*[F.col(f"`{n}`") for n, _ in columns]).mapInArrow(
-        blob_writer(LineStageTask(target, tuple(ranges), tuple(columns), run.id)),
+        blob_writer(LineStageTask(target, pieces, tuple(columns), run.id)),
         WRITER_SCHEMA).collect()
     return len(tasks)
 

@@ -116,7 +116,7 @@ def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
 def blob_writer(spec: LineStageTask):
     """A picklable function for DataFrame.mapInArrow over a user transform's rows (the
     staged columns, ``spec.columns``): each batch becomes COPY text lines in Arrow
-    (formats/arrow_copy.py), which go, per partition and planned range, into as many ROW
+    (formats/arrow_copy.py), which go, per partition and read range, into as many ROW
     blobs as ``spec.target.max_blob_bytes`` needs (stage_attempt). Yields one summary row
     per task."""
 
@@ -161,7 +161,7 @@ LINE_COLUMNS = ["topic", "partition", "offset", "row_line"]
 
 
 def _by_range(group, starts: list[int], pa, pc):
-    """One partition's rows split by the planned range holding each offset (``starts``:
+    """One partition's rows split by the read range holding each offset (``starts``:
     the ranges' first offsets, sorted), so that a blob never spans two ledger rows. Rows
     in one range (the usual case: a transform that keeps the read's partitioning) stay one
     piece; a transform that shuffles may mix ranges."""

@@ -98,8 +98,8 @@ class FeedTask:
 class LineStageTask:
     """A user transform's output task: its rows' staged ``columns`` ((name, Postgres
     type), in order) as COPY text lines ending with ``run_id`` (formats/arrow_copy.py),
-    one blob never across two of ``ranges`` (the planned read ranges: the ledger counts
-    each one's rows)."""
+    one blob never across two of ``ranges`` (the read tasks' ranges, split_ranges'
+    pieces: the ledger has one row each and counts its rows)."""
 
     target: StagingTarget
     ranges: tuple = ()

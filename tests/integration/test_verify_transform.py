@@ -90,6 +90,28 @@ def test_a_transform_run_writes_ledger_rows_with_filtered_records_and_the_kafka_
         assert bytes(digest) == kafka_sum(topic, p, start, until)
 
 
+def test_a_shuffling_transform_over_a_split_range_counts_each_row_in_its_ledger_row(
+        spark, tmp_path, capsys):
+    # 120,000 records of one partition: the read is split into tasks of ~40,000 offsets,
+    # each range its own ledger row; the shuffle mixes their rows in every writer's batch.
+    topic = create_topic(unique("vsplit"), 1)
+    for start in range(0, 120_000, 60_000):  # the producer's queue holds 100,000
+        produce(topic, [(None, order(i)) for i in range(start, start + 60_000)], partition=0)
+    shuffle = "tests.integration.transforms.orders:shuffled"
+    s = init_db(make_settings(unique("vsplit"), [topic], sink={"transform": shuffle}))
+    assert run_ingest(s).rows_written == 120_000
+    rows = ledger(s.name)
+    assert len(rows) > 1
+    # (records, rows_written, dead_letters, filtered) per range: every record is a row.
+    assert [r[4:8] for r in rows] == [(r[4], r[4], 0, 0) for r in rows]
+    assert sum(r[4] for r in rows) == 120_000
+    config = tmp_path / "vsplit.toml"
+    config.write_text(toml_config(s.name, [topic], db_url=s.database_url,
+                                  extra_sink=f'transform = "{shuffle}"'))
+    code, out, err = verify(config, capsys=capsys)
+    assert code == EXIT_OK, out + err
+
+
 def test_a_transform_pipeline_verifies_clean_with_its_filtered_records_counted(pipeline,
                                                                                 capsys):
     s, topic, config, _, _ = pipeline

@@ -73,3 +73,8 @@ def evens_then_odds(df):
 
     return df.where(F.col("order_id") % 2 == 0).unionByName(
         df.where(F.col("order_id") % 2 == 1))
+
+
+def shuffled(df):
+    """A shuffle: each output partition mixes records of every read task."""
+    return df.repartition(3)
