@@ -67,8 +67,8 @@ def driver_env() -> dict[str, str]:
 def spark_conf_lines(master: str, archive: Path | None,
                      extra: dict[str, str] | None = None) -> str:
     """[spark] for the cluster. spark.cores.max + minRegisteredResourcesRatio: the first
-    tasks wait until both executors are registered, so both workers get tasks. ``extra``:
-    more [spark.conf] keys (e.g. spark.executorEnv.PIPELINE_FAULT)."""
+    tasks wait until both executors are registered (see SPREAD for when that is not
+    enough). ``extra``: more [spark.conf] keys (e.g. spark.executorEnv.PIPELINE_FAULT)."""
     conf = {"spark.driver.host": "127.0.0.1", "spark.cores.max": str(WORKERS),
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
             "spark.executor.memory": "1g"}
@@ -160,8 +160,15 @@ def run_cli_submit(master: str, archive: Path, config: Path):
                           timeout=300, start_new_session=True)
 
 
+# A registered executor takes tasks only once it has unpacked the shipped environment
+# (~150 MB). On a loaded machine one worker's executor was ready ~4 s before the other's and
+# ran both of a small run's tasks (CI, 2026-11-26): each task now holds its executor a while
+# after its first batch, so the other executor takes the second task.
+SPREAD = {"spark.executorEnv.PIPELINE_FAULT": "during_read:sleep=20"}
+
+
 def test_spark_submit_to_the_cluster_lands_every_record_once(cluster, job_archive, tmp_path):
-    name, topic, config, ids = setup_pipeline(tmp_path, cluster, archive=None)
+    name, topic, config, ids = setup_pipeline(tmp_path, cluster, archive=None, extra=SPREAD)
     before = app_dirs()
     done = run_cli_submit(cluster, job_archive, config)
     assert_run_exact(done, name, topic, ids, before)
@@ -171,7 +178,8 @@ def test_pipeline_run_with_a_cluster_master_lands_every_record_once(cluster, job
                                                                     tmp_path):
     """Client mode without spark-submit: [spark] master = "spark://..." and the archive
     in [spark.conf]."""
-    name, topic, config, ids = setup_pipeline(tmp_path, cluster, archive=job_archive)
+    name, topic, config, ids = setup_pipeline(tmp_path, cluster, archive=job_archive,
+                                              extra=SPREAD)
     before = app_dirs()
     done = run_cli("run", "--config", str(config), "--json", env=driver_env())
     assert_run_exact(done, name, topic, ids, before)
