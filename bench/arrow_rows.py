@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa  # noqa: E402
 
+from bench.harness import Message  # noqa: E402
 from pipeline.formats import copy_readback as dc  # noqa: E402
 from pipeline.formats.arrow_rows import RowReader, micros  # noqa: E402
 from pipeline.formats.copy_text import NULL, unescape  # noqa: E402
@@ -31,27 +32,8 @@ COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False))
 
 
-class _Record:
-    __slots__ = ("o", "v", "ms")
-
-    def __init__(self, o, v, ms=None):
-        self.o, self.v = o, v
-        self.ms = 1_700_000_000_000 + o if ms is None else ms
-
-    def offset(self):
-        return self.o
-
-    def value(self):
-        return self.v
-
-    def key(self):
-        return None
-
-    def headers(self):
-        return None
-
-    def timestamp(self):
-        return (1, self.ms)
+def _message(o: int, v: bytes, ms: int | None = None) -> Message:
+    return Message(o, v, 1_700_000_000_000 + o if ms is None else ms)
 
 
 def lines(n: int, variant: str = "orders") -> list[str]:
@@ -59,12 +41,12 @@ def lines(n: int, variant: str = "orders") -> list[str]:
     with more places than decimal(12,2) (rounded in Arrow, arrow_rows._rounded);
     "far_kafka_timestamp": one record's Kafka timestamp past year 9999 (that column read
     field by field)."""
-    records = [_Record(i, order(i)) for i in range(n)]
+    records = [_message(i, order(i)) for i in range(n)]
     if variant == "long_amounts":
-        records = [_Record(i, order(i).replace(b'"amount": ', f'"amount": {i / 7!r}, "_": '
+        records = [_message(i, order(i).replace(b'"amount": ', f'"amount": {i / 7!r}, "_": '
                                                .encode())) for i in range(n)]
     elif variant == "far_kafka_timestamp":
-        records[n // 2] = _Record(n // 2, order(n // 2), 300_000_000_000_000)
+        records[n // 2] = _message(n // 2, order(n // 2), 300_000_000_000_000)
     encoded = Encoder("json", COLUMNS, 1).encode("orders", 0, records)
     assert not encoded.dead and len(encoded.rows) == n
     return encoded.rows

@@ -17,9 +17,9 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 
 from bench.avro_orders import SCHEMA, avro_order
+from bench.harness import Message
 from pipeline.formats import avro_format, avro_rows
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder
@@ -30,29 +30,11 @@ COLUMNS = (("order_id", "long", True), ("customer", "string", True),
 BATCH = 10_000
 
 
-@dataclass
-class Record:
-    """The confluent-kafka Message methods the Encoder uses."""
-    o: int
-    v: bytes
-
-    def offset(self):
-        return self.o
-
-    def value(self):
-        return self.v
-
-    def key(self):
-        return None
-
-    def headers(self):
-        return None
-
-    def timestamp(self):
-        return 1, 1_700_000_000_000 + self.o // 100  # a producer batch shares its time
+def _message(o: int, v: bytes) -> Message:
+    return Message(o, v, 1_700_000_000_000 + o // 100)  # a producer batch shares its time
 
 
-def wire_orders(n: int) -> list[Record]:
+def wire_orders(n: int) -> list[Message]:
     import fastavro
 
     parsed = fastavro.parse_schema(SCHEMA, named_schemas={})
@@ -61,7 +43,7 @@ def wire_orders(n: int) -> list[Record]:
         buf = io.BytesIO(b"\x00\x00\x00\x00\x01")
         buf.seek(5)
         fastavro.schemaless_writer(buf, parsed, avro_order(i))
-        out.append(Record(i, buf.getvalue()))
+        out.append(_message(i, buf.getvalue()))
     return out
 
 
@@ -78,7 +60,7 @@ def main(argv: list[str]) -> int:
     n = int(argv[0]) if argv else 200_000
     rounds = int(argv[1]) if len(argv) > 1 else 5
     avro = wire_orders(n)
-    js = [Record(i, order(i)) for i in range(n)]
+    js = [_message(i, order(i)) for i in range(n)]
     loop, decoder = avro_format.batch_encoder, avro_rows.decoder
     got: dict[str, list[float]] = {"general path (before)": [], "loop, fastavro": [],
                                    "loop, generated decode": [], "json sink": []}

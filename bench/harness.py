@@ -46,6 +46,31 @@ class Result:
     phases: list[dict] = field(default_factory=list)
 
 
+@dataclass
+class Message:
+    """A Kafka record with the confluent-kafka Message methods the Encoder uses, for the
+    benches that time the encoding in one process, without a broker."""
+
+    o: int
+    v: bytes | None
+    ms: int  # the record's timestamp, epoch ms
+
+    def offset(self):
+        return self.o
+
+    def value(self):
+        return self.v
+
+    def key(self):
+        return None
+
+    def headers(self):
+        return None
+
+    def timestamp(self):
+        return (1, self.ms)
+
+
 def produce(topic: str, n: int, value: Callable[[int], bytes] = order) -> None:
     """n records keyed order-<i>, record i with ``value(i)`` (the JSON order unless told),
     round-robin over the partitions."""

@@ -12,31 +12,15 @@ from pipeline.executor.task import EncoderSettings
 from pipeline.formats import typed_rows as tr
 from pipeline.formats.typed_rows import SPARK_MAX_MS
 from tests.unit.test_avro import LOGICAL, V1, V2, schemas, wire  # noqa: F401 - a fixture
+from tests.unit.test_encode import Record as encoded_record
 
 T = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 MS = int(T.timestamp() * 1000)
 
 
-class Record:
-    """A Kafka record as confluent-kafka's Message reads."""
-
-    def __init__(self, offset, value, ms=MS, key=b"k", headers=None):
-        self.o, self.v, self.ms, self.k, self.h = offset, value, ms, key, headers
-
-    def offset(self):
-        return self.o
-
-    def key(self):
-        return self.k
-
-    def value(self):
-        return self.v
-
-    def headers(self):
-        return self.h
-
-    def timestamp(self):
-        return (1, self.ms)
+def Record(offset, value, ms=MS, key=b"k", headers=None):  # noqa: N802 - reads as one
+    """A Kafka record as confluent-kafka's Message reads (test_encode's, other defaults)."""
+    return encoded_record(offset, value, key, headers, ms)
 
 
 def convert(fmt, columns, records, schemas=None, partition=0):  # noqa: F811
