@@ -27,10 +27,16 @@ from pipeline.formats.refused import Refused
 from pipeline.formats.types import column_type
 
 
-def _convert(i: int, declared: str, convert: Callable) -> list[str]:
+def _convert(i: int, declared: str, convert: Callable, kind: str | None = None) -> list[str]:
     """Column i's conversion of a non-null x into f{i} (its text, or an int whose str() is
-    it), or a raise; c{i} is the column's converter, whose result is the general path's."""
+    it), or a raise; c{i} is the column's converter, whose result is the general path's.
+    ``kind``: the field's Avro kind when the generated decode read it (avro_decode.py),
+    so x's type is known: a long's is an int in a long's range, a string's a str."""
     raw = getattr(convert, "raw", None)
+    if raw is None and declared == "long" and kind in ("int", "long"):
+        return [f"f{i} = x"]
+    if raw is None and declared == "string" and kind == "string":
+        return [f"f{i} = x if x.isalnum() else text(x)"]
     if raw == "decimal":
         precision, scale = convert.precision, convert.scale
         return ["n = int.from_bytes(x, 'big', signed=True)",
@@ -57,6 +63,12 @@ def _convert(i: int, declared: str, convert: Callable) -> list[str]:
     return [f"f{i} = c{i}(x)"]
 
 
+def reads_values(columns: Sequence[tuple], schema) -> bool:
+    """True when batch_encoder's loop decodes each value from its own bytes (the generated
+    decode), so the batch needs no shared buffer."""
+    return all(c[0] is not None for c in columns) and decoder(schema) is not None
+
+
 def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
     """A function (records, head, tail, header, fo, read, schema, general, ts, rejected,
     refuse, c0...) -> result lines for the values of one writer schema (``header``: its
@@ -64,17 +76,23 @@ def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
     them). ``general(value, start)``: the general path's COPY text fields of a value at
     ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
     a flat record of top-level columns is decoded by generated code (avro_decode.py),
-    any other by fastavro from ``fo``."""
+    from the value's own bytes (``fo`` None, ``start`` 0: see ``reads_values``), any
+    other by fastavro from ``fo``."""
     params = [f"c{i}" for i in range(len(columns))]
     flat = decoder(schema) if all(c[0] is not None for c in columns) else None
     body = []
     for i, (key, path, convert, required, declared, _) in enumerate(columns):
+        kind = None
         if flat is not None:
             body.append(f"x = {flat[1].get(key, 'None')}")
+            kind = flat[2].get(key)  # a field never null: no null test
         else:
             body.append(f"x = doc.get({key!r})" if key is not None else
                         f"x = lookup(doc, {tuple(path)!r})")
-        convert_lines = _convert(i, declared, convert)
+        convert_lines = _convert(i, declared, convert, kind)
+        if kind is not None:
+            body += convert_lines
+            continue
         body += (["if x is None: raise W", *convert_lines] if required else
                  ["if x is None:", f"    f{i} = NULL", "else:",
                   *("    " + line for line in convert_lines)])
@@ -87,22 +105,23 @@ def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
         decode = ["v = value", "end = len(v)", "p = 5", *flat[0], *body,
                   f'line = f"{fields}"']
     inner = "\n".join("                " + b for b in decode)
+    # fastavro reads from the batch's buffer, where a value starts at ``start``; the
+    # generated decode reads the value itself, and general() decodes it alone.
+    shared = ("    seek, tell = fo.seek, fo.tell\n    at = 0\n" if flat is None else "")
+    where = ("        start = at\n        at += len(value)\n" if flat is None else
+             "        start = 0\n")
     source = f"""
 def encode_rows(records, head, tail, header, fo, read, schema, general, ts, rejected, refuse,
                 {', '.join(params + [''])}):
     rows = []
     append = rows.append
-    seek, tell = fo.seek, fo.tell
-    seen = ts.cache
-    at = 0
+{shared}    seen = ts.cache
     for m in records:
         value = m.value()
         if value is None:
             rejected.append(m)
             continue
-        start = at
-        at += len(value)
-        line = None
+{where}        line = None
         if value.startswith(header):
             try:
 {inner}
