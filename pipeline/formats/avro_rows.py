@@ -39,12 +39,18 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None) 
         return [f"f{i} = x if x.isalnum() else text(x)"]
     if raw == "decimal":
         precision, scale = convert.precision, convert.scale
-        return ["n = int.from_bytes(x, 'big', signed=True)",
-                "d = str(-n if n < 0 else n)",
-                f"if len(d) > {precision}: raise W",
-                *([f"d = d.rjust({scale + 1}, '0')", f"d = d[:-{scale}] + '.' + d[-{scale}:]"]
-                  if scale else []),
-                f"f{i} = '-' + d if n < 0 else d"]
+        # Two's complement by hand: int.from_bytes with keywords costs twice the call
+        # without (an empty x raises here: the general path reads it).
+        point = (lambda sign: [f"f{i} = {sign}d[:-{scale}] + '.' + d[-{scale}:]"] if scale
+                 else [f"f{i} = {sign}d"])
+        return ["if x[0] < 128:", "    d = str(FB(x))",
+                f"    if len(d) > {precision}: raise W",
+                *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
+                *("    " + line for line in point("")),
+                "else:", "    d = str((1 << (len(x) << 3)) - FB(x))",
+                f"    if len(d) > {precision}: raise W",
+                *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
+                *("    " + line for line in point("'-' + "))]
     if raw == "timestamp":
         unit = convert.unit
         return [f"day, us = divmod(x{' * ' + str(unit) if unit != 1 else ''}, 86400000000)",
@@ -97,13 +103,15 @@ def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
                  ["if x is None:", f"    f{i} = NULL", "else:",
                   *("    " + line for line in convert_lines)])
     fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
+    # The row written in one f-string, as the general path's below.
+    row = ["ms = m.timestamp()[1]", "kts = seen.get(ms)", "if kts is None:",
+           "    kts = ts(ms)", f'append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{fields}{{tail}}")',
+           "continue"]
     if flat is None:
         decode = ["seek(start + 5)", "doc = read(fo, schema, None)",
-                  "if tell() == at and type(doc) is dict:",
-                  *("    " + b for b in body), f'    line = f"{fields}"']
+                  "if tell() != at or type(doc) is not dict: raise W", *body, *row]
     else:
-        decode = ["v = value", "end = len(v)", "p = 5", *flat[0], *body,
-                  f'line = f"{fields}"']
+        decode = ["v = value", "end = len(v)", "p = 5", *flat[0], *body, *row]
     inner = "\n".join("                " + b for b in decode)
     # fastavro reads from the batch's buffer, where a value starts at ``start``; the
     # generated decode reads the value itself, and general() decodes it alone.
@@ -121,18 +129,16 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
         if value is None:
             rejected.append(m)
             continue
-{where}        line = None
-        if value.startswith(header):
+{where}        if value.startswith(header):
             try:
 {inner}
             except Exception:
                 pass
-        if line is None:
-            try:
-                line = general(value, start)
-            except Refused as e:
-                refuse(m, e.error_type, e.message)
-                continue
+        try:
+            line = general(value, start)
+        except Refused as e:
+            refuse(m, e.error_type, e.message)
+            continue
         ms = m.timestamp()[1]
         kts = seen.get(ms)
         if kts is None:
@@ -140,7 +146,7 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
         append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{{line}}{{tail}}")
     return rows
 """
-    namespace = {"NULL": NULL, "W": WrongType, "text": text, "lookup": paths.lookup,
+    namespace = {"NULL": NULL, "W": WrongType, "FB": int.from_bytes, "text": text, "lookup": paths.lookup,
                  "Refused": Refused, "days": avro_raw.DAYS,
                  "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
                  "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
