@@ -16,10 +16,11 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from pipeline.formats import paths
 from pipeline.formats.avro_raw import raw_plan
-from pipeline.formats.avro_rows import batch_encoder, reads_values
+from pipeline.formats.avro_rows import batch_encoder, reads_values, record_encoder
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
@@ -52,6 +53,8 @@ class AvroFormat:
         # generated batch loop or None (avro_rows.py), whether that loop decodes each
         # value's own bytes).
         self._known: dict[bytes, tuple] = {}
+        # A header -> its writer's one-record encoder (avro_rows.record_encoder).
+        self._ones: dict[bytes, Callable] = {}
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
@@ -60,8 +63,11 @@ class AvroFormat:
         only when its schema id was seen before and the decode ends exactly where its bytes
         end: then it read exactly its own bytes, as ``fields`` would. Anything else (a new
         id, a bad header, an error, a short or long read) goes to ``fields``, alone, which
-        says why. The values of the batch's first writer schema go through that writer's
-        generated loop (avro_rows.py), the others through ``general``."""
+        says why. The batch goes through its first writer schema's generated loop
+        (avro_rows.py), which takes the values of other writers it has met through their
+        own one-record encoders; the rest (and every value when there is no loop) through
+        ``general``. A flat writer's loop decodes each value's own bytes: then there is no
+        buffer, and ``general`` decodes a value alone."""
         from fastavro import schemaless_reader as read
 
         known = self._known
@@ -103,7 +109,7 @@ class AvroFormat:
         if writer is not None and writer[3] is not None:
             return writer[3](records, head, self.tail, header, shared, read,
                              writer[0], general, kafka_timestamp, rejected, refuse,
-                             *[c[2] for c in writer[2] or self.columns])
+                             self._ones, *[c[2] for c in writer[2] or self.columns])
         at = [0]
 
         def fields(value: bytes) -> str:
@@ -125,6 +131,10 @@ class AvroFormat:
             loop = batch_encoder(fast or self.columns, raw or schema) if record else None
             own = record and reads_values(fast or self.columns, raw or schema)
             self._known[value[:HEADER]] = (raw or schema, schema_id, fast, loop, own)
+            if loop is not None:  # for its values in batches of another first writer
+                self._ones[value[:HEADER]] = partial(
+                    record_encoder(fast or self.columns, raw or schema),
+                    *[c[2] for c in fast or self.columns])
         if type(doc) is not dict:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "
                           f"{avro_kind(doc)}, not a record: nothing to project to columns")

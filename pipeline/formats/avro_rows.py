@@ -16,6 +16,7 @@ an error, a null in a required column) goes to the general path, alone, which sa
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable, Sequence
 
@@ -75,16 +76,9 @@ def reads_values(columns: Sequence[tuple], schema) -> bool:
     return all(c[0] is not None for c in columns) and decoder(schema) is not None
 
 
-def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
-    """A function (records, head, tail, header, fo, read, schema, general, ts, rejected,
-    refuse, c0...) -> result lines for the values of one writer schema (``header``: its
-    5 bytes); ``columns``: AvroFormat.columns (with raw converters where the writer has
-    them). ``general(value, start)``: the general path's COPY text fields of a value at
-    ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
-    a flat record of top-level columns is decoded by generated code (avro_decode.py),
-    from the value's own bytes (``fo`` None, ``start`` 0: see ``reads_values``), any
-    other by fastavro from ``fo``."""
-    params = [f"c{i}" for i in range(len(columns))]
+def _body(columns: Sequence[tuple], schema) -> tuple[tuple | None, list[str]]:
+    """(the generated decode of a flat writer or None, the lines converting the decoded
+    record (``doc``, or the flat decode's locals) into f0, f1...)."""
     flat = decoder(schema) if all(c[0] is not None for c in columns) else None
     body = []
     for i, (key, path, convert, required, declared, _) in enumerate(columns):
@@ -102,6 +96,56 @@ def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
         body += (["if x is None: raise W", *convert_lines] if required else
                  ["if x is None:", f"    f{i} = NULL", "else:",
                   *("    " + line for line in convert_lines)])
+    return flat, body
+
+
+def _namespace(schema) -> dict:
+    from fastavro import schemaless_reader
+
+    return {"NULL": NULL, "W": WrongType, "FB": int.from_bytes, "text": text,
+            "lookup": paths.lookup, "Refused": Refused, "days": avro_raw.DAYS,
+            "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
+            "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
+            "f64": struct.Struct("<d").unpack_from, "BytesIO": io.BytesIO,
+            "read": schemaless_reader, "schema": schema}
+
+
+def record_encoder(columns: Sequence[tuple], schema) -> Callable:
+    """A function (value, c0...) -> the COPY text fields of one value of this writer
+    schema, or a raise: the loop's own steps for a record of another writer in a batch
+    (batch_encoder's loop is its first writer's). It decodes the value's own bytes (a
+    flat writer by the generated decode, any other by fastavro from a buffer of its own)
+    and takes only what the loop would; anything else raises, and the record goes to the
+    general path, which says why."""
+    flat, body = _body(columns, schema)
+    if flat is None:
+        decode = ["fo = BytesIO(value)", "fo.seek(5)", "doc = read(fo, schema, None)",
+                  "if fo.tell() != len(value) or type(doc) is not dict: raise W"]
+    else:
+        decode = ["v = value", "end = len(v)", "p = 5", *flat[0]]
+    fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
+    params = "".join(f", c{i}" for i in range(len(columns)))
+    source = (f"def encode_one(value{params}):\n"
+              + "".join(f"    {line}\n" for line in [*decode, *body, f'return f"{fields}"']))
+    namespace = _namespace(schema)
+    how = "generated decode" if flat is not None else "fastavro"
+    exec(compile(source, f"<avro record_encoder {[c[5] for c in columns]}, {how}>", "exec"),
+         namespace)
+    return namespace["encode_one"]
+
+
+def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
+    """A function (records, head, tail, header, fo, read, schema, general, ts, rejected,
+    refuse, ones, c0...) -> result lines for the values of one writer schema (``header``: its
+    5 bytes); ``columns``: AvroFormat.columns (with raw converters where the writer has
+    them). ``general(value, start)``: the general path's COPY text fields of a value at
+    ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
+    a flat record of top-level columns is decoded by generated code (avro_decode.py),
+    from the value's own bytes (``fo`` None, ``start`` 0: see ``reads_values``), any
+    other by fastavro from ``fo``. ``ones``: header -> the record_encoder of another
+    writer (its converters bound), for the batch's values of other writers."""
+    params = [f"c{i}" for i in range(len(columns))]
+    flat, body = _body(columns, schema)
     fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
     # The row written in one f-string, as the general path's below.
     row = ["ms = m.timestamp()[1]", "kts = seen.get(ms)", "if kts is None:",
@@ -120,7 +164,7 @@ def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
              "        start = 0\n")
     source = f"""
 def encode_rows(records, head, tail, header, fo, read, schema, general, ts, rejected, refuse,
-                {', '.join(params + [''])}):
+                ones, {', '.join(params + [''])}):
     rows = []
     append = rows.append
 {shared}    seen = ts.cache
@@ -134,6 +178,19 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
 {inner}
             except Exception:
                 pass
+        else:
+            one = ones.get(value[:5])
+            if one is not None:
+                try:
+                    line = one(value)
+                    ms = m.timestamp()[1]
+                    kts = seen.get(ms)
+                    if kts is None:
+                        kts = ts(ms)
+                    append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{{line}}{{tail}}")
+                    continue
+                except Exception:
+                    pass
         try:
             line = general(value, start)
         except Refused as e:
@@ -146,11 +203,7 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
         append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{{line}}{{tail}}")
     return rows
 """
-    namespace = {"NULL": NULL, "W": WrongType, "FB": int.from_bytes, "text": text, "lookup": paths.lookup,
-                 "Refused": Refused, "days": avro_raw.DAYS,
-                 "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
-                 "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
-                 "f64": struct.Struct("<d").unpack_from}
+    namespace = _namespace(schema)
     how = "generated decode" if flat is not None else "fastavro"
     exec(compile(source, f"<avro batch_encoder {[c[5] for c in columns]}, {how}>", "exec"),
          namespace)
