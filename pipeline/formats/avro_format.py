@@ -71,14 +71,25 @@ class AvroFormat:
         from fastavro import schemaless_reader as read
 
         known = self._known
-        first = next((v for m in records if (v := m.value()) is not None), None)
-        header = None if first is None else first[:HEADER]
-        if header is not None and header not in known:
-            try:  # a task's first batch: learn its first writer, for the loop's sake
-                self.fields(first, read)
-            except Refused:
-                pass  # said again, with the record, by general()
-        writer = known.get(header)
+        header = writer = None
+        tried = 0
+        for m in records:  # the loop's writer: the first of the batch's first values with one
+            value = m.value()
+            if value is None:
+                continue
+            if value[:HEADER] not in known:
+                try:  # a task's first batch: learn its writer, for the loop's sake
+                    self.fields(value, read)
+                except Refused:
+                    pass  # said again, with the record, by general()
+            writer = known.get(value[:HEADER])
+            if writer is not None and writer[3] is not None:
+                header = value[:HEADER]
+                break
+            writer = None
+            tried += 1
+            if tried == 8:  # a batch of unknown or bad values: general() says why
+                break
         # A flat writer's loop decodes each value's own bytes: no buffer of the batch.
         own = writer is not None and writer[3] is not None and writer[4]
         shared = None if own else io.BytesIO(

@@ -42,8 +42,9 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None) 
         precision, scale = convert.precision, convert.scale
         # Two's complement by hand: int.from_bytes with keywords costs twice the call
         # without (an empty x raises here: the general path reads it).
-        point = (lambda sign: [f"f{i} = {sign}d[:-{scale}] + '.' + d[-{scale}:]"] if scale
-                 else [f"f{i} = {sign}d"])
+        def point(sign: str) -> list[str]:
+            return ([f"f{i} = {sign}d[:-{scale}] + '.' + d[-{scale}:]"] if scale
+                    else [f"f{i} = {sign}d"])
         return ["if x[0] < 128:", "    d = str(FB(x))",
                 f"    if len(d) > {precision}: raise W",
                 *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
@@ -111,7 +112,7 @@ def _namespace(schema) -> dict:
 
 
 def record_encoder(columns: Sequence[tuple], schema) -> Callable:
-    """A function (value, c0...) -> the COPY text fields of one value of this writer
+    """A function (c0..., value) -> the COPY text fields of one value of this writer
     schema, or a raise: the loop's own steps for a record of another writer in a batch
     (batch_encoder's loop is its first writer's). It decodes the value's own bytes (a
     flat writer by the generated decode, any other by fastavro from a buffer of its own)
@@ -124,8 +125,8 @@ def record_encoder(columns: Sequence[tuple], schema) -> Callable:
     else:
         decode = ["v = value", "end = len(v)", "p = 5", *flat[0]]
     fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
-    params = "".join(f", c{i}" for i in range(len(columns)))
-    source = (f"def encode_one(value{params}):\n"
+    params = "".join(f"c{i}, " for i in range(len(columns)))
+    source = (f"def encode_one({params}value):\n"
               + "".join(f"    {line}\n" for line in [*decode, *body, f'return f"{fields}"']))
     namespace = _namespace(schema)
     how = "generated decode" if flat is not None else "fastavro"
