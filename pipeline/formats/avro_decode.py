@@ -1,7 +1,8 @@
 """The avro format's decode of a flat record in generated Python, for the batch loop
 (avro_rows.py): fastavro calls a Python file object once per varint byte (16 calls for a
 21-byte order), and slicing the value's own bytes in generated code is faster (1.5 against
-2.1 us for a bench order, docs/benchmarks.md "Avro records").
+2.1 us for a bench order, docs/benchmarks.md "Avro records"; its varints unrolled, and
+no null test where the field cannot be null: less again).
 
 Only the simplest writer schemas, and only their usual bytes: a record whose fields are
 all null, boolean, int, long, float, double, bytes or string, or a union of null and one of

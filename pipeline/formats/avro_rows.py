@@ -10,8 +10,10 @@ record's own bytes (a flat record by generated code, avro_decode.py, which takes
 fastavro reads to the same values; any other with fastavro from the batch's buffer, the
 decode ending exactly where the record's bytes end), and converts each column with the
 column's own converter (or an inlined copy of it: a range check, a text that needs no
-escaping, the raw decimal and timestamp of avro_raw.py). Anything else (another schema id,
-an error, a null in a required column) goes to the general path, alone, which says why.
+escaping, the raw decimal and timestamp of avro_raw.py). Anything else (a schema id not
+met, an error, a null in a required column) goes to the general path, alone, which says why.
+A value of another writer schema in the batch (producers mid-rollout) goes through that
+writer's generated one-record encoder (record_encoder), the same steps for one value.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from pipeline.formats.refused import Refused
 from pipeline.formats.types import column_type
 
 
-def _convert(i: int, declared: str, convert: Callable, kind: str | None = None) -> list[str]:
+def _convert(i: int, declared: str, convert: Callable, kind: str | None = None,
+             loop: bool = False) -> list[str]:
     """Column i's conversion of a non-null x into f{i} (its text, or an int whose str() is
     it), or a raise; c{i} is the column's converter, whose result is the general path's.
     ``kind``: the field's Avro kind when the generated decode read it (avro_decode.py),
-    so x's type is known: a long's is an int in a long's range, a string's a str."""
+    so x's type is known: a long's is an int in a long's range, a string's a str.
+    ``loop``: in batch_encoder's loop, where a timestamp column keeps the day of its last
+    value (a batch's times mostly share their day: no divmod, no lookup)."""
     raw = getattr(convert, "raw", None)
     if raw is None and declared == "long" and kind in ("int", "long"):
         return [f"f{i} = x"]
@@ -54,14 +59,17 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None) 
                 *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
                 *("    " + line for line in point("'-' + "))]
     if raw == "timestamp":
-        unit = convert.unit
-        return [f"day, us = divmod(x{' * ' + str(unit) if unit != 1 else ''}, 86400000000)",
+        scaled = [] if convert.unit == 1 else [f"x = x * {convert.unit}"]
+        if loop:  # the day of the column's last value (lo{i}: its first microsecond)
+            return [*scaled, f"us = x - lo{i}", "if 0 <= us < 86400000000:", f"    d = dt{i}",
+                    "else:", "    day, us = divmod(x, 86400000000)",
+                    "    d = days.get(day)", "    if d is None: d = day_text(day)",
+                    f"    lo{i} = x - us", f"    dt{i} = d",
+                    *_time_of_day(i)]
+        return [*scaled, "day, us = divmod(x, 86400000000)",
                 "d = days.get(day)",
                 "if d is None: d = day_text(day)",
-                "s, us = divmod(us, 1000000)",
-                "t = times.get(s)",
-                "if t is None: t = time_text(s)",
-                f"f{i} = f'{{d}} {{t}}.{{us:06d}}+00:00' if us else f'{{d}} {{t}}+00:00'"]
+                *_time_of_day(i)]
     if raw == "date":
         return [f"f{i} = days.get(x)", f"if f{i} is None: f{i} = day_text(x)"]
     if raw is None and declared == "string":
@@ -71,13 +79,21 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None) 
     return [f"f{i} = c{i}(x)"]
 
 
+def _time_of_day(i: int) -> list[str]:
+    """f{i}: a timestamp's text from its day's text d and its microsecond of the day us."""
+    return ["s, us = divmod(us, 1000000)",
+            "t = times.get(s)",
+            "if t is None: t = time_text(s)",
+            f"f{i} = f'{{d}} {{t}}.{{us:06d}}+00:00' if us else f'{{d}} {{t}}+00:00'"]
+
+
 def reads_values(columns: Sequence[tuple], schema) -> bool:
     """True when batch_encoder's loop decodes each value from its own bytes (the generated
     decode), so the batch needs no shared buffer."""
     return all(c[0] is not None for c in columns) and decoder(schema) is not None
 
 
-def _body(columns: Sequence[tuple], schema) -> tuple[tuple | None, list[str]]:
+def _body(columns: Sequence[tuple], schema, loop: bool = False) -> tuple[tuple | None, list[str]]:
     """(the generated decode of a flat writer or None, the lines converting the decoded
     record (``doc``, or the flat decode's locals) into f0, f1...)."""
     flat = decoder(schema) if all(c[0] is not None for c in columns) else None
@@ -90,7 +106,7 @@ def _body(columns: Sequence[tuple], schema) -> tuple[tuple | None, list[str]]:
         else:
             body.append(f"x = doc.get({key!r})" if key is not None else
                         f"x = lookup(doc, {tuple(path)!r})")
-        convert_lines = _convert(i, declared, convert, kind)
+        convert_lines = _convert(i, declared, convert, kind, loop)
         if kind is not None:
             body += convert_lines
             continue
@@ -146,7 +162,10 @@ def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
     other by fastavro from ``fo``. ``ones``: header -> the record_encoder of another
     writer (its converters bound), for the batch's values of other writers."""
     params = [f"c{i}" for i in range(len(columns))]
-    flat, body = _body(columns, schema)
+    flat, body = _body(columns, schema, loop=True)
+    # No day yet: lo{i} so far below any timestamp that no value is in its day.
+    days_seen = "".join(f"    lo{i}, dt{i} = -(1 << 70), None\n" for i, c in enumerate(columns)
+                        if getattr(c[2], "raw", None) == "timestamp")
     fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
     # The row written in one f-string, as the general path's below.
     row = ["ms = m.timestamp()[1]", "kts = seen.get(ms)", "if kts is None:",
@@ -168,7 +187,7 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
                 ones, {', '.join(params + [''])}):
     rows = []
     append = rows.append
-{shared}    seen = ts.cache
+{shared}{days_seen}    seen = ts.cache
     for m in records:
         value = m.value()
         if value is None:

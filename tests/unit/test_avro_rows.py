@@ -154,9 +154,11 @@ def values(rng: random.Random, n: int) -> list[bytes | None]:
         elif kind < 0.8:
             v4 = wire(5, ORDERS_V4, _v4(rng, i))
             out.append(rng.choice([v4, v4, v4, _flipped(rng, v4), _crafted(rng, i)]))
-        elif kind < 0.86:  # a timestamp past what Python's datetime holds, both ways
+        elif kind < 0.86:  # a timestamp past what Python's datetime holds, both ways,
+            # and the first and last microseconds of 1970-01-01 and of the day before
             doc = {**_orders(rng, i), "amount": b"\x01", "placed_at": rng.choice(
-                [2**62, -2**62, 253_402_300_800_000_000, -62_135_596_800_000_001])}
+                [2**62, -2**62, 253_402_300_800_000_000, -62_135_596_800_000_001,
+                 0, 86_399_999_999, -1, -86_400_000_000])}
             out.append(_raw(1, ORDERS, doc))
         else:
             good = wire(1, ORDERS, _orders(rng, i))
