@@ -301,3 +301,22 @@ def test_values_of_other_writers_in_a_batch_take_their_own_encoders(schemas, mon
     # The bench orders (writer 1) are always the usual case: none passed on; writer 5's
     # random values often are not (a null customer, a NaN): the general path's then.
     assert len(fast.rows) > 150 and by_writer.count(1) == 0, by_writer
+
+
+def test_timestamps_either_side_of_midnight_are_written_as_the_general_path_does(
+        schemas, monkeypatch):
+    """The loop keeps a timestamp column's last day: a time on the next day's first
+    microsecond, or back on the day before, is that day's."""
+    midnight = datetime(2026, 3, 1, tzinfo=UTC)
+    offsets = [-1, 0, 86_399_999_999, 86_400_000_000, -43_200_000_000, 86_400_000_001, 0,
+               -86_400_000_000, 172_800_000_000, -1, 1]
+    records = [Record(i, wire(1, ORDERS, {**avro_order(i), "placed_at": midnight
+                                           + timedelta(microseconds=us)}))
+               for i, us in enumerate(offsets)]
+    fast = Encoder("avro", COLUMNS[:4], 7, schemas=schemas).encode("t", 0, records)
+    monkeypatch.setattr(avro_format, "batch_encoder", lambda columns, schema=None: None)
+    general = Encoder("avro", COLUMNS[:4], 7, schemas=schemas).encode("t", 0, records)
+    assert fast == general and not fast.dead
+    assert [r.split("\t")[7] for r in fast.rows[:4]] == [
+        "2026-02-28 23:59:59.999999+00:00", "2026-03-01 00:00:00+00:00",
+        "2026-03-01 23:59:59.999999+00:00", "2026-03-02 00:00:00+00:00"]
