@@ -62,35 +62,84 @@ def _read(kind: str, dst: str) -> list[str]:
             "if q < p or q > end: raise W", f"{dst} = {take}", "p = q"]
 
 
-def decoder(schema) -> tuple[list[str], dict[str, str], dict[str, str]] | None:
-    """(source lines decoding the value v (from p = 5 to end = len(v)) into locals, the
-    local of each field by name, the kind of each field that is never null by name), or
-    None when the writer schema (fastavro's parsed form) is not a flat record of the kinds
-    above. A never-null int or long is an int of at most 63 bits and zigzag: always in a
-    long's range; a string a str."""
-    if type(schema) is not dict or schema.get("type") != "record":
+def _record(record, prefix: tuple, nullable: bool, out: dict) -> list[str] | None:
+    """Lines decoding the fields of ``record`` (fastavro's parsed form) into locals,
+    noting in ``out`` each field's local ("leaves": path -> local), kind where never null
+    ("kinds") and the paths of records ("records"); None when a field is of a kind not
+    taken here."""
+    if type(record) is not dict or record.get("type") != "record":
         return None
     lines: list[str] = []
-    names: dict[str, str] = {}
-    kinds: dict[str, str] = {}
-    for j, f in enumerate(schema.get("fields", ())):
-        dst, t = f"v{j}", f.get("type")
-        if f.get("name") in names:
+    seen = set()
+    for f in record.get("fields", ()):
+        name, t = f.get("name"), f.get("type")
+        if name in seen:
             return None
+        seen.add(name)
+        path = (*prefix, name)
+        dst = f"v{len(out['leaves']) + len(out['records'])}"
         kind = _primitive(t)
-        if kind is not None:
-            lines += _read(kind, dst)
-            if kind != "null":
-                kinds[f["name"]] = kind
-        elif type(t) is list and len(t) == 2 and "null" in t:
+        nested = None
+        if kind is None and type(t) is list and len(t) == 2 and "null" in t:
             null_at = t.index("null")
-            other = _primitive(t[1 - null_at])
-            if other is None or other == "null":
+            other = t[1 - null_at]
+            kind = _primitive(other)
+            if kind is None:  # [null, record]: its fields all null in the null branch
+                before = set(out["leaves"])
+                nested = _record(other, path, True, out)
+                if nested is None:
+                    return None
+                out["records"].add(path)
+                inner = [f"{out['leaves'][k]} = None" for k in out["leaves"] if k not in before]
+                branch = nested
+            elif kind == "null":
                 return None
-            branch = [f"    {line}" for line in _read(other, dst)]
-            lines += [*_VARINT.splitlines(), f"if n == {2 * null_at}:", f"    {dst} = None",
-                      f"elif n == {2 * (1 - null_at)}:", *branch, "else:", "    raise W"]
-        else:
+            else:
+                out["leaves"][path] = dst
+                branch = _read(kind, dst)
+                inner = [f"{dst} = None"]
+            lines += [*_VARINT.splitlines(), f"if n == {2 * null_at}:",
+                      *(f"    {line}" for line in inner or ["pass"]),
+                      f"elif n == {2 * (1 - null_at)}:",
+                      *(f"    {line}" for line in branch or ["pass"]), "else:", "    raise W"]
+        elif kind is not None:
+            out["leaves"][path] = dst
+            lines += _read(kind, dst)
+            if kind != "null" and not nullable:
+                out["kinds"][path] = kind
+        else:  # a record: its fields in line
+            nested = _record(t, path, nullable, out)
+            if nested is None:
+                return None
+            out["records"].add(path)
+            lines += nested
+    return lines
+
+
+def decoder(schema, paths=None) -> tuple[list[str], dict[tuple, str], dict[tuple, str]] | None:
+    """(source lines decoding the value v (from p = 5 to end = len(v)) into locals, the
+    local of each column's field by its path, the kind of each such field that is never
+    null), or None when the writer schema (fastavro's parsed form) is not a record of
+    the kinds above (fields null, boolean, int, long, float, double, bytes, string, a
+    record of such fields, or a union of null and one of them), or a column's path
+    reaches anything but such a field or a field the writer does not have (through a
+    primitive, or to a whole record: fastavro and the general rules then). ``paths``:
+    the columns' paths (tuples); None: every top-level field by its name. A never-null
+    int or long is an int of at most 63 bits and zigzag: always in a long's range; a
+    string a str."""
+    out: dict = {"leaves": {}, "kinds": {}, "records": set()}
+    lines = _record(schema, (), False, out)
+    if lines is None:
+        return None
+    leaves, records = out["leaves"], out["records"]
+    for path in paths or ():
+        if path in records:
             return None
-        names[f["name"]] = dst
-    return lines + ["if p != end: raise W"], names, kinds
+        for i in range(1, len(path)):
+            if path[:i] in leaves:  # through a primitive: NotAnObject, or a null
+                return None
+    if paths is None:  # top-level names, as before
+        return (lines + ["if p != end: raise W"], {k[0]: v for k, v in leaves.items()
+                                                   if len(k) == 1},
+                {k[0]: v for k, v in out["kinds"].items() if len(k) == 1})
+    return lines + ["if p != end: raise W"], leaves, out["kinds"]

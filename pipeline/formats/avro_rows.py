@@ -90,19 +90,19 @@ def _time_of_day(i: int) -> list[str]:
 def reads_values(columns: Sequence[tuple], schema) -> bool:
     """True when batch_encoder's loop decodes each value from its own bytes (the generated
     decode), so the batch needs no shared buffer."""
-    return all(c[0] is not None for c in columns) and decoder(schema) is not None
+    return decoder(schema, [tuple(c[1]) for c in columns]) is not None
 
 
 def _body(columns: Sequence[tuple], schema, loop: bool = False) -> tuple[tuple | None, list[str]]:
     """(the generated decode of a flat writer or None, the lines converting the decoded
     record (``doc``, or the flat decode's locals) into f0, f1...)."""
-    flat = decoder(schema) if all(c[0] is not None for c in columns) else None
+    flat = decoder(schema, [tuple(c[1]) for c in columns])
     body = []
     for i, (key, path, convert, required, declared, _) in enumerate(columns):
         kind = None
         if flat is not None:
-            body.append(f"x = {flat[1].get(key, 'None')}")
-            kind = flat[2].get(key)  # a field never null: no null test
+            body.append(f"x = {flat[1].get(tuple(path), 'None')}")
+            kind = flat[2].get(tuple(path))  # a field never null: no null test
         else:
             body.append(f"x = doc.get({key!r})" if key is not None else
                         f"x = lookup(doc, {tuple(path)!r})")
