@@ -84,6 +84,9 @@ COLUMNS = (("order_id", "long", True), ("customer", "string", True),
 # nothing and tag read by none: decoded past).
 FLAT_COLUMNS = (*COLUMNS[:4], ("ok", "boolean", False), ("ratio", "double", False),
                 ("score", "double", False), ("qty", "int", False), ("day", "date", False))
+# who.id into a long column: a field never null in its record, in a record that can be.
+NESTED_COLUMNS = (*COLUMNS[:4], ("who_id", "long", False, ("who", "id")),
+                  ("ref", "string", False, ("who", "ref")))
 TEXTS = ["c1", "", "a b", "tab\there", "back\\slash", "new\nline", "cr\r", "nul\x00",
          "é", "日本", "x" * 50]
 
@@ -227,7 +230,8 @@ def _encode(source, columns, records, batch: int) -> list[tuple[list, list, list
 
 
 @pytest.mark.parametrize("seed, batch", [(1, 1), (2, 17), (3, 500)])
-@pytest.mark.parametrize("columns", [COLUMNS, FLAT_COLUMNS], ids=["paths", "flat"])
+@pytest.mark.parametrize("columns", [COLUMNS, FLAT_COLUMNS, NESTED_COLUMNS],
+                         ids=["paths", "flat", "nested"])
 def test_the_generated_loop_writes_and_refuses_exactly_as_the_general_path(
         schemas, monkeypatch, seed, batch, columns):
     rng = random.Random(seed)
