@@ -6,7 +6,7 @@ function call per field, the Kafka timestamp's method call) cost twice fastavro'
 (docs/benchmarks.md, "Avro records"), so for one writer schema the decode, its checks and
 the declared columns' conversions are unrolled into the source of one function. It only
 ever takes a record the general path would take, with the same text: it decodes the
-record's own bytes (a flat record by generated code, avro_decode.py, which takes only what
+record's own bytes (a plain record by generated code, avro_decode.py, which takes only what
 fastavro reads to the same values; any other with fastavro from the batch's buffer, the
 decode ending exactly where the record's bytes end), and converts each column with the
 column's own converter (or an inlined copy of it: a range check, a text that needs no
@@ -157,7 +157,8 @@ def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
     5 bytes); ``columns``: AvroFormat.columns (with raw converters where the writer has
     them). ``general(value, start)``: the general path's COPY text fields of a value at
     ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
-    a flat record of top-level columns is decoded by generated code (avro_decode.py),
+    a plain record (avro_decode.py: flat, or records the columns' paths reach into) is
+    decoded by generated code,
     from the value's own bytes (``fo`` None, ``start`` 0: see ``reads_values``), any
     other by fastavro from ``fo``. ``ones``: header -> the record_encoder of another
     writer (its converters bound), for the batch's values of other writers."""
