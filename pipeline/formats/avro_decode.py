@@ -5,8 +5,8 @@
 no null test where the field cannot be null: less again).
 
 Only the simplest writer schemas, and only their usual bytes: a record whose fields are
-all null, boolean, int, long, float, double, bytes or string, a record of such fields, or a
-union of null and one of them, with no logical type left (avro_raw.py strips the ones
+all null, boolean, int, long, float, double, bytes, string or an enum, a record of such
+fields, or a union of null and one of them, with no logical type left (avro_raw.py strips the ones
 columns take raw), and whose columns' paths each reach such a field or a field the writer
 lacks (not through a plain field, not to a whole record). A varint of
 at most 9 bytes, a union branch 0 or 1, a length that fits in the value, valid UTF-8, and
@@ -44,6 +44,22 @@ def _primitive(t) -> str | None:
     if type(t) is dict and "logicalType" not in t and t.get("type") in PRIMITIVES:
         return t["type"]
     return None
+
+
+def _enum(t) -> tuple | None:
+    """The symbols of an enum type (fastavro's parsed form), or None."""
+    if type(t) is dict and t.get("type") == "enum" and "logicalType" not in t:
+        symbols = t.get("symbols")
+        if type(symbols) is list and all(type(x) is str for x in symbols):
+            return tuple(symbols)
+    return None
+
+
+def _read_enum(symbols: tuple, dst: str) -> list[str]:
+    """An enum's symbol by its index; a negative or too large index raises (fastavro's
+    reading of it, whatever it is, is the general path's)."""
+    return [*_VARINT.splitlines(), "n = (n >> 1) ^ -(n & 1)", "if n < 0: raise W",
+            f"{dst} = {symbols!r}[n]"]
 
 
 def _read(kind: str, dst: str) -> list[str]:
@@ -86,7 +102,11 @@ def _record(record, prefix: tuple, nullable: bool, out: dict) -> list[str] | Non
             null_at = t.index("null")
             other = t[1 - null_at]
             kind = _primitive(other)
-            if kind is None:  # [null, record]: its fields all null in the null branch
+            if kind is None and _enum(other) is not None:
+                out["leaves"][path] = dst
+                branch = _read_enum(_enum(other), dst)
+                inner = [f"{dst} = None"]
+            elif kind is None:  # [null, record]: its fields all null in the null branch
                 before = set(out["leaves"])
                 nested = _record(other, path, True, out)
                 if nested is None:
@@ -109,6 +129,11 @@ def _record(record, prefix: tuple, nullable: bool, out: dict) -> list[str] | Non
             lines += _read(kind, dst)
             if kind != "null" and not nullable:
                 out["kinds"][path] = kind
+        elif _enum(t) is not None:  # its symbol: a str
+            out["leaves"][path] = dst
+            lines += _read_enum(_enum(t), dst)
+            if not nullable:
+                out["kinds"][path] = "string"
         else:  # a record: its fields in line
             nested = _record(t, path, nullable, out)
             if nested is None:
@@ -122,8 +147,8 @@ def decoder(schema, paths=None) -> tuple[list[str], dict[tuple, str], dict[tuple
     """(source lines decoding the value v (from p = 5 to end = len(v)) into locals, the
     local of each column's field by its path, the kind of each such field that is never
     null), or None when the writer schema (fastavro's parsed form) is not a record of
-    the kinds above (fields null, boolean, int, long, float, double, bytes, string, a
-    record of such fields, or a union of null and one of them), or a column's path
+    the kinds above (fields null, boolean, int, long, float, double, bytes, string, an
+    enum, a record of such fields, or a union of null and one of them), or a column's path
     reaches anything but such a field or a field the writer does not have (through a
     primitive, or to a whole record: fastavro and the general rules then). ``paths``:
     the columns' paths (tuples); None: every top-level field by its name. A never-null

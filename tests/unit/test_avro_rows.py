@@ -76,6 +76,12 @@ ORDERS_V7 = {"type": "record", "name": "Order", "namespace": "bench", "fields": 
 # v8: who a nullable string: the path who.id runs through it (wrong_type, or null).
 ORDERS_V8 = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     *ORDERS["fields"], {"name": "who", "type": ["null", "string"]}]}
+# v9: customer an enum (its symbol into the string column), a nullable enum read by none.
+_SYMBOLS = [f"c{i}" for i in range(97)] + ["x_y"]
+ORDERS_V9 = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
+    {"name": "state", "type": ["null", {"type": "enum", "name": "S", "symbols": ["A", "B"]}]},
+    *[{**f, "type": {"type": "enum", "name": "C", "symbols": _SYMBOLS}}
+      if f["name"] == "customer" else f for f in ORDERS["fields"]]]}
 COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False),
            ("who_id", "int", False, ("who", "id")), ("ref", "string", False, ("who", "ref")),
@@ -185,7 +191,9 @@ def values(rng: random.Random, n: int) -> list[bytes | None]:
             nested = rng.choice([wire(2, ORDERS_V2, _v2(rng, i)), wire(6, ORDERS_V6, _v6(rng, i)),
                                  wire(7, ORDERS_V7, _v7(rng, i)),
                                  wire(8, ORDERS_V8, {**_orders(rng, i),
-                                                     "who": rng.choice([None, "x"])})])
+                                                     "who": rng.choice([None, "x"])}),
+                                 wire(9, ORDERS_V9, {**avro_order(i), "customer": rng.choice(
+                                     _SYMBOLS), "state": rng.choice([None, "A", "B"])})])
             out.append(rng.choice([nested, nested, nested, nested + b"\x00", nested[:-1],
                                    _flipped(rng, nested)]))
         elif kind < 0.67:
@@ -214,7 +222,7 @@ def values(rng: random.Random, n: int) -> list[bytes | None]:
 def schemas(tmp_path):
     for schema_id, schema in ((1, ORDERS), (2, ORDERS_V2), (3, ORDERS_V3),
                               (4, {"type": "string"}), (5, ORDERS_V4), (6, ORDERS_V6),
-                              (7, ORDERS_V7), (8, ORDERS_V8)):
+                              (7, ORDERS_V7), (8, ORDERS_V8), (9, ORDERS_V9)):
         (tmp_path / f"{schema_id}.avsc").write_text(json.dumps(schema))
     return SchemaSource(schemas_dir=str(tmp_path))
 
