@@ -82,6 +82,10 @@ ORDERS_V9 = {"type": "record", "name": "Order", "namespace": "bench", "fields": 
     {"name": "state", "type": ["null", {"type": "enum", "name": "S", "symbols": ["A", "B"]}]},
     *[{**f, "type": {"type": "enum", "name": "C", "symbols": _SYMBOLS}}
       if f["name"] == "customer" else f for f in ORDERS["fields"]]]}
+# v10: customer a nullable enum.
+ORDERS_V10 = {**ORDERS_V9, "fields": [
+    {**f, "type": ["null", f["type"]]} if f["name"] == "customer" else f
+    for f in ORDERS_V9["fields"]]}
 COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False),
            ("who_id", "int", False, ("who", "id")), ("ref", "string", False, ("who", "ref")),
@@ -193,7 +197,9 @@ def values(rng: random.Random, n: int) -> list[bytes | None]:
                                  wire(8, ORDERS_V8, {**_orders(rng, i),
                                                      "who": rng.choice([None, "x"])}),
                                  wire(9, ORDERS_V9, {**avro_order(i), "customer": rng.choice(
-                                     _SYMBOLS), "state": rng.choice([None, "A", "B"])})])
+                                     _SYMBOLS), "state": rng.choice([None, "A", "B"])}),
+                                 wire(10, ORDERS_V10, {**avro_order(i), "customer": rng.choice(
+                                     [None, *_SYMBOLS]), "state": None})])
             out.append(rng.choice([nested, nested, nested, nested + b"\x00", nested[:-1],
                                    _flipped(rng, nested)]))
         elif kind < 0.67:
@@ -222,7 +228,8 @@ def values(rng: random.Random, n: int) -> list[bytes | None]:
 def schemas(tmp_path):
     for schema_id, schema in ((1, ORDERS), (2, ORDERS_V2), (3, ORDERS_V3),
                               (4, {"type": "string"}), (5, ORDERS_V4), (6, ORDERS_V6),
-                              (7, ORDERS_V7), (8, ORDERS_V8), (9, ORDERS_V9)):
+                              (7, ORDERS_V7), (8, ORDERS_V8), (9, ORDERS_V9),
+                              (10, ORDERS_V10)):
         (tmp_path / f"{schema_id}.avsc").write_text(json.dumps(schema))
     return SchemaSource(schemas_dir=str(tmp_path))
 
