@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
             avro_format.batch_encoder = lambda columns, schema=None: None
             got["general path (before)"].append(us_per_record("avro", avro, schemas))
             avro_format.batch_encoder = loop
-            avro_rows.decoder = lambda schema: None
+            avro_rows.decoder = lambda schema, paths=None: None
             got["loop, fastavro"].append(us_per_record("avro", avro, schemas))
             avro_rows.decoder = decoder
             got["loop, generated decode"].append(us_per_record("avro", avro, schemas))

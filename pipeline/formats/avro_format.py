@@ -16,10 +16,11 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from pipeline.formats import paths
 from pipeline.formats.avro_raw import raw_plan
-from pipeline.formats.avro_rows import batch_encoder
+from pipeline.formats.avro_rows import batch_encoder, reads_values, record_encoder
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
@@ -49,8 +50,11 @@ class AvroFormat:
         self.tail = f"\t{run_id}\n"
         # A header (magic byte + schema id) that decoded once -> (the schema to decode its
         # records with, the id, the columns with raw converters or None (avro_raw.py), its
-        # generated batch loop or None (avro_rows.py)).
+        # generated batch loop or None (avro_rows.py), whether that loop decodes each
+        # value's own bytes).
         self._known: dict[bytes, tuple] = {}
+        # A header -> its writer's one-record encoder (avro_rows.record_encoder).
+        self._ones: dict[bytes, Callable] = {}
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
@@ -59,25 +63,52 @@ class AvroFormat:
         only when its schema id was seen before and the decode ends exactly where its bytes
         end: then it read exactly its own bytes, as ``fields`` would. Anything else (a new
         id, a bad header, an error, a short or long read) goes to ``fields``, alone, which
-        says why. The values of the batch's first writer schema go through that writer's
-        generated loop (avro_rows.py), the others through ``general``."""
+        says why. The batch goes through its first writer schema's generated loop
+        (avro_rows.py), which takes the values of other writers it has met through their
+        own one-record encoders; the rest (and every value when there is no loop) through
+        ``general``. A flat writer's loop decodes each value's own bytes: then there is no
+        buffer, and ``general`` decodes a value alone."""
         from fastavro import schemaless_reader as read
 
         known = self._known
-        values = [v for m in records if (v := m.value()) is not None]
-        fo = io.BytesIO(b"".join(values))
-        seek, tell, project = fo.seek, fo.tell, self.project
+        header = writer = None
+        tried = 0
+        for m in records:  # the loop's writer: the first of the batch's first values with one
+            value = m.value()
+            if value is None:
+                continue
+            if value[:HEADER] not in known:
+                try:  # a task's first batch: learn its writer, for the loop's sake
+                    self.fields(value, read)
+                except Refused:
+                    pass  # said again, with the record, by general()
+            writer = known.get(value[:HEADER])
+            if writer is not None and writer[3] is not None:
+                header = value[:HEADER]
+                break
+            writer = None
+            tried += 1
+            if tried == 8:  # a batch of unknown or bad values: general() says why
+                break
+        # A flat writer's loop decodes each value's own bytes: no buffer of the batch.
+        own = writer is not None and writer[3] is not None and writer[4]
+        shared = None if own else io.BytesIO(
+            b"".join([v for m in records if (v := m.value()) is not None]))
+        project = self.project
 
         def general(value: bytes, start: int) -> str:
+            fo = io.BytesIO(value) if shared is None else shared
+            if shared is None:
+                start = 0
             end = start + len(value)
             writer = known.get(value[:HEADER])
             if writer is not None:
-                seek(start + HEADER)
+                fo.seek(start + HEADER)
                 try:
                     doc = read(fo, writer[0], None)
                 except Exception:  # noqa: BLE001 - fields() decodes it alone and says why
                     doc = None
-                if tell() == end and type(doc) is dict:
+                if fo.tell() == end and type(doc) is dict:
                     if writer[2] is None:
                         return project(doc, writer[1])
                     try:  # raw values: their usual case only (avro_raw.py)
@@ -86,17 +117,10 @@ class AvroFormat:
                         pass
             return self.fields(value, read)
 
-        header = values[0][:HEADER] if values else None
-        if header is not None and header not in known:
-            try:  # a task's first batch: learn its first writer, for the loop's sake
-                self.fields(values[0], read)
-            except Refused:
-                pass  # said again, with the record, by general()
-        writer = known.get(header)
         if writer is not None and writer[3] is not None:
-            return writer[3](records, head, self.tail, header, fo, read,
+            return writer[3](records, head, self.tail, header, shared, read,
                              writer[0], general, kafka_timestamp, rejected, refuse,
-                             *[c[2] for c in writer[2] or self.columns])
+                             self._ones, *[c[2] for c in writer[2] or self.columns])
         at = [0]
 
         def fields(value: bytes) -> str:
@@ -114,9 +138,14 @@ class AvroFormat:
             fast = None if raw is None else [
                 c if convert is None else (*c[:2], convert, *c[3:])
                 for c, convert in zip(self.columns, converters, strict=True)]
-            loop = batch_encoder(fast or self.columns, raw or schema) if (
-                type(schema) is dict and schema.get("type") == "record") else None
-            self._known[value[:HEADER]] = (raw or schema, schema_id, fast, loop)
+            record = type(schema) is dict and schema.get("type") == "record"
+            loop = batch_encoder(fast or self.columns, raw or schema) if record else None
+            own = record and reads_values(fast or self.columns, raw or schema)
+            self._known[value[:HEADER]] = (raw or schema, schema_id, fast, loop, own)
+            if loop is not None:  # for its values in batches of another first writer
+                self._ones[value[:HEADER]] = partial(
+                    record_encoder(fast or self.columns, raw or schema),
+                    *[c[2] for c in fast or self.columns])
         if type(doc) is not dict:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "
                           f"{avro_kind(doc)}, not a record: nothing to project to columns")

@@ -6,16 +6,19 @@ function call per field, the Kafka timestamp's method call) cost twice fastavro'
 (docs/benchmarks.md, "Avro records"), so for one writer schema the decode, its checks and
 the declared columns' conversions are unrolled into the source of one function. It only
 ever takes a record the general path would take, with the same text: it decodes the
-record's own bytes (a flat record by generated code, avro_decode.py, which takes only what
+record's own bytes (a plain record by generated code, avro_decode.py, which takes only what
 fastavro reads to the same values; any other with fastavro from the batch's buffer, the
 decode ending exactly where the record's bytes end), and converts each column with the
 column's own converter (or an inlined copy of it: a range check, a text that needs no
-escaping, the raw decimal and timestamp of avro_raw.py). Anything else (another schema id,
-an error, a null in a required column) goes to the general path, alone, which says why.
+escaping, the raw decimal and timestamp of avro_raw.py). Anything else (a schema id not
+met, an error, a null in a required column) goes to the general path, alone, which says why.
+A value of another writer schema in the batch (producers mid-rollout) goes through that
+writer's generated one-record encoder (record_encoder), the same steps for one value.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable, Sequence
 
@@ -27,27 +30,46 @@ from pipeline.formats.refused import Refused
 from pipeline.formats.types import column_type
 
 
-def _convert(i: int, declared: str, convert: Callable) -> list[str]:
+def _convert(i: int, declared: str, convert: Callable, kind: str | None = None,
+             loop: bool = False) -> list[str]:
     """Column i's conversion of a non-null x into f{i} (its text, or an int whose str() is
-    it), or a raise; c{i} is the column's converter, whose result is the general path's."""
+    it), or a raise; c{i} is the column's converter, whose result is the general path's.
+    ``kind``: the field's Avro kind when the generated decode read it (avro_decode.py),
+    so x's type is known: a long's is an int in a long's range, a string's a str.
+    ``loop``: in batch_encoder's loop, where a timestamp column keeps the day of its last
+    value (a batch's times mostly share their day: no divmod, no lookup)."""
     raw = getattr(convert, "raw", None)
+    if raw is None and declared == "long" and kind in ("int", "long"):
+        return [f"f{i} = x"]
+    if raw is None and declared == "string" and kind == "string":
+        return [f"f{i} = x if x.isalnum() else text(x)"]
     if raw == "decimal":
         precision, scale = convert.precision, convert.scale
-        return ["n = int.from_bytes(x, 'big', signed=True)",
-                "d = str(-n if n < 0 else n)",
-                f"if len(d) > {precision}: raise W",
-                *([f"d = d.rjust({scale + 1}, '0')", f"d = d[:-{scale}] + '.' + d[-{scale}:]"]
-                  if scale else []),
-                f"f{i} = '-' + d if n < 0 else d"]
+        # Two's complement by hand: int.from_bytes with keywords costs twice the call
+        # without (an empty x raises here: the general path reads it).
+        def point(sign: str) -> list[str]:
+            return ([f"f{i} = {sign}d[:-{scale}] + '.' + d[-{scale}:]"] if scale
+                    else [f"f{i} = {sign}d"])
+        return ["if x[0] < 128:", "    d = str(FB(x))",
+                f"    if len(d) > {precision}: raise W",
+                *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
+                *("    " + line for line in point("")),
+                "else:", "    d = str((1 << (len(x) << 3)) - FB(x))",
+                f"    if len(d) > {precision}: raise W",
+                *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
+                *("    " + line for line in point("'-' + "))]
     if raw == "timestamp":
-        unit = convert.unit
-        return [f"day, us = divmod(x{' * ' + str(unit) if unit != 1 else ''}, 86400000000)",
+        scaled = [] if convert.unit == 1 else [f"x = x * {convert.unit}"]
+        if loop:  # the day of the column's last value (lo{i}: its first microsecond)
+            return [*scaled, f"us = x - lo{i}", "if 0 <= us < 86400000000:", f"    d = dt{i}",
+                    "else:", "    day, us = divmod(x, 86400000000)",
+                    "    d = days.get(day)", "    if d is None: d = day_text(day)",
+                    f"    lo{i} = x - us", f"    dt{i} = d",
+                    *_time_of_day(i)]
+        return [*scaled, "day, us = divmod(x, 86400000000)",
                 "d = days.get(day)",
                 "if d is None: d = day_text(day)",
-                "s, us = divmod(us, 1000000)",
-                "t = times.get(s)",
-                "if t is None: t = time_text(s)",
-                f"f{i} = f'{{d}} {{t}}.{{us:06d}}+00:00' if us else f'{{d}} {{t}}+00:00'"]
+                *_time_of_day(i)]
     if raw == "date":
         return [f"f{i} = days.get(x)", f"if f{i} is None: f{i} = day_text(x)"]
     if raw is None and declared == "string":
@@ -57,63 +79,144 @@ def _convert(i: int, declared: str, convert: Callable) -> list[str]:
     return [f"f{i} = c{i}(x)"]
 
 
-def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
-    """A function (records, head, tail, header, fo, read, schema, general, ts, rejected,
-    refuse, c0...) -> result lines for the values of one writer schema (``header``: its
-    5 bytes); ``columns``: AvroFormat.columns (with raw converters where the writer has
-    them). ``general(value, start)``: the general path's COPY text fields of a value at
-    ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
-    a flat record of top-level columns is decoded by generated code (avro_decode.py),
-    any other by fastavro from ``fo``."""
-    params = [f"c{i}" for i in range(len(columns))]
-    flat = decoder(schema) if all(c[0] is not None for c in columns) else None
+def _time_of_day(i: int) -> list[str]:
+    """f{i}: a timestamp's text from its day's text d and its microsecond of the day us."""
+    return ["s, us = divmod(us, 1000000)",
+            "t = times.get(s)",
+            "if t is None: t = time_text(s)",
+            f"f{i} = f'{{d}} {{t}}.{{us:06d}}+00:00' if us else f'{{d}} {{t}}+00:00'"]
+
+
+def reads_values(columns: Sequence[tuple], schema) -> bool:
+    """True when batch_encoder's loop decodes each value from its own bytes (the generated
+    decode), so the batch needs no shared buffer."""
+    return decoder(schema, [tuple(c[1]) for c in columns]) is not None
+
+
+def _body(columns: Sequence[tuple], schema, loop: bool = False) -> tuple[tuple | None, list[str]]:
+    """(the generated decode of a flat writer or None, the lines converting the decoded
+    record (``doc``, or the flat decode's locals) into f0, f1...)."""
+    flat = decoder(schema, [tuple(c[1]) for c in columns])
     body = []
     for i, (key, path, convert, required, declared, _) in enumerate(columns):
+        kind = None
         if flat is not None:
-            body.append(f"x = {flat[1].get(key, 'None')}")
+            body.append(f"x = {flat[1].get(tuple(path), 'None')}")
+            kind = flat[2].get(tuple(path))  # a field never null: no null test
         else:
             body.append(f"x = doc.get({key!r})" if key is not None else
                         f"x = lookup(doc, {tuple(path)!r})")
-        convert_lines = _convert(i, declared, convert)
+        convert_lines = _convert(i, declared, convert, kind, loop)
+        if kind is not None:
+            body += convert_lines
+            continue
         body += (["if x is None: raise W", *convert_lines] if required else
                  ["if x is None:", f"    f{i} = NULL", "else:",
                   *("    " + line for line in convert_lines)])
+    return flat, body
+
+
+def _namespace(schema) -> dict:
+    from fastavro import schemaless_reader
+
+    return {"NULL": NULL, "W": WrongType, "FB": int.from_bytes, "text": text,
+            "lookup": paths.lookup, "Refused": Refused, "days": avro_raw.DAYS,
+            "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
+            "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
+            "f64": struct.Struct("<d").unpack_from, "BytesIO": io.BytesIO,
+            "read": schemaless_reader, "schema": schema}
+
+
+def record_encoder(columns: Sequence[tuple], schema) -> Callable:
+    """A function (c0..., value) -> the COPY text fields of one value of this writer
+    schema, or a raise: the loop's own steps for a record of another writer in a batch
+    (batch_encoder's loop is its first writer's). It decodes the value's own bytes (a
+    flat writer by the generated decode, any other by fastavro from a buffer of its own)
+    and takes only what the loop would; anything else raises, and the record goes to the
+    general path, which says why."""
+    flat, body = _body(columns, schema)
+    if flat is None:
+        decode = ["fo = BytesIO(value)", "fo.seek(5)", "doc = read(fo, schema, None)",
+                  "if fo.tell() != len(value) or type(doc) is not dict: raise W"]
+    else:
+        decode = ["v = value", "end = len(v)", "p = 5", *flat[0]]
     fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
+    params = "".join(f"c{i}, " for i in range(len(columns)))
+    source = (f"def encode_one({params}value):\n"
+              + "".join(f"    {line}\n" for line in [*decode, *body, f'return f"{fields}"']))
+    namespace = _namespace(schema)
+    how = "generated decode" if flat is not None else "fastavro"
+    exec(compile(source, f"<avro record_encoder {[c[5] for c in columns]}, {how}>", "exec"),
+         namespace)
+    return namespace["encode_one"]
+
+
+def batch_encoder(columns: Sequence[tuple], schema=None) -> Callable:
+    """A function (records, head, tail, header, fo, read, schema, general, ts, rejected,
+    refuse, ones, c0...) -> result lines for the values of one writer schema (``header``: its
+    5 bytes); ``columns``: AvroFormat.columns (with raw converters where the writer has
+    them). ``general(value, start)``: the general path's COPY text fields of a value at
+    ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
+    a plain record (avro_decode.py: flat, or records the columns' paths reach into) is
+    decoded by generated code,
+    from the value's own bytes (``fo`` None, ``start`` 0: see ``reads_values``), any
+    other by fastavro from ``fo``. ``ones``: header -> the record_encoder of another
+    writer (its converters bound), for the batch's values of other writers."""
+    params = [f"c{i}" for i in range(len(columns))]
+    flat, body = _body(columns, schema, loop=True)
+    # No day yet: lo{i} so far below any timestamp that no value is in its day.
+    days_seen = "".join(f"    lo{i}, dt{i} = -(1 << 70), None\n" for i, c in enumerate(columns)
+                        if getattr(c[2], "raw", None) == "timestamp")
+    fields = "\\t".join(f"{{f{i}}}" for i in range(len(columns)))
+    # The row written in one f-string, as the general path's below.
+    row = ["ms = m.timestamp()[1]", "kts = seen.get(ms)", "if kts is None:",
+           "    kts = ts(ms)", f'append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{fields}{{tail}}")',
+           "continue"]
     if flat is None:
         decode = ["seek(start + 5)", "doc = read(fo, schema, None)",
-                  "if tell() == at and type(doc) is dict:",
-                  *("    " + b for b in body), f'    line = f"{fields}"']
+                  "if tell() != at or type(doc) is not dict: raise W", *body, *row]
     else:
-        decode = ["v = value", "end = len(v)", "p = 5", *flat[0], *body,
-                  f'line = f"{fields}"']
+        decode = ["v = value", "end = len(v)", "p = 5", *flat[0], *body, *row]
     inner = "\n".join("                " + b for b in decode)
+    # fastavro reads from the batch's buffer, where a value starts at ``start``; the
+    # generated decode reads the value itself, and general() decodes it alone.
+    shared = ("    seek, tell = fo.seek, fo.tell\n    at = 0\n" if flat is None else "")
+    where = ("        start = at\n        at += len(value)\n" if flat is None else
+             "        start = 0\n")
     source = f"""
 def encode_rows(records, head, tail, header, fo, read, schema, general, ts, rejected, refuse,
-                {', '.join(params + [''])}):
+                ones, {', '.join(params + [''])}):
     rows = []
     append = rows.append
-    seek, tell = fo.seek, fo.tell
-    seen = ts.cache
-    at = 0
+{shared}{days_seen}    seen = ts.cache
     for m in records:
         value = m.value()
         if value is None:
             rejected.append(m)
             continue
-        start = at
-        at += len(value)
-        line = None
-        if value.startswith(header):
+{where}        if value.startswith(header):
             try:
 {inner}
             except Exception:
                 pass
-        if line is None:
-            try:
-                line = general(value, start)
-            except Refused as e:
-                refuse(m, e.error_type, e.message)
-                continue
+        else:
+            one = ones.get(value[:5])
+            if one is not None:
+                try:
+                    line = one(value)
+                    ms = m.timestamp()[1]
+                    kts = seen.get(ms)
+                    if kts is None:
+                        kts = ts(ms)
+                    append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{{line}}{{tail}}")
+                    continue
+                except Exception:
+                    pass
+        try:
+            line = general(value, start)
+        except Refused as e:
+            refuse(m, e.error_type, e.message)
+            continue
         ms = m.timestamp()[1]
         kts = seen.get(ms)
         if kts is None:
@@ -121,11 +224,7 @@ def encode_rows(records, head, tail, header, fo, read, schema, general, ts, reje
         append(f"{{head}}{{m.offset()}}\\t{{kts}}\\t{{line}}{{tail}}")
     return rows
 """
-    namespace = {"NULL": NULL, "W": WrongType, "text": text, "lookup": paths.lookup,
-                 "Refused": Refused, "days": avro_raw.DAYS,
-                 "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
-                 "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
-                 "f64": struct.Struct("<d").unpack_from}
+    namespace = _namespace(schema)
     how = "generated decode" if flat is not None else "fastavro"
     exec(compile(source, f"<avro batch_encoder {[c[5] for c in columns]}, {how}>", "exec"),
          namespace)
