@@ -5,20 +5,26 @@ run (the CLI, its JVM, Spark's Python workers; not Kafka or Postgres) and peak R
     .venv/bin/python -m bench.transform_ab TOPIC N ROUNDS A_CHECKOUT B_CHECKOUT [KIND]
 
 KIND: identity (the default), enrich (conf/examples/transform.toml) or json (no transform).
-BENCH_SPARK: a [spark] section for both (e.g. a [spark.conf] with JVM flags). Each line
-prints CPU-seconds and the peak RSS by kind of process.
+BENCH_SPARK: a [spark] section for both (e.g. a [spark.conf] with JVM flags). BENCH_B_ENV:
+environment settings for B only, as a shell would split them (e.g. "MALLOC_ARENA_MAX=2", or
+JAVA_TOOL_OPTIONS=-Xmx512m): A/B of a setting on one checkout. Each line prints
+CPU-seconds, the peak RSS by kind of process, and the peak of the tree's summed RSS and
+PSS (/proc/<pid>/smaps_rollup, sampled at one instant; PSS counts the pages forked workers
+share once).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import threading
 from pathlib import Path
 
 from bench.contenders import run_pipeline
 from bench.transform import ENRICH, ENRICHED_COLUMNS, EXAMPLE, IDENTITY
-from bench.transform_profile import tree_cpu, tree_cpu_by_kind, tree_rss_by_kind
+from bench.transform_profile import (tree_cpu, tree_cpu_by_kind, tree_pss_by_kind,
+                                     tree_rss_by_kind)
 
 
 class TreeCpu:
@@ -28,6 +34,8 @@ class TreeCpu:
 
     def __init__(self):
         self.peak, self.stop, self.kinds, self.rss = 0.0, threading.Event(), {}, {}
+        self.pss: dict[str, float] = {}
+        self.tree_rss = self.tree_pss = 0.0
         self.base = tree_cpu(os.getpid())
         self.thread = threading.Thread(target=self.sample, daemon=True)
         self.thread.start()
@@ -37,8 +45,13 @@ class TreeCpu:
             self.peak = max(self.peak, tree_cpu(os.getpid()) - self.base)
             for k, v in tree_cpu_by_kind(os.getpid()).items():
                 self.kinds[k] = max(self.kinds.get(k, 0.0), v)
-            for k, v in tree_rss_by_kind(os.getpid()).items():
+            rss, pss = tree_rss_by_kind(os.getpid()), tree_pss_by_kind(os.getpid())
+            for k, v in rss.items():
                 self.rss[k] = max(self.rss.get(k, 0.0), v)
+            for k, v in pss.items():
+                self.pss[k] = max(self.pss.get(k, 0.0), v)
+            self.tree_rss = max(self.tree_rss, sum(rss.values()))
+            self.tree_pss = max(self.tree_pss, sum(pss.values()))
 
     def done(self) -> float:
         self.stop.set()
@@ -52,6 +65,8 @@ def main(argv: list[str]) -> int:
     for i in range(rounds):
         for label, root in (("A", a), ("B", b)):
             env = {**os.environ, "PYTHONPATH": f"{root}:{EXAMPLE}"}
+            if label == "B":
+                env.update(kv.split("=", 1) for kv in shlex.split(os.environ.get("BENCH_B_ENV", "")))
             kw = {}
             if kind == "identity":
                 kw = {"sink": IDENTITY}
@@ -68,7 +83,9 @@ def main(argv: list[str]) -> int:
             print(f"{kind} round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s,"
                   f" {rss:.0f} MB, read_and_stage {timings.get('read_and_stage', 0):.1f} s,"
                   f" load {load:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items())
-                  + "; peak MB " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.rss.items()),
+                  + "; peak MB " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.rss.items())
+                  + f"; tree RSS {cpu.tree_rss:.0f} PSS {cpu.tree_pss:.0f} MB (PSS "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in cpu.pss.items()) + ")",
                   flush=True)
     return 0
 

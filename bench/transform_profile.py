@@ -67,6 +67,22 @@ def tree_rss_by_kind(root: int) -> dict[str, float]:
     return out
 
 
+def tree_pss_by_kind(root: int) -> dict[str, float]:
+    """PSS (MB) of ``root``'s live descendants by kind (/proc/<pid>/smaps_rollup: pages
+    shared by forked workers counted once across them, not in each as RSS counts them)."""
+    procs = processes(with_cmdline=True)
+    out: dict[str, float] = {}
+    for pid in descendants(procs, root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                kb = next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+        kind = _kind(procs[pid][2])
+        out[kind] = out.get(kind, 0.0) + kb / 1024
+    return out
+
+
 def settings_for(topic: str):
     from pipeline.config import parse_settings
 

@@ -221,6 +221,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.executor.consume import reader_config
     from pipeline.executor.feed import feed_schema, feeder
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
+    from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
     from pipeline.executor.task import EncoderSettings, FeedTask, LineStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.transform import apply
@@ -253,9 +254,15 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # the planned ones: a big planned range is read in pieces, and a transform that
     # shuffles mixes the pieces' rows in every batch.
     pieces = tuple(r for task in tasks for r in task)
-    results.select(*[F.col(f"`{n}`") for n, _ in columns]).mapInArrow(
-        blob_writer(LineStageTask(target, pieces, tuple(columns), run.id)),
-        WRITER_SCHEMA).collect()
+    staged = results.select(*[F.col(f"`{n}`") for n, _ in columns])
+    # No user Python in the plan: the workers run only ours and keep pandas out
+    # (executor/worker_imports.py: ~40 MB a worker).
+    sc.setLocalProperty(NO_PANDAS, "true" if runs_only_ours(staged) else None)
+    try:
+        staged.mapInArrow(blob_writer(LineStageTask(target, pieces, tuple(columns), run.id)),
+                          WRITER_SCHEMA).collect()
+    finally:
+        sc.setLocalProperty(NO_PANDAS, None)
     return len(tasks)
 
 

@@ -38,9 +38,12 @@ def reader_config(client_config: dict[str, str], isolation_level: str, group: st
     fetches again only ``fetch.queue.backoff.ms`` = 1 s later, so a reader draining 10k at a
     time starves (100k queued: 4.75 s). A 1M queue hid that (0.97 s) but held ~290 MB per
     reader and grew the run's RSS with the task size; 100k queued with a 10 ms backoff reads
-    as fast (0.81 s) in ~110 MB."""
+    as fast (0.81 s) in ~110 MB. 20k queued with that backoff (2M orders, 4 partitions, two
+    readers, docs/benchmarks.md "Memory of the transform path") held ~40 MB less per reader
+    (transform path 198 -> 160 MB, built-in path 148 -> 105 MB) at the same CPU: a 10k
+    batch still finds the next one queued."""
     return {
-        "queued.min.messages": 100_000,
+        "queued.min.messages": 20_000,
         "fetch.queue.backoff.ms": 10,
         **client_config,
         "group.id": group,
@@ -112,7 +115,7 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
     errors: list[str] = []
     # Prefetching past a range is wasted work: at most the largest range's records are
     # queued per partition.
-    queued = min(int(config.get("queued.min.messages", 100_000)),
+    queued = min(int(config.get("queued.min.messages", 20_000)),
                  max(r.count for r in ranges))
     try:
         consumer = Consumer({**config, "queued.min.messages": queued,

@@ -57,9 +57,12 @@ def feeder(spec: FeedTask):
     ``id``) -> ``feed_schema`` batches (module docstring)."""
 
     def feed(batches):
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                yield from _read_task(spec, index)
+        from pipeline.executor.worker_imports import allowed, without_pandas
+
+        with without_pandas(allowed()):
+            for batch in batches:
+                for index in batch.column(0).to_pylist():
+                    yield from _read_task(spec, index)
 
     return feed
 

@@ -124,6 +124,7 @@ def blob_writer(spec: LineStageTask):
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from pipeline.executor.worker_imports import allowed, without_pandas
         from pipeline.formats.arrow_copy import lines
 
         max_bytes = spec.target.max_blob_bytes
@@ -146,7 +147,8 @@ def blob_writer(spec: LineStageTask):
                         yield Blob(topic, partition, ROW, len(rows), lo, hi,
                                    contiguous(rows, pa))
 
-        part, attempt, totals = stage_attempt(spec.target, map(blobs_of, batches))
+        with without_pandas(allowed()):  # pyarrow's probe for pandas, ~40 MB a worker
+            part, attempt, totals = stage_attempt(spec.target, map(blobs_of, batches))
         yield pa.RecordBatch.from_pydict(
             {"part": [part], "attempt": [attempt], "rows": [totals[ROW]]},
             schema=pa.schema([("part", pa.int32()), ("attempt", pa.int32()),

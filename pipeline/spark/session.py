@@ -89,7 +89,18 @@ def _brings_connector(conf: dict[str, str]) -> bool:
 # - "sql": Spark SQL per record (Spark's Kafka source, parsing): the parallel collector and
 #   JIT of huge generated methods (the benchmark's Structured Streaming peers, get_spark).
 JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
-             "light": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
+             "light": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xms32m"}
+
+
+# Allocator settings for every process Spark starts for a run (the driver JVM and Python
+# workers inherit our environment on one machine; a cluster's executors get them as
+# spark.executorEnv): measured on a transform run of 500,000 records (docs/benchmarks.md,
+# "Memory of the transform path"), they held ~85 MB less across four Python workers and
+# the JVM at the same CPU. Arrow's default pool (jemalloc) keeps freed batches' pages; the
+# system allocator returns them, and two malloc arenas instead of eight a core keep the
+# JVM's many threads and the workers from each holding their own. A value the user set
+# (environment or [spark.conf] spark.executorEnv.*) wins.
+PROCESS_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 
 
 def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
@@ -152,6 +163,9 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         defaults.update({"spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1"})
+    for key, value in PROCESS_ENV.items():
+        os.environ.setdefault(key, value)  # the driver JVM and, on one machine, the workers
+        defaults[f"spark.executorEnv.{key}"] = os.environ[key]
     for key, value in defaults.items():
         spark_conf.setIfMissing(key, value)
     if not submitted():

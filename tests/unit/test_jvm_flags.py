@@ -5,6 +5,8 @@ built-in read (executor/feed.py), and C2 with the parallel collector cost as muc
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipeline.config import parse_settings
@@ -33,3 +35,24 @@ def test_the_chosen_flags_reach_the_driver_jvm_unless_the_user_set_their_own():
     mine = {"spark.driver.extraJavaOptions": "-Xmx1g"}
     assert spark_conf("local[2]", mine, jvm="light").get(
         "spark.driver.extraJavaOptions") == "-Xmx1g"
+
+
+def test_the_light_jvm_starts_with_a_small_heap():
+    # the ergonomic initial heap is 1/64 of the machine's RAM (~380 MB on 24 GB), all of it
+    # touched before the first collection; the heap grows from 32 MB as the run needs
+    assert "-Xms32m" in JVM_FLAGS["light"].split()
+
+
+def test_the_allocator_settings_go_to_the_jvm_and_the_executors(monkeypatch):
+    for key in session.PROCESS_ENV:
+        monkeypatch.delenv(key, raising=False)
+    conf = spark_conf("local[2]", {}, jvm="light")
+    assert conf.get("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL") == "system"
+    assert conf.get("spark.executorEnv.MALLOC_ARENA_MAX") == "2"
+    assert os.environ["MALLOC_ARENA_MAX"] == "2"  # the driver JVM inherits it
+    # a user's own value wins, from the environment or from [spark.conf]
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    mine = {"spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}
+    conf = spark_conf("local[2]", mine, jvm="light")
+    assert conf.get("spark.executorEnv.MALLOC_ARENA_MAX") == "4"
+    assert conf.get("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL") == "jemalloc"

@@ -1,0 +1,40 @@
+"""What keeps a transform run's processes small reaches them (docs/benchmarks.md, "Memory
+of the transform path"): the allocator settings reach Spark's Python workers, and the
+driver lets the workers keep pandas out only when the transform's plan runs no Python of
+the user's (executor/worker_imports.py)."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from pipeline.executor.worker_imports import runs_only_ours
+
+
+def _report(batches):
+    import os
+
+    import pyarrow as pa
+
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({
+            "pool": [pa.default_memory_pool().backend_name],
+            "arenas": [os.environ.get("MALLOC_ARENA_MAX", "")]})
+
+
+def test_the_allocator_settings_reach_the_python_workers(spark):
+    rows = spark.range(0, 2, 1, 2).mapInArrow(_report, "pool string, arenas string").collect()
+    assert {(r.pool, r.arenas) for r in rows} == {("system", "2")}
+
+
+def _identity(batches):
+    yield from batches
+
+
+def test_only_a_transform_without_python_lets_the_workers_keep_pandas_out(spark):
+    records = spark.range(0, 2, 1, 2).mapInArrow(_identity, "id long")  # the reader
+    assert runs_only_ours(records.select((F.col("id") + 1).alias("next_id")).where("id > 0"))
+    assert not runs_only_ours(records.select(F.udf(lambda x: x, "long")("id")))
+    assert not runs_only_ours(records.mapInPandas(_identity, "id long"))
+    assert not runs_only_ours(records.mapInArrow(_identity, "id long"))
+    assert not runs_only_ours(records.unionByName(
+        spark.createDataFrame(spark.sparkContext.parallelize([(1,)]), "id long")))
