@@ -57,6 +57,9 @@ def feeder(spec: FeedTask):
     ``id``) -> ``feed_schema`` batches (module docstring)."""
 
     def feed(batches):
+        from pipeline.executor import zip_imports
+
+        zip_imports.install()  # the worker's next tasks start sooner
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 yield from _read_task(spec, index)
