@@ -124,8 +124,11 @@ def blob_writer(spec: LineStageTask):
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from pipeline.executor import zip_imports
         from pipeline.executor.worker_imports import allowed, without_pandas
         from pipeline.formats.arrow_copy import lines
+
+        zip_imports.install()  # the worker's next tasks start sooner
 
         max_bytes = spec.target.max_blob_bytes
         starts: dict[tuple[str, int], list[int]] = {}
@@ -207,8 +210,11 @@ def range_stager(spec: RangeStageTask):
     task: (part, attempt, rows, dead letters, tombstones)."""
 
     def stage_ranges(items):
+        from pipeline.executor import zip_imports
         from pipeline.executor.consume import read_ranges
         from pipeline.executor.content_hash import ContentHash
+
+        zip_imports.install()  # the worker's next tasks start sooner
 
         encoder = spec.encoding.encoder()
         ranges = [r for item in items for r in (item if isinstance(item, list) else [item])]
