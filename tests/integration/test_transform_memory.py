@@ -38,3 +38,21 @@ def test_only_a_transform_without_python_lets_the_workers_keep_pandas_out(spark)
     assert not runs_only_ours(records.mapInArrow(_identity, "id long"))
     assert not runs_only_ours(records.unionByName(
         spark.createDataFrame(spark.sparkContext.parallelize([(1,)]), "id long")))
+
+
+def test_the_example_transforms_dimension_table_is_a_local_relation_without_python(spark):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "conf/examples/transforms/order_enrichment.py"
+    spec = importlib.util.spec_from_file_location("order_enrichment", path)
+    enrichment = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(enrichment)
+
+    customers = enrichment.customers(spark)
+    assert customers._jdf.queryExecution().optimizedPlan().toString().startswith("LocalRelation")
+    assert sorted(map(tuple, customers.collect())) == sorted(enrichment.customer_rows())
+    orders = spark.range(0, 2, 1, 2).mapInArrow(_identity, "id long").select(
+        F.col("id").cast("decimal(12,2)").alias("amount"), F.lit("c1").alias("customer"),
+        F.lit(None).cast("string").alias("region"), F.lit(None).cast("string").alias("segment"))
+    assert runs_only_ours(enrichment.enrich(orders))
