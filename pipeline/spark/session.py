@@ -146,6 +146,9 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         "spark.log.level": "WARN",  # also under spark-submit, whose JVM is up already
         # A Python worker that crashes leaves its traceback in the error (no cost until then).
         "spark.python.worker.faulthandler.enabled": "true",
+        # Workers are forked from a daemon that has imported pyarrow, confluent-kafka,
+        # psycopg and our formats already (executor/daemon.py; docs/benchmarks.md).
+        "spark.python.daemon.module": "pipeline.executor.daemon",
         # The progress bar redraws a line with carriage returns: on a terminal it shows
         # progress, in a log file or a pipe it is noise. The JVM writes it to its stderr,
         # which is ours (under spark-submit, ours once submit.py pointed it there).

@@ -1,0 +1,28 @@
+"""Spark's Python workers are forked from our daemon (spark.python.daemon.module, set in
+spark/session.py): a worker has the heavy modules before its first task imports them."""
+
+import gc
+import os
+import sys
+
+
+def _worker_state(_):
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        parent = f.read().replace(b"\0", b" ").decode()
+    # gc.freeze() runs in our daemon alone, after its imports: a frozen heap in a worker
+    # means it was forked from a daemon that had imported them.
+    yield (parent, gc.get_freeze_count() > 0,
+           all(m in sys.modules for m in ("pyarrow", "confluent_kafka", "psycopg",
+                                          "pipeline.executor.consume")),
+           "pipeline.faults" in sys.modules)
+
+
+def test_workers_are_forked_from_the_preimporting_daemon(spark):
+    sc = spark.sparkContext
+    assert sc.getConf().get("spark.python.daemon.module") == "pipeline.executor.daemon"
+    states = sc.parallelize(range(4), 4).mapPartitions(_worker_state).collect()
+    assert states
+    for parent, frozen, preimported, faults in states:
+        assert "pipeline.executor.daemon" in parent
+        assert frozen and preimported
+        assert not faults  # a worker reads PIPELINE_FAULT itself (pipeline/faults.py)
