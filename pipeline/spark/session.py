@@ -103,6 +103,10 @@ JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
 PROCESS_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 
 
+# Spark's Python daemon for one machine's workers (spark_conf; executor/daemon.py).
+DAEMON_MODULE = "pipeline.executor.daemon"
+
+
 def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
                app_name: str = "kafka-offset-pipeline", jvm: str = "sql",
                kafka_source: bool = True):
@@ -146,9 +150,6 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         "spark.log.level": "WARN",  # also under spark-submit, whose JVM is up already
         # A Python worker that crashes leaves its traceback in the error (no cost until then).
         "spark.python.worker.faulthandler.enabled": "true",
-        # Workers are forked from a daemon that has imported pyarrow, confluent-kafka,
-        # psycopg and our formats already (executor/daemon.py; docs/benchmarks.md).
-        "spark.python.daemon.module": "pipeline.executor.daemon",
         # The progress bar redraws a line with carriage returns: on a terminal it shows
         # progress, in a log file or a pipe it is noise. The JVM writes it to its stderr,
         # which is ours (under spark-submit, ours once submit.py pointed it there).
@@ -166,6 +167,13 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         defaults.update({"spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1"})
+        if not conf.get("spark.pyspark.python"):
+            # Workers are forked from a daemon that has imported pyarrow, confluent-kafka,
+            # psycopg and our formats already (executor/daemon.py; docs/benchmarks.md).
+            # Only where the workers run this interpreter, which imports pipeline: a
+            # cluster's environment may bring pipeline per task (--py-files), too late for
+            # a daemon, so there it is opt-in (docs/cluster.md).
+            defaults["spark.python.daemon.module"] = DAEMON_MODULE
     for key, value in PROCESS_ENV.items():
         os.environ.setdefault(key, value)  # the driver JVM and, on one machine, the workers
         defaults[f"spark.executorEnv.{key}"] = os.environ[key]

@@ -74,7 +74,9 @@ def spark_conf_lines(master: str, archive: Path | None,
             "spark.executor.memory": "1g"}
     if archive is not None:
         conf.update({"spark.archives": f"{archive}#job",
-                     "spark.pyspark.python": "./job/bin/python"})
+                     "spark.pyspark.python": "./job/bin/python",
+                     # docs/cluster.md: the packed env has pipeline, so its daemon
+                     "spark.python.daemon.module": "pipeline.executor.daemon"})
     conf.update(extra or {})
     return f'[spark]\nmaster = "{master}"\n[spark.conf]\n' + "".join(
         f'"{k}" = "{v}"\n' for k, v in conf.items())

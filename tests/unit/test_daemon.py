@@ -24,3 +24,20 @@ def test_preimports_leave_faults_to_each_worker():
                          check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
     assert out == [str(len(PREIMPORTS)), "False"]
+
+
+def test_our_daemon_is_the_default_on_one_machine_and_opt_in_on_a_cluster(monkeypatch):
+    from pipeline.spark import session
+
+    # spark_conf points PYSPARK_PYTHON at spark.pyspark.python: restored after the test
+    monkeypatch.setenv("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
+    key = "spark.python.daemon.module"
+    assert session.spark_conf("local[2]", {}).get(key) == "pipeline.executor.daemon"
+    # Workers running another interpreter may lack pipeline: pyspark's daemon then.
+    assert session.spark_conf("local[2]", {"spark.pyspark.python": "/other/python"}).get(
+        key) is None
+    # A cluster's executors may get pipeline only per task (--py-files): opt-in there.
+    monkeypatch.setattr(session, "check_master_reachable", lambda master: None)
+    assert session.spark_conf("spark://127.0.0.1:1", {}).get(key) is None
+    mine = {key: "pipeline.executor.daemon", "spark.pyspark.python": "./job/bin/python"}
+    assert session.spark_conf("spark://127.0.0.1:1", mine).get(key) == "pipeline.executor.daemon"
