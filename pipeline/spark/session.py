@@ -47,8 +47,8 @@ def check_connector(jar_dir: str, jars: list[str], version: str) -> None:
 
 def connector_jars() -> list[str]:
     """The Kafka connector jars of the running pyspark's line, fetched by scripts/stack
-    (PIPELINE_JARS_DIR overrides); only a user transform reads Kafka through Spark's Kafka
-    source and needs them."""
+    (PIPELINE_JARS_DIR overrides); only Spark's Kafka source needs them (spark/read.py: the
+    benchmark's peers and the stack test; no run reads through it)."""
     import pyspark
 
     version = pyspark.__version__
@@ -56,7 +56,7 @@ def connector_jars() -> list[str]:
     jars = sorted(glob.glob(os.path.join(jar_dir, "*.jar")))
     if not any("spark-sql-kafka" in j for j in jars):
         raise ConfigError(
-            f"a [sink] transform reads Kafka through Spark's Kafka connector, which is not in "
+            f"Spark's Kafka source (spark/read.py) needs Spark's Kafka connector, which is not in "
             f"{jar_dir}; provide it with one of: [spark.conf] \"spark.jars.packages\" = "
             f"\"{connector_coordinate()}\" (or spark-submit --packages), PIPELINE_JARS_DIR "
             "set to a folder of its jars (spark-submit --jars), or 'scripts/stack install' in "
@@ -112,8 +112,9 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
                kafka_source: bool = True):
     """The job's SparkConf: our defaults where nothing set the key (spark-submit's --conf and
     spark-defaults.conf win, so a cluster can turn the UI back on), then the user's
-    ``[spark.conf]`` over it. ``kafka_source``: Spark's Kafka source will be used (a user
-    transform), so its connector jars are added unless the user names them."""
+    ``[spark.conf]`` over it. ``kafka_source``: Spark's Kafka source will be used (no run
+    does: the benchmark's peers and the stack test), so its connector jars are added unless
+    the user names them."""
     from pyspark import SparkConf
 
     conf = dict(conf or {})
@@ -134,7 +135,7 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
     if submitted() and kafka_source and not _brings_connector(
             {k: spark_conf.get(k, "") for k in ("spark.jars", "spark.jars.packages")}):
         raise ConfigError(
-            "a [sink] transform reads Kafka through Spark's Kafka connector, and this "
+            "Spark's Kafka source (spark/read.py) needs Spark's Kafka connector, and this "
             "spark-submit was given none: add --packages "
             f"{connector_coordinate()} (or --jars with its jars, e.g. "
             '"$(ls .jars/spark/*.jar | paste -sd,)" in a checkout); nothing was read')

@@ -112,8 +112,8 @@ def test_a_transform_without_its_extra_says_what_to_install(installed, tmp_path)
 
 def test_spark_submit_conf_wins_over_the_jobs_defaults(tmp_path):
     """A cluster user's --conf (the UI back on, more shuffle partitions) is kept: the job's
-    defaults only fill keys nothing set. Without jars, a transform is refused (exit 2 via
-    ConfigError) naming --packages; the built-in sinks need none."""
+    defaults only fill keys nothing set. Without jars, Spark's Kafka source (the benchmark's
+    peers) is refused (exit 2 via ConfigError) naming --packages; no run needs them."""
     script = tmp_path / "show_conf.py"
     script.write_text(
         "import json\n"
