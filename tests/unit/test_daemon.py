@@ -6,9 +6,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline.executor.daemon import PREIMPORTS, preimport
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_running_jvm(monkeypatch):
+    """spark_conf's SparkConf() reads the spark.* system properties of a JVM this process
+    already runs (another test's SparkContext): these tests are about our defaults alone."""
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_jvm", None)
 
 
 def test_a_missing_module_is_skipped_not_fatal():

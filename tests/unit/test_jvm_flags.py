@@ -14,6 +14,15 @@ from pipeline.spark import launch, session
 from pipeline.spark.session import JVM_FLAGS, spark_conf
 
 
+@pytest.fixture(autouse=True)
+def no_running_jvm(monkeypatch):
+    """spark_conf's SparkConf() reads the spark.* system properties of a JVM this process
+    already runs (another test's SparkContext): these tests are about our defaults alone."""
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_jvm", None)
+
+
 @pytest.mark.parametrize("transform", [None, "m:f"])
 def test_every_run_starts_its_jvm_with_the_light_flags(monkeypatch, transform):
     seen = {}
