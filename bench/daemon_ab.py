@@ -18,49 +18,10 @@ from pathlib import Path
 from bench.contenders import run_pipeline
 from bench.transform import EXAMPLE, IDENTITY
 from bench.transform_ab import TreeCpu
-from bench.transform_profile import TICK
-from bench.transform_profile import descendants, processes
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = {"A": "pyspark.daemon", "B": "pipeline.executor.daemon"}
-
-
-def is_worker(cmd: str) -> bool:
-    """A Python daemon or worker (the JVM's command line names the daemon module too)."""
-    return "java" not in cmd and ("pyspark.daemon" in cmd or "pyspark.worker" in cmd)
-
-
-def pss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-class TreePss(TreeCpu):
-    """TreeCpu, plus the peak PSS of the tree and of its Python workers."""
-
-    def __init__(self):
-        self.pss = self.workers_pss = self.workers_cpu = 0.0
-        super().__init__()
-
-    def sample(self):
-        while not self.stop.wait(0.2):
-            procs = processes(with_cmdline=True)
-            total = workers = 0.0
-            for pid in descendants(procs, os.getpid()):
-                mb = pss_mb(pid)
-                total += mb
-                if is_worker(procs[pid][2]):
-                    workers += mb
-            self.pss, self.workers_pss = max(self.pss, total), max(self.workers_pss, workers)
-            self.workers_cpu = max(self.workers_cpu, sum(
-                sum(int(x) for x in procs[p][1][11:15]) / TICK
-                for p in descendants(procs, os.getpid()) if is_worker(procs[p][2])))
+WORKERS = "python workers"  # transform_profile.process_kind's name for the daemon and workers
 
 
 def main(argv: list[str]) -> int:
@@ -70,16 +31,14 @@ def main(argv: list[str]) -> int:
     for i in range(rounds):
         for label in ("A", "B") if i % 2 == 0 else ("B", "A"):
             spark = f'[spark.conf]\n"spark.python.daemon.module" = "{SIDES[label]}"\n'
-            pss = TreePss()
-            cpu = TreeCpu()
+            tree = TreeCpu()  # CPU, and RSS and PSS by kind of process, at their peaks
             seconds, _, _ = run_pipeline("json", topic, n, i, env, root=ROOT,
                                          tag=f"_d{label.lower()}", spark="\n" + spark,
                                          sink=IDENTITY if kind == "identity" else "")
-            cpu_s = cpu.done()
-            pss.done()
+            cpu_s = tree.done()
             print(f"{kind} {n} round {i} {label}: {seconds:.1f} s, {cpu_s:.2f} CPU-s, "
-                  f"workers {pss.workers_cpu:.2f} CPU-s, "
-                  f"PSS tree {pss.pss:.0f} MB, workers {pss.workers_pss:.0f} MB, "
+                  f"workers {tree.kinds.get(WORKERS, 0.0):.2f} CPU-s, "
+                  f"PSS tree {tree.tree_pss:.0f} MB, workers {tree.pss.get(WORKERS, 0.0):.0f} MB, "
                   f"load {os.getloadavg()[0]:.1f}", flush=True)
     return 0
 

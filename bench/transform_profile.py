@@ -37,10 +37,12 @@ def tree_cpu(root: int) -> float:
                for p in [root, *descendants(procs, root)] if p in procs)
 
 
-def _kind(cmd: str) -> str:
-    return ("python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
-            else "jvm" if "java" in cmd else "driver python" if "python" in cmd
-            else "other")
+def process_kind(cmd: str) -> str:
+    """A process's kind by its command line. The JVM is tested first: its command line
+    may name the Python daemon module too (a spark.python.daemon.module conf)."""
+    return ("jvm" if "java" in cmd
+            else "python workers" if "pyspark.daemon" in cmd or "pyspark.worker" in cmd
+            else "driver python" if "python" in cmd else "other")
 
 
 def tree_cpu_by_kind(root: int) -> dict[str, float]:
@@ -49,7 +51,7 @@ def tree_cpu_by_kind(root: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for pid in descendants(procs, root):
         _, fields, cmd = procs[pid]
-        kind = _kind(cmd)
+        kind = process_kind(cmd)
         # its own CPU, not its children's
         out[kind] = out.get(kind, 0.0) + sum(int(x) for x in fields[11:13]) / TICK
     return out
@@ -62,7 +64,7 @@ def tree_rss_by_kind(root: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for pid in descendants(procs, root):
         _, fields, cmd = procs[pid]
-        kind = _kind(cmd)
+        kind = process_kind(cmd)
         out[kind] = out.get(kind, 0.0) + int(fields[21]) * page / 2**20
     return out
 
@@ -78,7 +80,7 @@ def tree_pss_by_kind(root: int) -> dict[str, float]:
                 kb = next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
         except (OSError, StopIteration):
             continue
-        kind = _kind(procs[pid][2])
+        kind = process_kind(procs[pid][2])
         out[kind] = out.get(kind, 0.0) + kb / 1024
     return out
 
