@@ -27,6 +27,9 @@ __all__ = ["RangeReadError", "read_range", "read_ranges", "reader_config"]
 
 BATCH = 10_000  # messages per consume() call: one Python call per batch, not per record
 
+# Messages librdkafka queues per partition ahead of a reader (reader_config says why 20k).
+QUEUED_MESSAGES = 20_000
+
 
 def reader_config(client_config: dict[str, str], isolation_level: str, group: str) -> dict:
     """librdkafka settings of an executor's reader; the user's ``[kafka.consumer]`` and
@@ -43,7 +46,7 @@ def reader_config(client_config: dict[str, str], isolation_level: str, group: st
     (transform path 198 -> 160 MB, built-in path 148 -> 105 MB) at the same CPU: a 10k
     batch still finds the next one queued."""
     return {
-        "queued.min.messages": 20_000,
+        "queued.min.messages": QUEUED_MESSAGES,
         "fetch.queue.backoff.ms": 10,
         **client_config,
         "group.id": group,
@@ -115,7 +118,7 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
     errors: list[str] = []
     # Prefetching past a range is wasted work: at most the largest range's records are
     # queued per partition.
-    queued = min(int(config.get("queued.min.messages", 20_000)),
+    queued = min(int(config.get("queued.min.messages", QUEUED_MESSAGES)),
                  max(r.count for r in ranges))
     try:
         consumer = Consumer({**config, "queued.min.messages": queued,
