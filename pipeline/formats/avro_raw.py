@@ -7,7 +7,9 @@ was more than half of the decode (docs/benchmarks.md, "Avro records"). For a top
 field read only by a column of the matching type (decimal(p,s) of a bytes decimal,
 timestamp of timestamp-millis/-micros and their local- variants, date of date) the writer
 schema is re-parsed with that field's logicalType removed, and the column takes the raw
-value with a converter that writes the same text the typed rule would. A converter handles
+value with a converter that writes the text of the value the typed rule writes (the same
+text, but a decimal's: "625e-2" for the typed "6.25", which Postgres's numeric input and
+Arrow's decimal cast read to the same value and scale). A converter handles
 the usual case only (a decimal of the column's scale and precision, a time Python holds)
 and raises otherwise: the format then decodes the record again with the full schema and the
 usual rules (avro_format.AvroFormat.fields), so every refusal and its message stay exactly
