@@ -7,7 +7,9 @@ was more than half of the decode (docs/benchmarks.md, "Avro records"). For a top
 field read only by a column of the matching type (decimal(p,s) of a bytes decimal,
 timestamp of timestamp-millis/-micros and their local- variants, date of date) the writer
 schema is re-parsed with that field's logicalType removed, and the column takes the raw
-value with a converter that writes the same text the typed rule would. A converter handles
+value with a converter that writes the text of the value the typed rule writes (the same
+text, but a decimal's: "625e-2" for the typed "6.25", which Postgres's numeric input and
+Arrow's decimal cast read to the same value and scale). A converter handles
 the usual case only (a decimal of the column's scale and precision, a time Python holds)
 and raises otherwise: the format then decodes the record again with the full schema and the
 usual rules (avro_format.AvroFormat.fields), so every refusal and its message stay exactly
@@ -29,15 +31,17 @@ _MICROS = {"timestamp-micros": 1, "local-timestamp-micros": 1, "timestamp-millis
 
 
 def _decimal(precision: int, scale: int) -> Callable:
+    """The unscaled integer and the scale as an exponent ("625e-2"): Postgres's numeric
+    input and Arrow's decimal cast read it to exactly the value of "6.25", the typed
+    rule's text, and it costs one str() instead of padding and slicing the digits (0.21
+    against 0.46 us, docs/benchmarks.md "Avro records")."""
+    bound = 10 ** precision  # at most ``precision`` digits: in the column
+
     def convert(b: bytes) -> str:
         n = int.from_bytes(b, "big", signed=True)
-        digits = str(-n if n < 0 else n)
-        if len(digits) > precision:
+        if not -bound < n < bound:
             raise ValueError("wider than the column: the typed rule says so")
-        if scale:
-            digits = digits.rjust(scale + 1, "0")
-            digits = f"{digits[:-scale]}.{digits[-scale:]}"
-        return f"-{digits}" if n < 0 else digits
+        return f"{n}e-{scale}" if scale else str(n)
     convert.raw, convert.precision, convert.scale = "decimal", precision, scale
     return convert
 

@@ -44,20 +44,13 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None,
     if raw is None and declared == "string" and kind == "string":
         return [f"f{i} = x if x.isalnum() else text(x)"]
     if raw == "decimal":
-        precision, scale = convert.precision, convert.scale
-        # Two's complement by hand: int.from_bytes with keywords costs twice the call
-        # without (an empty x raises here: the general path reads it).
-        def point(sign: str) -> list[str]:
-            return ([f"f{i} = {sign}d[:-{scale}] + '.' + d[-{scale}:]"] if scale
-                    else [f"f{i} = {sign}d"])
-        return ["if x[0] < 128:", "    d = str(FB(x))",
-                f"    if len(d) > {precision}: raise W",
-                *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
-                *("    " + line for line in point("")),
-                "else:", "    d = str((1 << (len(x) << 3)) - FB(x))",
-                f"    if len(d) > {precision}: raise W",
-                *([f"    if len(d) <= {scale}: d = d.rjust({scale + 1}, '0')"] if scale else []),
-                *("    " + line for line in point("'-' + "))]
+        # The unscaled integer with the scale as an exponent, as avro_raw._decimal writes
+        # it; two's complement by hand (int.from_bytes with keywords costs twice the call
+        # without; an empty x raises here: the general path reads it).
+        bound, point = 10 ** convert.precision, f"e-{convert.scale}" if convert.scale else ""
+        return ["if x[0] < 128:", "    un = FB(x)", f"    if un >= {bound}: raise W",
+                "else:", "    un = FB(x) - (1 << (len(x) << 3))",
+                f"    if un <= -{bound}: raise W", f"f{i} = f'{{un}}{point}'"]
     if raw == "timestamp":
         scaled = [] if convert.unit == 1 else [f"x = x * {convert.unit}"]
         if loop:  # the day of the column's last value (lo{i}: its first microsecond)
@@ -81,7 +74,8 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None,
 
 def _time_of_day(i: int) -> list[str]:
     """f{i}: a timestamp's text from its day's text d and its microsecond of the day us."""
-    return ["s, us = divmod(us, 1000000)",
+    # // and % rather than divmod: no call, no tuple (0.38 against 0.48 us a timestamp).
+    return ["s = us // 1000000", "us %= 1000000",
             "t = times.get(s)",
             "if t is None: t = time_text(s)",
             f"f{i} = f'{{d}} {{t}}.{{us:06d}}+00:00' if us else f'{{d}} {{t}}+00:00'"]

@@ -304,7 +304,8 @@ def test_the_bench_orders_take_the_generated_loop_from_a_tasks_first_batch(
     e = enc.encode("t", 0, records)
     assert len(e.rows) == 1000 and not e.dead
     assert len(handed) == 1000 and not passed_on
-    assert e.rows[1] == ("t\t0\t1\t2023-11-14 22:13:20.123000+00\t1\tc1\t1.25\t"
+    # The amount as its unscaled integer and the scale's exponent: Postgres reads 1.25.
+    assert e.rows[1] == ("t\t0\t1\t2023-11-14 22:13:20.123000+00\t1\tc1\t125e-2\t"
                          "2026-01-01 00:01:00+00:00\t7\n")
 
 
@@ -318,7 +319,7 @@ def test_a_value_of_another_schema_id_in_the_batch_goes_the_general_way(schemas)
     enc.encode("t", 0, [Record(0, v1), Record(1, v2)])
     e = enc.encode("t", 0, [Record(0, v1), Record(1, v2), Record(2, struct.pack(">bI", 0, 1))])
     assert [r.split("\t")[4:] for r in e.rows] == [
-        ["5", "c5", "6.25", "2026-01-01 00:05:00+00:00", "\\N", "\\N", "\\N", "7\n"],
+        ["5", "c5", "625e-2", "2026-01-01 00:05:00+00:00", "\\N", "\\N", "\\N", "7\n"],
         ["6", "b", "\\N", "2026-01-01 00:00:00+00:00", "\\N", "\\N", "2026-01-02", "7\n"]]
     assert [d.split("\t")[7] for d in e.dead] == ["corrupt_avro"]
 
