@@ -23,8 +23,7 @@ from pathlib import Path
 
 from bench.contenders import run_pipeline
 from bench.transform import ENRICH, ENRICHED_COLUMNS, EXAMPLE, IDENTITY
-from bench.transform_profile import (tree_cpu, tree_cpu_by_kind, tree_pss_by_kind,
-                                     tree_rss_by_kind)
+from bench.transform_profile import tree_cpu, tree_cpu_by_kind, tree_pss_by_kind, tree_rss_by_kind
 
 
 class TreeCpu:
@@ -66,7 +65,8 @@ def main(argv: list[str]) -> int:
         for label, root in (("A", a), ("B", b)):
             env = {**os.environ, "PYTHONPATH": f"{root}:{EXAMPLE}"}
             if label == "B":
-                env.update(kv.split("=", 1) for kv in shlex.split(os.environ.get("BENCH_B_ENV", "")))
+                b_env = shlex.split(os.environ.get("BENCH_B_ENV", ""))
+                env.update(kv.split("=", 1) for kv in b_env)
             kw = {}
             if kind == "identity":
                 kw = {"sink": IDENTITY}

@@ -221,8 +221,8 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.executor.consume import reader_config
     from pipeline.executor.feed import feed_schema, feeder
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
-    from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
     from pipeline.executor.task import EncoderSettings, FeedTask, LineStageTask, StagingTarget
+    from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.transform import apply
     from pipeline.store import tables

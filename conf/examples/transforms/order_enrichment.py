@@ -49,7 +49,7 @@ def customers(spark):
     rows = customer_rows()
     values = ", ".join(f"(:c{i}, :r{i}, :s{i})" for i in range(len(rows)))
     args = {f"{key}{i}": value for i, row in enumerate(rows)
-            for key, value in zip("crs", row)}
+            for key, value in zip("crs", row, strict=True)}
     return spark.sql(f"SELECT * FROM VALUES {values} AS customers(customer, region, segment)",
                      args=args)
 
