@@ -146,6 +146,8 @@ def plan(environ: dict[str, str], flags: str, sql: bool, extra_classpath: str = 
     key = archive_key(key_parts(jdk, spark_home, pyspark.__version__, flags, sql,
                                 extra_classpath))
     directory = cache_dir(environ)
+    if re.search(r"[\s'\"\\]", str(directory)):
+        return None  # Spark splits spark.driver.extraJavaOptions at blanks, honouring quotes
     found = usable_archive(directory, key)
     if found is not None:
         return ArchivePlan(jvm_options(found, None), directory, key)

@@ -130,6 +130,15 @@ def test_one_run_at_a_time_writes_an_archive(tmp_path):
     assert ca.plan(env, "-Xms32m", sql=False) is None  # the first is still writing it
 
 
+@pytest.mark.parametrize("name", ["John Doe", "it's", 'a"b', "a\\b"])
+def test_no_archive_in_a_directory_whose_name_spark_would_split_or_unquote(tmp_path, name):
+    env = {"JAVA_HOME": str(fake_jdk(tmp_path / "jdk")),
+           "PIPELINE_CLASS_ARCHIVE_DIR": str(tmp_path / name / "cache")}
+    assert ca.plan(env, "-Xms32m", sql=False) is None
+    env["PIPELINE_CLASS_ARCHIVE_DIR"] = str(tmp_path / "plain" / "cache")
+    assert ca.plan(env, "-Xms32m", sql=False) is not None
+
+
 def test_no_archive_before_jdk_17_or_without_a_jdk(tmp_path):
     env = {"JAVA_HOME": str(fake_jdk(tmp_path / "jdk", "11.0.2")),
            "PIPELINE_CLASS_ARCHIVE_DIR": str(tmp_path / "cache")}
