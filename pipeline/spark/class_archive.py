@@ -1,7 +1,7 @@
 """The driver JVM's class-data-sharing archive (AppCDS: a dynamic archive, Java 17+): the
 classes of Spark's driver mapped from a file that an earlier run wrote, instead of read
 from jars, parsed, verified and linked anew by every run (docs/benchmarks.md, "Transform
-path: a class-data-sharing archive for the driver JVM": ~2-4 JVM CPU-s less a run).
+path: a class-data-sharing archive for the driver JVM": 1.3-4.5 JVM CPU-s less a run).
 
 The JVM accepts an archive only for the JVM build and the classpath that wrote it and
 otherwise starts without it (silently, with QUIET). The file is keyed by both (and by
@@ -27,7 +27,7 @@ from pathlib import Path
 # generated classes), and an archive it refuses would warn at every start.
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 KEEP = 4  # archives kept in the cache directory (old keys: another JDK, Spark, classpath)
-# A dump costs its JVM ~15-30 CPU-s (docs/benchmarks.md): one run per key claims it, and
+# A dump costs its run ~20-25 CPU-s (docs/benchmarks.md): one run per key claims it, and
 # after a dump that failed or was not renamed in time the next try is this much later.
 STALE_SECONDS = 3600
 DUMP_WAIT_SECONDS = 300.0  # how long a run waits at exit for its JVM to write the archive

@@ -117,7 +117,7 @@ def test_a_dump_of_a_jvm_that_failed_is_dropped_and_not_retried_within_the_hour(
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"{plan.key}.dumping"]
     marker = tmp_path / "cache" / f"{plan.key}.dumping"
     os.utime(marker, (1_000_000.0,) * 2)
-    # each dump costs its JVM ~15-30 CPU-s: the runs of the next hour start without one
+    # each dump costs its run ~20-25 CPU-s: the runs of the next hour start without one
     assert ca.plan(env, "-Xms32m", sql=False, now=1_000_000.0 + ca.STALE_SECONDS) is None
     again = ca.plan(env, "-Xms32m", sql=False, now=1_000_001.0 + ca.STALE_SECONDS)
     assert again is not None and again.dump is not None
