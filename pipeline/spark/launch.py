@@ -3,17 +3,22 @@ that names what the user set when Spark will not start."""
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import logging
+import os
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, PipelineError
+
+log = logging.getLogger(__name__)
 
 
 def start_spark(settings: Settings, records: int = 0):
     """The SparkContext; Spark SQL's session is only built when a transform needs it.
     ``records``: how many the run plans to read (not used: every run starts the JVM with
     the same flags, session.JVM_FLAGS)."""
-    from pipeline.spark.session import get_context
+    from pipeline.spark.session import JVM_FLAGS, get_context
 
     try:
         transform = bool(settings.sink.transform)
@@ -26,11 +31,49 @@ def start_spark(settings: Settings, records: int = 0):
                     "'kafka-offset-pipeline[transform]'; nothing was read")
         # No run reads through Spark's Kafka source (a transform's input is the built-in
         # read, executor/feed.py): no connector jars.
-        return get_context(settings.spark.master, settings.spark.conf, jvm="light")
+        archive = driver_archive(settings, transform)
+        conf = settings.spark.conf
+        if archive is not None:
+            conf = {**conf, "spark.driver.extraJavaOptions":
+                    f"{JVM_FLAGS['light']} {archive.options}"}
+        sc = get_context(settings.spark.master, conf, jvm="light")
+        # The JVM writes the archive as it exits, after our last line: rename it then.
+        proc = getattr(getattr(sc, "_gateway", None), "proc", None)
+        if archive is not None and archive.dump is not None and proc is not None:
+            from pipeline.spark.class_archive import finish_dump
+
+            log.info("the driver JVM writes its class archive as it exits (once per JDK and "
+                     "Spark install; later runs start faster): %s", archive.directory,
+                     extra={"event": "spark.class_archive", "path": str(archive.directory)})
+            atexit.register(finish_dump, archive, proc)
+        return sc
     except PipelineError:
         raise
     except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here
         raise spark_start_error(e, settings) from None
+
+
+def driver_archive(settings: Settings, sql: bool):
+    """The class-data-sharing archive for the driver JVM this run is about to start
+    (spark/class_archive.py), or None: turned off ([spark] class_archive = false), a JVM
+    up already (spark-submit's, or an earlier run's in this process), a cluster master
+    (only measured on one machine), or JVM options the user set. Never fails a run."""
+    from pipeline.spark.session import JVM_FLAGS, spark_active, submitted
+
+    master = os.environ.get("PIPELINE_SPARK_MASTER", settings.spark.master)
+    conf = settings.spark.conf
+    if (not settings.spark.class_archive or submitted() or spark_active()
+            or not master.startswith("local") or "spark.driver.extraJavaOptions" in conf):
+        return None
+    from pipeline.spark.class_archive import plan
+
+    extra = ":".join(filter(None, (conf.get("spark.driver.extraClassPath", ""),
+                                   os.environ.get("SPARK_DIST_CLASSPATH", ""))))
+    try:
+        return plan(dict(os.environ), JVM_FLAGS["light"], sql, extra)
+    except Exception:  # noqa: BLE001 - without an archive the JVM only starts slower
+        log.debug("no class-data-sharing archive for the driver JVM", exc_info=True)
+        return None
 
 
 def spark_start_error(e: Exception, settings: Settings) -> ConfigError:

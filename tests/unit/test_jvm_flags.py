@@ -15,12 +15,14 @@ from pipeline.spark.session import JVM_FLAGS, spark_conf
 
 
 @pytest.fixture(autouse=True)
-def no_running_jvm(monkeypatch):
+def no_running_jvm(monkeypatch, tmp_path):
     """spark_conf's SparkConf() reads the spark.* system properties of a JVM this process
-    already runs (another test's SparkContext): these tests are about our defaults alone."""
+    already runs (another test's SparkContext): these tests are about our defaults alone.
+    A class archive would go to a directory of the test's (test_class_archive.py)."""
     from pyspark import SparkContext
 
     monkeypatch.setattr(SparkContext, "_jvm", None)
+    monkeypatch.setenv("PIPELINE_CLASS_ARCHIVE_DIR", str(tmp_path / "archives"))
 
 
 @pytest.mark.parametrize("transform", [None, "m:f"])
