@@ -55,7 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.contenders import empty_run  # noqa: E402
+from bench.contenders import class_archives, empty_run  # noqa: E402
 from bench.experiments import bench_modes, bench_size, scaling  # noqa: E402
 from bench.harness import BOOTSTRAP, DB, ONLY, Result  # noqa: E402
 from bench.report import modes_report, plot, report, scaling_report, write_between  # noqa: E402
@@ -72,6 +72,8 @@ def main(argv: list[str]) -> int:
     for name in [n for n in env if n.startswith("PIPELINE__")] + ["PIPELINE_DATABASE_URL",
                                                                     "KAFKA_BOOTSTRAP_SERVERS"]:
         env.pop(name, None)  # the configs the benchmark writes say where everything is
+    if not scale:  # a cluster's driver maps no archive (spark/class_archive.py)
+        class_archives(env)
     if "--transform" in argv:
         from bench import transform
 

@@ -32,12 +32,11 @@ from decimal import Decimal
 
 import psycopg
 
-from bench.contenders import run_peer, run_pipeline
+from bench.contenders import IDENTITY, run_peer, run_pipeline
 from bench.harness import DB, ROOT, Result, bench_topic, in_turns
 from bench.report import plot_rates, write_between
 
 EXAMPLE = ROOT / "conf" / "examples" / "transforms"
-IDENTITY = 'transform = "tests.integration.transforms.orders:identity"\n'
 ENRICH = 'transform = "order_enrichment:enrich"\n'
 ENRICHED_COLUMNS = 'region = "string"\nsegment = "string"\namount_band = "string"\n'
 LABELS = {

@@ -31,6 +31,19 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.fixture(autouse=True)
+def _no_class_archive_dump_in_process(request, monkeypatch):
+    """An in-process run of an integration test never writes the driver JVM's class
+    archive (spark/class_archive.py); it maps one that exists. Its JVM would live for the
+    whole session: the claim would keep every CLI run of the suite from writing or mapping
+    one, and the dump would run only as pytest exits. CLI runs (subprocesses) do as a
+    user's do: the first writes it, the later ones map it."""
+    if request.node.get_closest_marker("integration"):
+        from pipeline.spark import class_archive
+
+        monkeypatch.setattr(class_archive, "claim", lambda marker, now: False)
+
+
 @pytest.fixture(scope="session")
 def stack():
     """Brings the stack up (idempotent; fast when it is up already)."""
