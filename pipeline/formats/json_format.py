@@ -14,7 +14,7 @@ from decimal import Decimal
 from pipeline.formats import json_diagnose as d
 from pipeline.formats import paths
 from pipeline.formats.copy_text import TEXT, Unstorable
-from pipeline.formats.json_rows import row_encoder
+from pipeline.formats.json_rows import column_encoder, row_encoder
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
@@ -65,6 +65,9 @@ class JsonFormat:
         # orjson refuses a lone surrogate escape ("\ud800"); the standard library's parser
         # (wide decimals) lets it into a string that cannot be written as UTF-8.
         self.surrogates_possible = wide_decimals(self.declared)
+        if not self.surrogates_possible:  # else its rows need utf8_only's line check
+            self.encode_columns = column_encoder(columns)
+            self.value_columns = self._value_columns
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
@@ -76,6 +79,14 @@ class JsonFormat:
         if self.surrogates_possible:
             rows = self.utf8_only(rows, records, refuse)
         return rows
+
+    def _value_columns(self, topic: str, partition: int, head: str, records, rejected: list,
+                       refuse: Callable) -> list[list]:
+        """``rows`` as one list per column (json_rows.column_encoder: offsets, epoch ms,
+        then each declared column's values), for the transform feed: the same records
+        accepted and rejected."""
+        return self.encode_columns(records, self.loads, *[c for _, c, _, _ in self.columns],
+                                   rejected)
 
     def utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
         """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails
