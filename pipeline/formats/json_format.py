@@ -14,7 +14,7 @@ from decimal import Decimal
 from pipeline.formats import json_diagnose as d
 from pipeline.formats import paths
 from pipeline.formats.copy_text import TEXT, Unstorable
-from pipeline.formats.json_rows import column_encoder, row_encoder
+from pipeline.formats.json_rows import column_encoder, row_encoder, timestamp_checks
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
@@ -85,8 +85,26 @@ class JsonFormat:
         """``rows`` as one list per column (json_rows.column_encoder: offsets, epoch ms,
         then each declared column's values), for the transform feed: the same records
         accepted and rejected."""
-        return self.encode_columns(records, self.loads, *[c for _, c, _, _ in self.columns],
-                                   rejected)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        found: list = []
+        values = self.encode_columns(records, self.loads, *[c for _, c, _, _ in self.columns],
+                                     found)
+        refused: set[int] = set()
+        for j, (_, convert, _, _) in enumerate(self.columns):
+            if self.declared[j][1] == "timestamp":
+                values[2 + j], bad = timestamp_checks(values[2 + j], convert, pa, pc)
+                refused |= bad
+        if refused:  # in the records' order, as the row encoder rejects them
+            by_offset = {values[0][i]: i for i in refused}
+            found += [m for m in records if by_offset.get(m.offset()) is not None]
+            order = {id(m): k for k, m in enumerate(records)}
+            found.sort(key=lambda m: order[id(m)])
+            values = [[v for i, v in enumerate(column) if i not in refused]
+                      for column in values]
+        rejected += found
+        return values
 
     def utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
         """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails

@@ -69,7 +69,9 @@ def test_every_scalar_type_is_the_lines_batch_without_the_lines():
 
 
 def test_refused_records_are_the_same_dead_letters_with_their_coordinates():
-    recs = [Record(0, b'{"id": 1, "name": "a\\u0000b"}'),  # NUL: unstorable
+    recs = [Record(15, b'{"id": 15, "at": "2026-02-30T00:00:00+00:00"}'),  # the usual
+            # shape, no such day: refused after the batch's loop, dead in the records' order
+            Record(0, b'{"id": 1, "name": "a\\u0000b"}'),  # NUL: unstorable
             Record(1, b'{"id": "seven"}'), Record(2, b'{"name": "no id"}'),
             Record(3, None), Record(4, b"{not json"), Record(5, b"\xff\xfe"),
             Record(6, b'{"id": 6, "at": "2026-01-01T00:00:00+16:00"}'),
@@ -77,13 +79,21 @@ def test_refused_records_are_the_same_dead_letters_with_their_coordinates():
             Record(9, b'{"id": 9, "address": 5}'), Record(10, b'{"id": 10, "day": "x"}'),
             Record(11, b'{"id": 11, "name": "ok\\t", "at": 1700000000}'),
             Record(12, b'{"id": 12}', ts=SPARK_MAX_MS + 1),  # Postgres holds it, Spark not
-            Record(13, b'{"id": 13}', ts=SPARK_MAX_MS)]
+            Record(13, b'{"id": 13}', ts=SPARK_MAX_MS),
+            Record(14, '{"id": 14, "at": "\u0662\u0660\u0662\u0666-01-01T00:00:00+00:00"}'
+                   .encode()),  # Arabic-Indic digits: Python's \\d takes them, RE2's not
+            Record(16, b'{"id": 16, "at": "2026-01-01T23:59:60+00:00"}'),
+            Record(17, b'{"id": 17, "at": "2026-01-01T23:59:59.1234567+00:00"}'),
+            Record(18, b'{"id": 18, "at": [1]}'),
+            Record(19, b'{"id": 19, "at": "2026-06-01 10:00:00.5-15:59", "day": null}'),
+            Record(20, b'{"id": 20, "at": " 2026-06-01T10:00:00+01:00"}')]
     got, want, took = both(recs)
     assert took
     assert_same(got, want)
-    assert as_dict(got[0])["offset"] == [6, 11, 13]  # +16:00 is converted to UTC
-    assert [line.split("\t")[2] for line in got[1]] == ["0", "1", "2", "3", "4", "5", "7",
-                                                        "8", "9", "10", "12"]
+    # +16:00, 7 places, a leading space: converted to UTC by the rule, not refused
+    assert as_dict(got[0])["offset"] == [6, 11, 13, 17, 19, 20]
+    assert [line.split("\t")[2] for line in got[1]] == [
+        "15", "0", "1", "2", "3", "4", "5", "7", "8", "9", "10", "14", "16", "18", "12"]
 
 
 def test_a_batch_that_raises_goes_through_the_lines():
@@ -164,3 +174,15 @@ def test_a_decimal_column_the_float_route_cannot_take_is_read_from_its_texts():
     assert took
     assert_same(got, want)
     assert as_dict(got[0])["amount"] == [Decimal("7.13"), Decimal("2.68")]
+
+
+def test_a_timestamp_of_the_usual_shape_but_no_such_instant_is_refused_in_any_batch():
+    at = ["2026-01-01T00:00:00+00:00", None, "2025-02-29T00:00:00Z", "2026-01-01T24:00:00Z",
+          "2024-02-29 12:00:00.5-05:30"]
+    recs = [Record(i, document({"id": i} if a is None else {"id": i, "at": a}))
+            for i, a in enumerate(at)]
+    for batch in (recs, [recs[0], recs[1], recs[4]]):
+        got, want, took = both(batch)
+        assert took
+        assert_same(got, want)
+    assert [line.split("\t")[2] for line in both(recs)[0][1]] == ["2", "3"]
