@@ -2,7 +2,9 @@
 typed by the JSON value rules (json_values.py); its rows are COPY text lines.
 
 The batch path parses with orjson and runs the generated row encoder (json_rows.py); a
-record it rejects is explained here, slowly (json_diagnose.py): bad records are rare.
+record it rejects is explained here, slowly (json_diagnose.py): bad records are rare. For
+a transform's input the same checks also give the values as columns (``value_columns``:
+json_rows.column_encoder, then the batch's timestamp check), the same records rejected.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 A per-record loop over the columns and a function call per field cost as much as the
 conversions themselves (200k bench records: 2.6 -> 2.1 us each), so the columns and their
 type checks (types.ColumnType.inline) are unrolled into the source of one function.
+Its twin, column_encoder, runs the same checks for a transform's input and keeps the values
+in one list per column (formats/arrow_columns.py makes them Arrow); a timestamp string's
+shape is checked there once per batch in Arrow's RE2 (timestamp_checks), ~0.5 us a record
+less than Python's re.
 """
 
 from __future__ import annotations
