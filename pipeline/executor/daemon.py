@@ -33,6 +33,8 @@ PREIMPORTS = (
     "pipeline.formats.registry",
     "pipeline.formats.arrow_copy",
     "pipeline.formats.typed_rows",
+    "pipeline.formats.arrow_rows",
+    "pipeline.formats.arrow_columns",
 )
 
 

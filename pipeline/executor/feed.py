@@ -5,8 +5,9 @@ split.pack_ranges over split.split_ranges) and maps them with ``feeder`` (``mapI
 each task reads its ranges exactly with one consumer (consume.read_ranges: read_committed,
 retention errors, typed TaskErrors), encodes each batch with the sink's Encoder (no
 tombstone key: on the transform path a null value is a dead letter) and yields the good
-records as typed Arrow batches of the result columns (formats/typed_rows.py). That is the
-DataFrame the transform receives; no JVM parse, no cache.
+records as typed Arrow batches of the result columns (formats/typed_rows.py; a json
+batch's values go to Arrow as columns, without COPY text lines: formats/arrow_columns.py).
+That is the DataFrame the transform receives; no JVM parse, no cache.
 
 The reader stages what it alone knows, its dead letters (DEAD blobs) and each range's
 summary (HASH blob: records read and their content hash, as stage.range_stager does), in
@@ -81,7 +82,8 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     from pipeline.formats.copy_text import TEXT
 
     encoder = spec.encoding.encoder()
-    to_arrow = typed_rows.converter(spec.encoding.format, spec.encoding.columns, pa)
+    to_arrow = typed_rows.feed_converter(encoder, spec.encoding.format,
+                                         spec.encoding.columns, pa)
     ranges = list(spec.tasks[index])
     hashes = {r: ContentHash() for r in ranges if r.count > 0}
     ctx = TaskContext.get()
@@ -91,8 +93,7 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     with attempt_writer(spec.target, reader_part(index), attempt, task) as put:
         for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds):
             hashes[r].add(records)
-            encoded = encoder.encode(r.topic, r.partition, records)
-            batch, dead = to_arrow(r.topic, r.partition, records, encoded)
+            batch, dead = to_arrow(r.topic, r.partition, records)
             lo, hi = records[0].offset(), records[-1].offset()
             for lines in line_chunks(dead, spec.target.max_blob_bytes):
                 put(Blob(r.topic, r.partition, DEAD, len(lines), lo, hi, TEXT.blob(lines)))

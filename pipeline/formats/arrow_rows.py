@@ -205,7 +205,7 @@ class RowReader:
                             "format's rows (json, avro, protobuf) are COPY text; raw's are "
                             "COPY binary")
         table = self._split(lines)
-        arrays = [self._typed(table.column(i), t, exact, table)
+        arrays = [self.typed(table.column(i), t, exact, table)
                   for i, ((_, t), exact) in enumerate(zip(self.columns, self.exact,
                                                           strict=True))]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
@@ -238,7 +238,7 @@ class RowReader:
                              f"declared columns: {e}") from None
         return table.combine_chunks()
 
-    def _typed(self, strings, declared_type: str, exact: Callable, table):
+    def typed(self, strings, declared_type: str, exact: Callable, table):
         """One column of strings as its Arrow type: a C++ cast; where that refuses a value,
         a decimal rounded in C++ (_rounded), a timestamp's odd rows (a far Kafka
         timestamp) or else the whole column read by the exact per-field rules."""

@@ -51,6 +51,7 @@ class Encoder:
         self.wire = self.format.wire
         self.binary = self.wire.binary
         self.run_id = run_id
+        self.format_columns = getattr(self.format, "value_columns", None)
         declared = {c[0]: c for c in paths.columns(columns)}
         self.key = [(n, column_type(declared[n][1]).from_json, declared[n][1], declared[n][3])
                     for n in tombstone_key]
@@ -70,6 +71,21 @@ class Encoder:
             raise
         except Exception:  # noqa: BLE001 - some record of the batch: found by _encode_each
             return self._encode_each(topic, partition, head, records)
+
+    def columns(self, topic: str, partition: int, records) -> Encoded | None:
+        """The batch as ``encode`` has it, its rows as one list of values per column
+        (JsonFormat.value_columns: offsets, epoch ms, then the declared columns) for the
+        transform feed (formats/typed_rows.py); None where the format has no such form or
+        the batch raised (then ``encode``, whose per-record boundary finds the record)."""
+        if self.format_columns is None:
+            return None
+        head = f"{text(topic)}\t{partition}\t"
+        try:
+            return self._encode(topic, partition, head, records, self.format_columns)
+        except TaskError:
+            raise
+        except Exception:  # noqa: BLE001 - some record of the batch: encode() finds it
+            return None
 
     def _encode_each(self, topic: str, partition: int, head: str, records) -> Encoded:
         """The per-record boundary: each record alone; any exception is its dead letter."""
@@ -95,7 +111,8 @@ class Encoder:
             return dead_line(head, m, "timestamp_out_of_range", str(e))
         return dead_line(head, m, *unexpected(e, "encoding the record"))
 
-    def _encode(self, topic: str, partition: int, head: str, records) -> Encoded:
+    def _encode(self, topic: str, partition: int, head: str, records,
+                rows_of=None) -> Encoded:
         dead: list[str] = []
         tombstones: list[str] = []
         rejected: list = []
@@ -103,7 +120,8 @@ class Encoder:
         def refuse(m, error_type: str, message: str) -> None:
             dead.append(dead_line(head, m, error_type, message))
 
-        rows = self.format.rows(topic, partition, head, records, rejected, refuse)
+        rows = (rows_of or self.format.rows)(topic, partition, head, records, rejected,
+                                             refuse)
         for m in rejected:
             # A timestamp Postgres cannot hold raises here (the format rejected it):
             # encode() then makes the record a dead letter of that type.

@@ -2,7 +2,9 @@
 typed by the JSON value rules (json_values.py); its rows are COPY text lines.
 
 The batch path parses with orjson and runs the generated row encoder (json_rows.py); a
-record it rejects is explained here, slowly (json_diagnose.py): bad records are rare.
+record it rejects is explained here, slowly (json_diagnose.py): bad records are rare. For
+a transform's input the same checks also give the values as columns (``value_columns``:
+json_rows.column_encoder, then the batch's timestamp check), the same records rejected.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from decimal import Decimal
 from pipeline.formats import json_diagnose as d
 from pipeline.formats import paths
 from pipeline.formats.copy_text import TEXT, Unstorable
-from pipeline.formats.json_rows import row_encoder
+from pipeline.formats.json_rows import column_encoder, row_encoder, timestamp_checks
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
@@ -65,6 +67,9 @@ class JsonFormat:
         # orjson refuses a lone surrogate escape ("\ud800"); the standard library's parser
         # (wide decimals) lets it into a string that cannot be written as UTF-8.
         self.surrogates_possible = wide_decimals(self.declared)
+        if not self.surrogates_possible:  # else its rows need utf8_only's line check
+            self.encode_columns = column_encoder(columns)
+            self.value_columns = self._value_columns
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
@@ -76,6 +81,32 @@ class JsonFormat:
         if self.surrogates_possible:
             rows = self.utf8_only(rows, records, refuse)
         return rows
+
+    def _value_columns(self, topic: str, partition: int, head: str, records, rejected: list,
+                       refuse: Callable) -> list[list]:
+        """``rows`` as one list per column (json_rows.column_encoder: offsets, epoch ms,
+        then each declared column's values), for the transform feed: the same records
+        accepted and rejected."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        found: list = []
+        values = self.encode_columns(records, self.loads, *[c for _, c, _, _ in self.columns],
+                                     found)
+        refused: set[int] = set()
+        for j, (_, convert, _, _) in enumerate(self.columns):
+            if self.declared[j][1] == "timestamp":
+                values[2 + j], bad = timestamp_checks(values[2 + j], convert, pa, pc)
+                refused |= bad
+        if refused:  # in the records' order, as the row encoder rejects them
+            by_offset = {values[0][i]: i for i in refused}
+            found += [m for m in records if by_offset.get(m.offset()) is not None]
+            order = {id(m): k for k, m in enumerate(records)}
+            found.sort(key=lambda m: order[id(m)])
+            values = [[v for i, v in enumerate(column) if i not in refused]
+                      for column in values]
+        rejected += found
+        return values
 
     def utf8_only(self, rows: list[str], records, refuse: Callable) -> list[str]:
         """Rows that cannot be encoded as UTF-8 become dead letters (not a task that fails

@@ -2,7 +2,9 @@
 input a user transform receives (executor/feed.py), and the batch's dead letters.
 
 A text format's (json, avro, protobuf) rows are COPY text, read into typed Arrow columns
-in Arrow's C++ (formats/arrow_rows.RowReader: exact, the values Postgres would store). The
+in Arrow's C++ (formats/arrow_rows.RowReader: exact, the values Postgres would store); the
+feed (``feed_converter``) skips the text for a json batch, whose values the Encoder hands
+over as columns (formats/arrow_columns.py: the same batch, ~0.6 us a record less). The
 raw format's rows are COPY binary: its columns are built from the
 records themselves, less those the Encoder refused. A record whose Kafka timestamp Postgres
 can store but Spark cannot hold (int64 microseconds) becomes a dead letter
@@ -78,6 +80,39 @@ def converter(fmt: str, columns: Sequence[Sequence], pa) -> Callable:
         return reader.batch(rows), dead
 
     return convert_raw if fmt == "raw" else convert_text
+
+
+def feed_converter(encoder, fmt: str, columns: Sequence[Sequence], pa) -> Callable:
+    """``convert(topic, partition, records)`` -> (RecordBatch, dead lines), as
+    ``converter`` over ``encoder.encode``'s output, with the same batch and dead letters.
+    A json batch skips the COPY text lines: its values go to Arrow as columns
+    (Encoder.columns, formats/arrow_columns.py); a batch that has no such form (another
+    format, a json sink with wide decimals) or raised goes through the lines."""
+    from pipeline.formats.arrow_columns import column_batch
+    from pipeline.formats.arrow_rows import RowReader
+
+    lines = converter(fmt, columns, pa)
+    reader = None if fmt == "raw" else RowReader(columns)
+
+    def convert(topic, partition, records):
+        encoded = encoder.columns(topic, partition, records)
+        if encoded is None:
+            return lines(topic, partition, records, encoder.encode(topic, partition, records))
+        dead = list(encoded.dead)
+        values = encoded.rows
+        millis = values[1]
+        if max(millis, default=0) > SPARK_MAX_MS:
+            keep = [ms <= SPARK_MAX_MS for ms in millis]
+            by_offset = {m.offset(): m for m in records}
+            head = f"{text(topic)}\t{partition}\t"
+            for o, ms, kept in zip(values[0], millis, keep, strict=True):
+                if not kept:
+                    dead.append(dead_line(head, by_offset[o], FAR, far_message(ms)))
+            values = [[v for v, k in zip(column, keep, strict=True) if k]
+                      for column in values]
+        return column_batch(reader, topic, partition, values, pa), dead
+
+    return convert
 
 
 def far_message(millis: int) -> str:
