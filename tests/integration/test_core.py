@@ -331,8 +331,8 @@ def test_bad_config_fails_before_anything_runs_with_exit_2(tmp_path):
     config.write_text(toml_config("x", ["t"]).replace("[spark]", "[spark]\nmastr = 'x'"))
     r = run_cli("run", "--config", config)
     assert r.returncode == 2
-    assert r.stderr.strip() == ("error: unknown key 'spark.mastr' in config; allowed: conf, "
-                                "master, min_partitions")
+    assert r.stderr.strip() == ("error: unknown key 'spark.mastr' in config; allowed: "
+                                "class_archive, conf, master, min_partitions")
 
 
 @pytest.mark.parametrize("setting,where,message", [
