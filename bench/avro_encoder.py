@@ -56,6 +56,13 @@ def us_per_record(fmt: str, records: list, schemas: SchemaSource | None) -> floa
     return (time.process_time() - start) / len(records) * 1e6
 
 
+def report(got: dict[str, list[float]], n: int, rounds: int) -> None:
+    """Each variant's median us a record over the rounds, with its min and max."""
+    for k, v in got.items():
+        print(f"{k}: median {statistics.median(v):.2f} us a record (min {min(v):.2f}, "
+              f"max {max(v):.2f}, {n:,} orders, {rounds} rounds)")
+
+
 def main(argv: list[str]) -> int:
     n = int(argv[0]) if argv else 200_000
     rounds = int(argv[1]) if len(argv) > 1 else 5
@@ -79,9 +86,7 @@ def main(argv: list[str]) -> int:
             got["json sink"].append(us_per_record("json", js, None))
             print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in got.items())
                   + " us a record", flush=True)
-    for k, v in got.items():
-        print(f"{k}: median {statistics.median(v):.2f} us a record (min {min(v):.2f}, "
-              f"max {max(v):.2f}, {n:,} orders, {rounds} rounds)")
+    report(got, n, rounds)
     return 0
 
 

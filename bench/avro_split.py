@@ -11,16 +11,13 @@ the bench's four columns: a change of the generator can make them fail (ValueErr
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
-import time
 
-from bench.avro_encoder import BATCH, COLUMNS, _message, wire_orders
+from bench.avro_encoder import _message, report, us_per_record, wire_orders
 from bench.avro_orders import SCHEMA
 from pipeline.formats import avro_rows
 from pipeline.formats.avro_schemas import SchemaSource
-from pipeline.formats.encode import Encoder
 from pipeline.sample import order
 
 _IN = " " * 16  # the loop body's indent
@@ -66,11 +63,7 @@ def main(argv: list[str]) -> int:
         schemas = SchemaSource(schemas_dir=tmp)
 
         def us(fmt: str, records: list) -> float:
-            enc = Encoder(fmt, COLUMNS, 1, schemas=schemas if fmt == "avro" else None)
-            start = time.process_time()
-            for i in range(0, len(records), BATCH):
-                enc.encode("t", 0, records[i:i + BATCH])
-            return (time.process_time() - start) / len(records) * 1e6
+            return us_per_record(fmt, records, schemas if fmt == "avro" else None)
 
         got: dict[str, list[float]] = {k: [] for k in [*EDITS, "json sink"]}
         for _ in range(rounds):
@@ -79,9 +72,7 @@ def main(argv: list[str]) -> int:
                 got[k].append(us("avro", avro))
                 assert applied, f"{k}: the edit did not apply to the generated loop"
             got["json sink"].append(us("json", js))
-    for k, v in got.items():
-        print(f"{k}: median {statistics.median(v):.2f} us a record (min {min(v):.2f}, "
-              f"max {max(v):.2f}, {n:,} orders, {rounds} rounds)")
+    report(got, n, rounds)
     return 0
 
 
