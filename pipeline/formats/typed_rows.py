@@ -34,15 +34,6 @@ def converter(fmt: str, columns: Sequence[Sequence], pa) -> Callable:
     reader = None if fmt == "raw" else RowReader(columns)
     ts = pa.timestamp("us", tz="UTC")
 
-    def far_dead(head, records, millis, dead):
-        """Good records Spark cannot hold: dead letters; returns the offsets to drop."""
-        far = set()
-        for m, ms in zip(records, millis, strict=True):
-            if ms is not None and ms > SPARK_MAX_MS:
-                far.add(m.offset())
-                dead.append(dead_line(head, m, FAR, far_message(ms)))
-        return far
-
     def convert_raw(topic, partition, records, encoded):
         dead = list(encoded.dead)
         refused = {int(line.split("\t", 3)[2]) for line in dead}
@@ -102,17 +93,26 @@ def feed_converter(encoder, fmt: str, columns: Sequence[Sequence], pa) -> Callab
         values = encoded.rows
         millis = values[1]
         if max(millis, default=0) > SPARK_MAX_MS:
-            keep = [ms <= SPARK_MAX_MS for ms in millis]
             by_offset = {m.offset(): m for m in records}
-            head = f"{text(topic)}\t{partition}\t"
-            for o, ms, kept in zip(values[0], millis, keep, strict=True):
-                if not kept:
-                    dead.append(dead_line(head, by_offset[o], FAR, far_message(ms)))
+            far = far_dead(f"{text(topic)}\t{partition}\t",
+                           [by_offset[o] for o in values[0]], millis, dead)
+            keep = [o not in far for o in values[0]]
             values = [[v for v, k in zip(column, keep, strict=True) if k]
                       for column in values]
         return column_batch(reader, topic, partition, values, pa), dead
 
     return convert
+
+
+def far_dead(head: str, records, millis, dead: list) -> set[int]:
+    """Good records Spark cannot hold: dead letters appended to ``dead``; returns the
+    offsets to drop."""
+    far = set()
+    for m, ms in zip(records, millis, strict=True):
+        if ms is not None and ms > SPARK_MAX_MS:
+            far.add(m.offset())
+            dead.append(dead_line(head, m, FAR, far_message(ms)))
+    return far
 
 
 def far_message(millis: int) -> str:
