@@ -45,6 +45,11 @@ class ConfigError(PipelineError):
     kind = "config"
 
 
+class SparkStartError(ConfigError):
+    """Spark would not start: a configuration error, unless the run was being stopped (a
+    stop signal, or spark-submit's death, breaks the start-up too: driver/signals.py)."""
+
+
 class DataError(PipelineError):
     """Permanent: what Kafka holds contradicts what we stored, or the input is too bad."""
 

@@ -147,13 +147,14 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                         "offsets": [u.range.as_dict(count=False) for u in offset_updates],
                         "duration": timer.stages["publish"]})
     except BaseException as caught:
-        e = signals.stop_error(caught)
-        try:
-            message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
-            store.fail_run(run, message, getattr(e, "exit_code", 1), timer.as_dict())
-            store.drop_staging(run)
-        except Exception:  # noqa: BLE001 - the database may be the thing that failed
-            log.debug("could not record the failure of run %s", run_id, exc_info=True)
+        with signals.held():
+            e = signals.stop_error(caught)
+            try:
+                message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+                store.fail_run(run, message, getattr(e, "exit_code", 1), timer.as_dict())
+                store.drop_staging(run)
+            except Exception:  # noqa: BLE001 - the database may be the thing that failed
+                log.debug("could not record the failure of run %s", run_id, exc_info=True)
         if e is caught:
             raise
         raise e from caught

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pipeline.errors import PipelineError, Terminated
+from pipeline.errors import PipelineError, SparkStartError, Terminated
 
 log = logging.getLogger("pipeline")
 
@@ -83,7 +83,11 @@ class StopSignals:
         if self.received is None and self._orphaned(e):
             return Terminated("spark-submit (this driver's parent) died; nothing committed "
                               "by this run, safe to rerun")
-        if self.received is None or isinstance(e, PipelineError):
+        # A stop that lands while Spark starts breaks the start-up: the handler's Terminated
+        # inside py4j's wait for the JVM becomes a Py4JError, and that a start error. The
+        # stop is the cause, not a configuration to fix.
+        if self.received is None or (isinstance(e, PipelineError)
+                                     and not isinstance(e, SparkStartError)):
             return e
         return Terminated(f"stopped by {signal.Signals(self.received).name}; nothing "
                           "committed by this run, safe to rerun")
@@ -102,6 +106,17 @@ class StopSignals:
                 return True
             time.sleep(0.05)
         return False
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Stop signals are only recorded meanwhile: while a failed run is recorded, a stop
+        (e.g. spark-submit's death, seen by submit.stop_when_orphaned a moment after the
+        failure it caused) must not cut short its run row or the drop of its staging."""
+        deferred, self.deferred = self.deferred, True
+        try:
+            yield
+        finally:
+            self.deferred = deferred
 
     @contextmanager
     def shielded(self) -> Iterator[None]:

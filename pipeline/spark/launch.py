@@ -9,7 +9,7 @@ import logging
 import os
 
 from pipeline.config import Settings
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.errors import ConfigError, PipelineError, SparkStartError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def driver_archive(settings: Settings, sql: bool):
         return None
 
 
-def spark_start_error(e: Exception, settings: Settings) -> ConfigError:
+def spark_start_error(e: Exception, settings: Settings) -> SparkStartError:
     """Spark refusing to start is a configuration problem (a bad [spark.conf] value, an
     unknown master, no Java): exit 2 naming what the user set, not an internal error. When
     the JVM itself exits, its own message is on stderr just above ours."""
@@ -85,6 +85,6 @@ def spark_start_error(e: Exception, settings: Settings) -> ConfigError:
     keys = sorted(settings.spark.conf)
     where = f"master {settings.spark.master!r}" + (
         f" and [spark.conf] {', '.join(keys)}" if keys else "")
-    return ConfigError(f"Spark did not start with {where}: {first[:300]} (the JVM's own "
+    return SparkStartError(f"Spark did not start with {where}: {first[:300]} (the JVM's own "
                        "error, if any, is printed above); fix the value or JAVA_HOME, then "
                        "rerun; nothing was read")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -428,6 +429,61 @@ def test_driver_rolls_back_when_spark_submit_is_killed(stack, tmp_path):
 
     assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s",
                  (name,)) == [("failed", 143)]
+    assert result_keys(name) == [] and stored_offsets(name) == {}
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "spark-submit killed"])
+def test_a_stop_while_spark_starts_is_exit_143_not_a_spark_config_error(stack, tmp_path, stop):
+    """A stop that lands while Spark starts, the driver waiting inside py4j for the JVM to
+    build the SparkContext, breaks the start-up: that is the stop (exit 143, rolled back,
+    nothing left behind), not "Spark did not start" (exit 2: fix the config). Spark's start
+    is held there for real: spark.metrics.conf names a FIFO, which the JVM opens and reads
+    while it builds the SparkContext; the test holds the FIFO's writing end meanwhile."""
+    topic, name, config = cli_pipeline(tmp_path, "starting", 30, partitions=1)
+    fifo = tmp_path / "metrics.properties"
+    os.mkfifo(fifo)
+    command, env = spark_submit(config, master="local[1]")
+    command[1:1] = ["--conf", f"spark.metrics.conf={fifo}"]
+    log = tmp_path / "submit.log"
+    with open(log, "w") as out:
+        submit = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=out, env=env)
+    writer = None
+    try:
+        deadline = time.time() + 180
+        while writer is None:  # opens once the JVM reads the FIFO: Spark is starting
+            assert time.time() < deadline and submit.poll() is None, log.read_text()[-3000:]
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader yet
+                time.sleep(0.2)
+        [(driver_pid,)] = query("SELECT pid FROM pipeline_runs WHERE pipeline = %s", (name,))
+        if stop == "sigterm":
+            os.kill(driver_pid, signal.SIGTERM)  # the driver only, as a scheduler's stop would
+        else:
+            submit.kill()
+        submit.wait(120)
+        deadline = time.time() + 60
+        while os.path.exists(f"/proc/{driver_pid}"):
+            assert time.time() < deadline, "the stopped driver kept running"
+            time.sleep(0.2)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if submit.poll() is None:
+            submit.kill()
+            submit.wait(30)
+
+    if stop == "sigterm":  # (a killed spark-submit takes the driver's output with it)
+        assert submit.returncode == 143
+        assert [x for x in log.read_text().splitlines() if x.startswith("error: ")] == [
+            "error: stopped by SIGTERM; nothing committed by this run, safe to rerun"]
+    [(run_id, status, exit_code, error)] = query(
+        "SELECT run_id, status, exit_code, error FROM pipeline_runs WHERE pipeline = %s",
+        (name,))
+    assert (status, exit_code) == ("failed", 143), error
+    assert error.endswith("nothing committed by this run, safe to rerun"), error
+    assert query("SELECT count(*) FROM pg_tables WHERE tablename = %s",
+                 (staging_table(name, run_id),)) == [(0,)]
     assert result_keys(name) == [] and stored_offsets(name) == {}
 
 
