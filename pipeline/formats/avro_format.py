@@ -25,7 +25,7 @@ from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_sc
 from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
-from pipeline.formats.refused import Refused, decoded_rows
+from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 
@@ -187,13 +187,8 @@ class AvroFormat:
                 continue
             try:
                 out.append(convert(x))
-            except WrongType as e:
-                detail = f": {e}" if str(e) else ""
-                raise Refused("wrong_type", f"field {paths.field(name, path)} (writer schema id "
-                              f"{schema_id}): expected {declared}, got {avro_kind(x)}"
-                              f"{detail}") from None
-            except Unstorable as e:
-                raise Refused("unstorable", f"field {paths.field(name, path)} {e}") from None
+            except (WrongType, Unstorable) as e:
+                raise unconvertible(e, name, path, schema_id, declared, avro_kind(x)) from None
         return "\t".join(out)
 
     def explain(self, m) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from pipeline.formats.json_values import WrongType
 from pipeline.formats.protobuf_schemas import UnknownMessage, UnknownSchema, writer_schema
 from pipeline.formats.protobuf_values import NotAMessage, kind, path_getter
 from pipeline.formats.protobuf_wire import header
-from pipeline.formats.refused import Refused, decoded_rows
+from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.schema_source import SchemaSource
 from pipeline.formats.types import column_type
 
@@ -96,13 +96,8 @@ class ProtobufFormat:
                     out.append(NULL)
                     continue
                 out.append(convert(x))
-            except WrongType as e:
-                detail = f": {e}" if str(e) else ""
-                raise Refused("wrong_type", f"field {paths.field(name, path)} (writer schema "
-                              f"id {schema_id}): expected {declared}, got {kind(got[1])}"
-                              f"{detail}") from None
-            except Unstorable as e:
-                raise Refused("unstorable", f"field {paths.field(name, path)} {e}") from None
+            except (WrongType, Unstorable) as e:  # from convert: ``got`` is a field
+                raise unconvertible(e, name, path, schema_id, declared, kind(got[1])) from None
         return "\t".join(out)
 
     def explain(self, m) -> tuple[str, str]:

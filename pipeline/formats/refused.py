@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pipeline.formats import paths
+from pipeline.formats.copy_text import Unstorable
 from pipeline.formats.timestamps import kafka_timestamp
 
 
@@ -15,6 +17,17 @@ class Refused(ValueError):
         super().__init__(message)
         self.error_type = error_type
         self.message = message
+
+
+def unconvertible(e: Exception, name: str, path: tuple[str, ...], schema_id: int,
+                  declared: str, got: str) -> Refused:
+    """The Refused of a value its column's converter raised on: Unstorable (Postgres cannot
+    store it), else WrongType (the writer's ``got`` kind is not the ``declared`` type)."""
+    if isinstance(e, Unstorable):
+        return Refused("unstorable", f"field {paths.field(name, path)} {e}")
+    detail = f": {e}" if str(e) else ""
+    return Refused("wrong_type", f"field {paths.field(name, path)} (writer schema id "
+                   f"{schema_id}): expected {declared}, got {got}{detail}")
 
 
 def decoded_rows(records, head: str, tail: str, fields: Callable[[bytes], str],
