@@ -68,6 +68,14 @@ def spark_submit(config: str, *args: str, master: str = "local[2]") -> tuple[lis
     return command, env
 
 
+def wait_until_gone(pid: int, why: str, seconds: float = 60) -> None:
+    """Until process ``pid`` has exited; ``why`` fails the test after ``seconds``."""
+    deadline = time.time() + seconds
+    while os.path.exists(f"/proc/{pid}"):
+        assert time.time() < deadline, why
+        time.sleep(0.2)
+
+
 def expected_keys(topics):
     keys = []
     for topic in topics:
@@ -422,10 +430,7 @@ def test_driver_rolls_back_when_spark_submit_is_killed(stack, tmp_path):
 
     submit.kill()
     submit.wait(30)
-    deadline = time.time() + 60
-    while os.path.exists(f"/proc/{driver_pid}"):
-        assert time.time() < deadline, "the orphaned driver kept running"
-        time.sleep(0.5)
+    wait_until_gone(driver_pid, "the orphaned driver kept running")
 
     assert query("SELECT status, exit_code FROM pipeline_runs WHERE pipeline = %s",
                  (name,)) == [("failed", 143)]
@@ -462,10 +467,7 @@ def test_a_stop_while_spark_starts_is_exit_143_not_a_spark_config_error(stack, t
         else:
             submit.kill()
         submit.wait(120)
-        deadline = time.time() + 60
-        while os.path.exists(f"/proc/{driver_pid}"):
-            assert time.time() < deadline, "the stopped driver kept running"
-            time.sleep(0.2)
+        wait_until_gone(driver_pid, "the stopped driver kept running")
     finally:
         if writer is not None:
             os.close(writer)
