@@ -7,8 +7,9 @@ The read tasks leave the column out (FeedTask.topic); the transform receives it 
 where Spark's optimizer proves every output row still holds that literal (its
 FoldablePropagation carries it through projections, filters and joins): then the column
 is not selected, Spark prunes the literal, and the writer puts the topic in each COPY
-line itself (LineStageTask.topic). Anything else (a transform that changes the topic,
-unions, groups by it) keeps the column, as the rows' own values.
+line itself (LineStageTask.topic); a ``groupBy`` of it folds it too. Anything else (a
+transform that changes the topic, a union on top) keeps the column, as the rows' own
+values.
 """
 
 from __future__ import annotations
