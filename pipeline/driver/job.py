@@ -225,6 +225,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.executor.task import EncoderSettings, FeedTask, LineStageTask, StagingTarget
     from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
     from pipeline.plan.split import pack_ranges, split_ranges
+    from pipeline.spark.topic_literal import TOPIC, proven_literal, with_topic
     from pipeline.spark.transform import apply
     from pipeline.store import tables
 
@@ -238,16 +239,20 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     encoding = EncoderSettings(sink.record_format, tuple(
         (c.name, c.type, c.required, c.source) for c in sink.columns), run.id, (),
         settings.schema_registry)
+    # One topic (the usual run): the read tasks leave it out, the transform gets it as a
+    # literal (spark/topic_literal.py).
+    topics = {r.topic for r in ranges}
+    topic = next(iter(topics)) if len(topics) == 1 else None
     feed = FeedTask(target, reader_config(k.client_config(), k.isolation_level,
                                           f"{settings.name}-reader"),
-                    k.timeout_seconds, encoding, tasks)
+                    k.timeout_seconds, encoding, tasks, topic)
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})
     # One read task per Spark partition: range(n) in n slices is one index per slice.
     records = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
-        feeder(feed), feed_schema(encoding.format, encoding.columns))
-    results = apply(records, sink)
+        feeder(feed), feed_schema(encoding.format, encoding.columns, topic is None))
+    results = apply(records if topic is None else with_topic(records, topic), sink)
     columns = tables.typed(tables.from_record(tables.record_rows(sink)))
     # The writer makes each row a COPY text line in Arrow (formats/arrow_copy.py): the JVM
     # only hands the transform's rows over.
@@ -259,9 +264,13 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # No user Python in the plan: the workers run only ours and keep pandas out
     # (executor/worker_imports.py: ~40 MB a worker).
     sc.setLocalProperty(NO_PANDAS, "true" if runs_only_ours(staged) else None)
+    if topic is not None and not proven_literal(staged, topic):
+        topic = None  # the transform's rows carry their own topic
+    if topic is not None:  # the writer writes it: Spark prunes the literal
+        staged = results.select(*[F.col(f"`{n}`") for n, _ in columns if n != TOPIC])
     try:
-        staged.mapInArrow(blob_writer(LineStageTask(target, pieces, tuple(columns), run.id)),
-                          WRITER_SCHEMA).collect()
+        staged.mapInArrow(blob_writer(LineStageTask(target, pieces, tuple(columns), run.id,
+                                                    topic)), WRITER_SCHEMA).collect()
     finally:
         sc.setLocalProperty(NO_PANDAS, None)
     return len(tasks)

@@ -137,10 +137,15 @@ def blob_writer(spec: LineStageTask):
         for v in starts.values():
             v.sort()
 
+        # A run of one topic whose transform kept it: the rows come without it.
+        fixed = {} if spec.topic is None else {"topic": spec.topic}
+
         def blobs_of(batch) -> Iterator[Blob]:
+            topics = (batch.column("topic") if spec.topic is None else
+                      pa.repeat(pa.scalar(spec.topic, pa.string()), len(batch)))
             batch = pa.RecordBatch.from_arrays(
-                [batch.column("topic"), batch.column("partition"), batch.column("offset"),
-                 lines(batch, spec.columns, spec.run_id, pa, pc)], names=LINE_COLUMNS)
+                [topics, batch.column("partition"), batch.column("offset"),
+                 lines(batch, spec.columns, spec.run_id, pa, pc, fixed)], names=LINE_COLUMNS)
             for group in _by_partition(batch, pa, pc):
                 topic = group.column("topic")[0].as_py()
                 partition = group.column("partition")[0].as_py()

@@ -82,13 +82,16 @@ class FeedTask:
     """A user transform's input (executor/feed.py): read task ``i`` reads ``tasks[i]``
     exactly as a RangeStageTask would (``reader``, ``timeout_seconds``), decodes them
     (``encoding``, no tombstone key) into the DataFrame the transform receives, and stages
-    its dead letters and range summaries in ``target``."""
+    its dead letters and range summaries in ``target``. ``topic``: the run's one topic,
+    left out of the batches (the driver adds it to the DataFrame as a literal: one string
+    column less through the JVM); None: every batch has its ``topic`` column."""
 
     target: StagingTarget
     reader: dict[str, Any]
     timeout_seconds: float
     encoding: EncoderSettings
     tasks: tuple[tuple, ...]
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(tuple(t) for t in self.tasks))
@@ -99,12 +102,15 @@ class LineStageTask:
     """A user transform's output task: its rows' staged ``columns`` ((name, Postgres
     type), in order) as COPY text lines ending with ``run_id`` (formats/arrow_copy.py),
     one blob never across two of ``ranges`` (the read tasks' ranges, split_ranges'
-    pieces: the ledger has one row each and counts its rows)."""
+    pieces: the ledger has one row each and counts its rows). ``topic``: every row's
+    topic, when the driver proved it (spark/topic_literal.py) and left the column out of
+    the rows; None: the rows carry their ``topic`` column."""
 
     target: StagingTarget
     ranges: tuple = ()
     columns: tuple[tuple[str, str], ...] = ()
     run_id: int = 0
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(self.ranges))

@@ -10,7 +10,7 @@ the rows to Arrow (no COPY projection in Spark SQL).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pipeline.formats import types
 from pipeline.formats.copy_text import NULL
@@ -19,10 +19,14 @@ from pipeline.formats.timestamps import far_timestamp
 _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
 
 
-def lines(batch, columns: Sequence[tuple[str, str]], run_id: int, pa, pc):
+def lines(batch, columns: Sequence[tuple[str, str]], run_id: int, pa, pc,
+          fixed: Mapping[str, str] | None = None):
     """The batch's rows as COPY text lines (a string array), newline included:
-    ``columns`` are the staged (name, Postgres type) pairs, in order."""
-    fields = [_field(batch.column(name), types.copy_form(pg), pa, pc)
+    ``columns`` are the staged (name, Postgres type) pairs, in order; ``fixed``: columns
+    the batch leaves out, each the same text value on every row (a run's one topic)."""
+    fixed = fixed or {}
+    fields = [pa.scalar(_escaped(fixed[name]), pa.string()) if name in fixed
+              else _field(batch.column(name), types.copy_form(pg), pa, pc)
               for name, pg in columns]
     return pc.binary_join_element_wise(*fields, pa.scalar(f"{run_id}\n"), "\t")
 
@@ -42,6 +46,12 @@ def _field(col, form: str, pa, pc):
             for raw, escaped in _ESCAPES:
                 text = pc.replace_substring(text, raw, escaped)
     return pc.fill_null(text, NULL)
+
+
+def _escaped(value: str) -> str:
+    for raw, escaped in _ESCAPES:
+        value = value.replace(raw, escaped)
+    return value
 
 
 def _as_string(col, pa, pc):

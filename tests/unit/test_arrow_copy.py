@@ -53,3 +53,19 @@ def test_timestamps_past_year_9999_and_bc_as_postgres_reads_them():
     assert lines(batch, [("ts", "timestamptz")]) == [
         "57773-11-13 10:40:00.000123+00\t7\n", "0001-12-31 00:00:00.000000+00 BC\t7\n",
         "\\N\t7\n"]
+
+
+def test_a_fixed_topic_gives_the_lines_of_the_column_it_replaces():
+    # A run of one topic: the writer's rows come without the column (spark/topic_literal.py).
+    batch = pa.RecordBatch.from_pydict({
+        "topic": ["orders.eu-1", "orders.eu-1"], "partition": pa.array([0, 3], pa.int32()),
+        "offset": pa.array([5, 6], pa.int64()), "name": ["a\tb", None]})
+    columns = [("topic", "text"), ("partition", "integer"), ("offset", "bigint"),
+               ("name", "text")]
+    fixed = arrow_copy.lines(batch.drop_columns(["topic"]), columns, 7, pa, pc,
+                             {"topic": "orders.eu-1"})
+    assert fixed.to_pylist() == lines(batch, columns) == [
+        "orders.eu-1\t0\t5\ta\\tb\t7\n", "orders.eu-1\t3\t6\t\\N\t7\n"]
+    # Escaped as the column's text would be (Kafka's names never need it).
+    assert arrow_copy.lines(batch.drop_columns(["topic"]), columns, 7, pa, pc,
+                            {"topic": "a\\b"}).to_pylist()[0] == "a\\\\b\t0\t5\ta\\tb\t7\n"
