@@ -2,9 +2,12 @@
 Avro topic (the bench orders through the stack's Schema Registry), with this checkout's json
 sink on the same orders as JSON in each round as the baseline; each run into a fresh
 verified table; wall seconds, CPU-seconds of the whole run (the CLI, its JVM, Spark's Python
-workers; not Kafka, Postgres or the registry), peak RSS, read_and_stage.
+workers; not Kafka, Postgres or the registry), peak RSS, read_and_stage, and the CPU-seconds
+of the stack's Postgres over the run (its postmaster with every backend, ended ones
+included: a private stack, so only this run's; the init-db before it counts too).
 
     .venv/bin/python -m bench.avro_ab N ROUNDS A_CHECKOUT B_CHECKOUT
+    AVRO_AB_TOPIC=bench_..._avro_N .venv/bin/python -m bench.avro_ab ...  # a topic produced before
 """
 
 from __future__ import annotations
@@ -16,23 +19,55 @@ from pathlib import Path
 from bench.avro import REGISTRY, avro_topic
 from bench.avro_orders import REGISTRY_URL
 from bench.contenders import run_pipeline
-from bench.harness import ROOT, bench_topic
+from bench.harness import DB, ROOT, bench_topic
 from bench.transform_ab import TreeCpu
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu() -> float:
+    """CPU-seconds of the stack's Postgres so far: the postmaster's own and its ended
+    children's (it reaps them), plus its live children's (/proc, the same machine)."""
+    import psycopg
+
+    with psycopg.connect(DB) as conn:
+        data = conn.execute("SHOW data_directory").fetchone()[0]
+    with open(f"{data}/postmaster.pid") as f:
+        postmaster = int(f.readline())
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        if pid == postmaster:
+            total += sum(int(x) for x in fields[11:15]) / TICK
+        elif ppid == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
 
 
 def main(argv: list[str]) -> int:
     n, rounds, a, b = int(argv[0]), int(argv[1]), argv[2], argv[3]
-    topics = {"avro": avro_topic(n), "json": bench_topic(n)}
+    topics = {"avro": os.environ.get("AVRO_AB_TOPIC") or avro_topic(n),
+              "json": bench_topic(n)}
     runs = (("A avro", a, "avro"), ("B avro", b, "avro"), ("json", str(ROOT), "json"))
     for i in range(rounds):
         for label, root, fmt in runs:
             env = {**os.environ, "PYTHONPATH": root, "SCHEMA_REGISTRY_URL": REGISTRY_URL}
             load = os.getloadavg()[0]
+            pg = postgres_cpu()
             cpu = TreeCpu()
             seconds, rss, timings = run_pipeline(
                 fmt, topics[fmt], n, i, env, root=Path(root),
                 tag=f"_ab{label[0].lower()}", tables=REGISTRY if fmt == "avro" else "")
-            print(f"round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s, {rss:.0f} MB,"
+            pg = postgres_cpu() - pg
+            print(f"round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s, "
+                  f"Postgres {pg:.1f} CPU-s, {rss:.0f} MB,"
                   f" read_and_stage {timings.get('read_and_stage', 0):.1f} s, load {load:.1f}; "
                   + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items()), flush=True)
     return 0

@@ -3,8 +3,9 @@ orders in the Confluent wire format (written here with fastavro, schema id 1 fro
 temporary schemas_dir) through the Encoder as an executor runs it, in batches of 10,000;
 in alternated rounds the general path alone (the generated loop switched off: the code
 before it), the generated batch loop (formats/avro_rows.py) decoding with fastavro, the
-same with its generated decode (formats/avro_decode.py), and the json sink on the same
-orders.
+same with its generated decode (formats/avro_decode.py) writing COPY text lines (what a
+transform's feed reads) and writing COPY binary tuples (binary_fields.py: what a run
+stages), and the json sink on the same orders.
 
     .venv/bin/python -m bench.avro_encoder [N] [ROUNDS]
 """
@@ -47,8 +48,9 @@ def wire_orders(n: int) -> list[Message]:
     return out
 
 
-def us_per_record(fmt: str, records: list, schemas: SchemaSource | None) -> float:
-    enc = Encoder(fmt, COLUMNS, 1, schemas=schemas)
+def us_per_record(fmt: str, records: list, schemas: SchemaSource | None,
+                  text_rows: bool = True) -> float:
+    enc = Encoder(fmt, COLUMNS, 1, schemas=schemas, text_rows=text_rows)
     start = time.process_time()
     for i in range(0, len(records), BATCH):
         encoded = enc.encode("t", 0, records[i:i + BATCH])
@@ -70,19 +72,22 @@ def main(argv: list[str]) -> int:
     js = [_message(i, order(i)) for i in range(n)]
     loop, decoder = avro_format.batch_encoder, avro_rows.decoder
     got: dict[str, list[float]] = {"general path (before)": [], "loop, fastavro": [],
-                                   "loop, generated decode": [], "json sink": []}
+                                   "loop, generated decode": [],
+                                   "loop, generated decode, binary": [], "json sink": []}
     with tempfile.TemporaryDirectory() as tmp:
         with open(f"{tmp}/1.avsc", "w") as f:
             f.write(json.dumps(SCHEMA))
         schemas = SchemaSource(schemas_dir=tmp)
         for r in range(rounds):
-            avro_format.batch_encoder = lambda columns, schema=None: None
+            avro_format.batch_encoder = lambda columns, schema=None, binary=False: None
             got["general path (before)"].append(us_per_record("avro", avro, schemas))
             avro_format.batch_encoder = loop
             avro_rows.decoder = lambda schema, paths=None: None
             got["loop, fastavro"].append(us_per_record("avro", avro, schemas))
             avro_rows.decoder = decoder
             got["loop, generated decode"].append(us_per_record("avro", avro, schemas))
+            got["loop, generated decode, binary"].append(
+                us_per_record("avro", avro, schemas, text_rows=False))
             got["json sink"].append(us_per_record("json", js, None))
             print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in got.items())
                   + " us a record", flush=True)

@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
             def timestamp(self):
                 return (0, self.ts)
 
-        encoder = enc.encoder()
+        encoder = enc.encoder(text_rows=True)
         convert = typed_rows.converter("json", columns, pa)
         for b in batches:
             t, p = b.column("topic")[0].as_py(), b.column("partition")[0].as_py()
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
 
         from pipeline.formats import typed_rows
 
-        encoder = enc.encoder()
+        encoder = enc.encoder(text_rows=True)
         convert = typed_rows.converter("json", columns, pa)
         for b in batches:
             for i in b.column(0).to_pylist():
@@ -202,7 +202,7 @@ def main(argv: list[str]) -> int:
     def builtin(encode: bool):
         def task(items):
             rs = [r for item in items for r in (item if isinstance(item, list) else [item])]
-            encoder = enc.encoder() if encode else None
+            encoder = enc.encoder(text_rows=True) if encode else None
             count = 0
             for r, records in consume(config, rs, 30):
                 if encoder is not None:

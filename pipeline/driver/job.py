@@ -104,7 +104,8 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
             timer.lap("spark_start")
             log.info("Spark started in %.1f s", timer.stages["spark_start"],
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
-        binary = not settings.sink.transform and binary_rows(settings.sink.format)
+        binary = not settings.sink.transform and binary_rows(
+            settings.sink.record_format, [(c.name, c.type) for c in settings.sink.columns])
         with Publisher(store, run, ranges, binary=binary) as publisher:
             if sc is not None:
                 overlapped(lambda: publisher.expect_readers(stage(sc, settings, run, ranges)),

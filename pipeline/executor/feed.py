@@ -90,7 +90,7 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     from pipeline.formats import typed_rows
     from pipeline.formats.copy_text import TEXT
 
-    encoder = spec.encoding.encoder()
+    encoder = spec.encoding.encoder(text_rows=True)  # read into Arrow from COPY text
     to_arrow = typed_rows.feed_converter(encoder, spec.encoding.format,
                                          spec.encoding.columns, pa)
     ranges = list(spec.tasks[index])

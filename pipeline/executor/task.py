@@ -57,11 +57,14 @@ class EncoderSettings:
                    tuple((c.name, c.type, c.required, c.source) for c in sink.columns),
                    run_id, sink.key if sink.deletes else (), settings.schema_registry)
 
-    def encoder(self):
+    def encoder(self, text_rows: bool = False):
+        """``text_rows``: a transform's feed (feed.py), which reads COPY text rows into
+        Arrow; a run's staging, replay and verify take the format's own wire (job.py's
+        publisher frames it: registry.binary_rows)."""
         from pipeline.formats.encode import Encoder
 
         return Encoder(self.format, self.columns, self.run_id, self.tombstone_key,
-                       self.schemas)
+                       self.schemas, text_rows=text_rows)
 
 
 @dataclass(frozen=True)

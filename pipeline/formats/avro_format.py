@@ -9,6 +9,11 @@ and each declared column takes the field of its name, by the Avro value rules
 ignored, a declared column the writer lacks is null (or, if the column is ``not null``, a
 dead letter naming the field and schema id), and int -> long, float -> double are the same
 Python values. Every bad record is refused here with its reason: no second pass.
+
+The rows a run stages are COPY binary tuples (``binary``: binary_fields.py; a timestamp is
+one subtraction and a pack, a decimal numeric's own form, nothing for Postgres to parse),
+unless a declared column has no binary form (an array); a transform's feed asks for COPY
+text, which it reads into Arrow (typed_rows.py). The text rules decide either way.
 """
 
 from __future__ import annotations
@@ -18,14 +23,15 @@ import re
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from pipeline.formats import paths
+from pipeline.formats import binary_fields, paths
 from pipeline.formats.avro_raw import raw_plan
 from pipeline.formats.avro_rows import batch_encoder, reads_values, record_encoder
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
+from pipeline.formats.copy_binary import BINARY, pack_iq
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
-from pipeline.formats.refused import Refused, decoded_rows, unconvertible
+from pipeline.formats.refused import Refused, decoded_rows, decoded_tuples, unconvertible
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 
@@ -35,11 +41,12 @@ HEADER = 5  # magic byte + schema id
 
 class AvroFormat:
     """``columns``: the declared (name, type, required[, path]) columns, in table order;
-    ``schemas``: where writer schemas come from (config's [schema_registry])."""
-    wire = TEXT
+    ``schemas``: where writer schemas come from (config's [schema_registry]);
+    ``binary``: rows as COPY binary tuples (only where ``binary_for(columns)``), else COPY
+    text lines."""
 
     def __init__(self, columns: Sequence[Sequence], run_id: int,
-                 schemas: SchemaSource | None = None):
+                 schemas: SchemaSource | None = None, binary: bool = False):
         if schemas is None:
             raise ValueError("the avro format needs a schema source ([schema_registry])")
         # A top-level field is read by its key; a nested one (a field of a record field) by
@@ -47,7 +54,14 @@ class AvroFormat:
         self.columns = [(p[0] if len(p) == 1 else None, p, column_type(t).from_avro, r, t, n)
                         for n, t, r, p in paths.columns(columns)]
         self.schemas = schemas
-        self.tail = f"\t{run_id}\n"
+        if binary and not self.binary_for(columns):
+            raise ValueError("an array column has no COPY binary form here: text rows")
+        self.binary = binary
+        self.wire = BINARY if binary else TEXT
+        self.tail = pack_iq(8, run_id) if binary else f"\t{run_id}\n"
+        # The general path's text fields -> binary ones; a tuple's start per partition.
+        self._tuple = binary_fields.tuple_of([c[4] for c in self.columns]) if binary else None
+        self._heads: dict[tuple[str, int], bytes] = {}
         # A header (magic byte + schema id) that decoded once -> (the schema to decode its
         # records with, the id, the columns with raw converters or None (avro_raw.py), its
         # generated batch loop or None (avro_rows.py), whether that loop decodes each
@@ -56,8 +70,13 @@ class AvroFormat:
         # A header -> its writer's one-record encoder (avro_rows.record_encoder).
         self._ones: dict[bytes, Callable] = {}
 
+    @staticmethod
+    def binary_for(columns: Sequence[Sequence]) -> bool:
+        """True when every declared column's type has a COPY binary form (not an array)."""
+        return binary_fields.binary_types([c[1] for c in columns])
+
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
-             refuse: Callable) -> list[str]:
+             refuse: Callable) -> list[str] | list[bytes]:
         """The batch's values are decoded from ONE buffer, each from where it starts in it
         (a BytesIO per record cost about as much as the decoding). A record is taken there
         only when its schema id was seen before and the decode ends exactly where its bytes
@@ -67,7 +86,8 @@ class AvroFormat:
         (avro_rows.py), which takes the values of other writers it has met through their
         own one-record encoders; the rest (and every value when there is no loop) through
         ``general``. A flat writer's loop decodes each value's own bytes: then there is no
-        buffer, and ``general`` decodes a value alone."""
+        buffer, and ``general`` decodes a value alone. ``binary``: the general path's text
+        fields become binary ones (binary_fields.tuple_of), the loop writes binary."""
         from fastavro import schemaless_reader as read
 
         known = self._known
@@ -96,7 +116,7 @@ class AvroFormat:
             b"".join([v for m in records if (v := m.value()) is not None]))
         project = self.project
 
-        def general(value: bytes, start: int) -> str:
+        def general_text(value: bytes, start: int) -> str:
             fo = io.BytesIO(value) if shared is None else shared
             if shared is None:
                 start = 0
@@ -117,17 +137,30 @@ class AvroFormat:
                         pass
             return self.fields(value, read)
 
+        general, ts = general_text, kafka_timestamp
+        if self.binary:
+            head = self._heads.get((topic, partition))
+            if head is None:  # field count: topic, partition, offset, timestamp, run_id
+                head = self._heads[(topic, partition)] = binary_fields.row_head(
+                    topic, partition, len(self.columns) + 5)
+            to_tuple, ts = self._tuple, binary_fields.kafka_millis
+
+            def general(value: bytes, start: int) -> bytes:
+                return to_tuple(general_text(value, start))
+
         if writer is not None and writer[3] is not None:
             return writer[3](records, head, self.tail, header, shared, read,
-                             writer[0], general, kafka_timestamp, rejected, refuse,
+                             writer[0], general, ts, rejected, refuse,
                              self._ones, *[c[2] for c in writer[2] or self.columns])
         at = [0]
 
-        def fields(value: bytes) -> str:
+        def fields(value: bytes) -> str | bytes:
             start = at[0]
             at[0] = start + len(value)
             return general(value, start)
 
+        if self.binary:
+            return decoded_tuples(records, head, self.tail, fields, rejected, refuse)
         return decoded_rows(records, head, self.tail, fields, rejected, refuse)
 
     def fields(self, value: bytes, read) -> str:
@@ -140,12 +173,13 @@ class AvroFormat:
                 c if convert is None else (*c[:2], convert, *c[3:])
                 for c, convert in zip(self.columns, converters, strict=True)]
             record = type(schema) is dict and schema.get("type") == "record"
-            loop = batch_encoder(fast or self.columns, raw or schema) if record else None
+            loop = (batch_encoder(fast or self.columns, raw or schema, self.binary) if record
+                    else None)
             own = record and reads_values(fast or self.columns, raw or schema)
             self._known[value[:HEADER]] = (raw or schema, schema_id, fast, loop, own)
             if loop is not None:  # for its values in batches of another first writer
                 self._ones[value[:HEADER]] = partial(
-                    record_encoder(fast or self.columns, raw or schema),
+                    record_encoder(fast or self.columns, raw or schema, self.binary),
                     *[c[2] for c in fast or self.columns])
         if type(doc) is not dict:
             raise Refused("not_a_record", f"writer schema id {schema_id} is an Avro "

@@ -19,7 +19,7 @@ from pipeline.formats import paths
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.copy_text import text
 from pipeline.formats.dead_letters import dead_line, unexpected
-from pipeline.formats.registry import record_format
+from pipeline.formats.registry import CHOOSE_WIRE, binary_rows, record_format
 from pipeline.formats.timestamps import TimestampOutOfRange, kafka_timestamp
 from pipeline.formats.tombstones import BadTombstone, key_fields
 from pipeline.formats.types import column_type
@@ -40,12 +40,19 @@ class Encoder:
     ``columns``: the declared (name, type, required[, path]) columns; empty for raw.
     ``tombstone_key``: an upsert sink's key columns when a null value deletes its key
     (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter.
-    ``schemas``: where the avro format's writer schemas come from ([schema_registry])."""
+    ``schemas``: where the avro format's writer schemas come from ([schema_registry]).
+    ``text_rows``: result rows as COPY text even where the format would write binary
+    (registry.binary_rows): a transform's feed (typed_rows.py) reads the text."""
 
     def __init__(self, fmt: str, columns: Sequence[tuple[str, str, bool]], run_id: int,
-                 tombstone_key: Sequence[str] = (), schemas: SchemaSource | None = None):
-        # Only a format that reads schemas (avro) takes a schema source.
+                 tombstone_key: Sequence[str] = (), schemas: SchemaSource | None = None,
+                 text_rows: bool = False):
+        # Only a format that reads schemas (avro) takes a schema source; one that can write
+        # either wire (avro) writes COPY binary unless ``text_rows`` (a transform's feed,
+        # which reads the text lines into Arrow) or its columns have no binary form.
         options = {} if schemas is None else {"schemas": schemas}
+        if fmt in CHOOSE_WIRE:
+            options["binary"] = not text_rows and binary_rows(fmt, columns)
         self.format = record_format(fmt)(columns, run_id, **options)
         self.delete_key = getattr(self.format, "delete_key", None)
         self.wire = self.format.wire
@@ -58,7 +65,8 @@ class Encoder:
 
     def encode(self, topic: str, partition: int, records) -> Encoded:
         """(result rows, dead-letter lines, tombstones): rows in the format's wire encoding
-        (bytes of COPY binary for raw, COPY text lines for json); the rest is text.
+        (bytes of COPY binary for raw and avro, COPY text lines for json, or for avro with
+        ``text_rows``); the rest is text.
 
         No record can fail a batch: the batch is encoded at full speed and, only when that
         raises (anything: RecursionError, OverflowError, MemoryError, a bug), again one

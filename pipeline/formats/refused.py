@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pipeline.formats import paths
+from pipeline.formats.binary_fields import kafka_millis
+from pipeline.formats.copy_binary import pack_iq
 from pipeline.formats.copy_text import Unstorable
 from pipeline.formats.timestamps import kafka_timestamp
 
@@ -52,4 +54,28 @@ def decoded_rows(records, head: str, tail: str, fields: Callable[[bytes], str],
             rejected.append(m)
             continue
         append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t{text}{tail}")
+    return rows
+
+
+def decoded_tuples(records, head: bytes, tail: bytes, fields: Callable[[bytes], bytes],
+                   rejected: list, refuse: Callable) -> list[bytes]:
+    """``decoded_rows`` for COPY binary tuples: ``head`` a tuple's field count, topic and
+    partition fields, ``fields`` the value's binary fields (binary_fields.py)."""
+    rows = []
+    append = rows.append
+    for m in records:
+        value = m.value()
+        if value is None:
+            rejected.append(m)
+            continue
+        try:
+            got = fields(value)
+        except Refused as e:
+            refuse(m, e.error_type, e.message)
+            continue
+        if got is None:
+            rejected.append(m)
+            continue
+        append(b"".join((head, pack_iq(8, m.offset()), kafka_millis(m.timestamp()[1]), got,
+                         tail)))
     return rows

@@ -58,7 +58,15 @@ def record_format(name: str) -> type[RecordFormat]:
     return FORMATS[name]
 
 
-def binary_rows(fmt: str) -> bool:
-    """True when a format's result rows are COPY binary (raw), False for COPY text (json,
-    avro, protobuf)."""
+# The formats that write either COPY wire (a ``binary`` keyword and ``binary_for(columns)``):
+# binary where the columns allow it, text for a transform's feed (encode.Encoder).
+CHOOSE_WIRE = ("avro",)
+
+
+def binary_rows(fmt: str, columns: Sequence[Sequence]) -> bool:
+    """True when a format's staged result rows are COPY binary (raw; avro when every
+    declared (name, type, ...) column has a binary form), False for COPY text (json,
+    protobuf, the debezium formats, avro with an array column)."""
+    if fmt in CHOOSE_WIRE:
+        return FORMATS[fmt].binary_for(columns)
     return FORMATS[fmt].wire.binary

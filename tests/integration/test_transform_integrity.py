@@ -85,7 +85,8 @@ def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack
     stage_as(store, run, [first_stage, second_stage], blobs)
 
     with Publisher(store, run, plan.ranges,
-                   binary=binary_rows(s.sink.format)) as publisher:
+                   binary=binary_rows(s.sink.record_format,
+                                      [(c.name, c.type) for c in s.sink.columns])) as publisher:
         publisher.take()
         published = publisher.finish(plan.offset_updates, {})
     store.close()

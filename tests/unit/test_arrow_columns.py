@@ -38,7 +38,7 @@ COLUMNS = (("id", "long", True), ("qty", "int", False), ("price", "double", Fals
 def both(recs, columns=COLUMNS, topic="orders\\eu", partition=3, fmt="json"):
     """(the columns' batch and dead letters, the lines'), and whether the columns' path
     was taken."""
-    encoder = EncoderSettings(fmt, columns, 7, (), None).encoder()
+    encoder = EncoderSettings(fmt, columns, 7, (), None).encoder(text_rows=True)
     took = encoder.columns(topic, partition, recs) is not None
     got = tr.feed_converter(encoder, fmt, columns, pa)(topic, partition, recs)
     want = tr.converter(fmt, columns, pa)(topic, partition, recs,

@@ -198,7 +198,7 @@ def test_avro_logical_types_read_as_the_exact_read_back(schemas):  # noqa: F811
               {"amount": Decimal("0.05"), "at_ms": at, "at_us": datetime(9999, 12, 31, 23, 59,
                                                                           59, 999999, tzinfo=UTC),
                "day": date(9999, 12, 31), "id": "00000000-0000-4000-8000-00000000000f"}]
-    out = Encoder("avro", columns, 5, schemas=schemas).encode(
+    out = Encoder("avro", columns, 5, schemas=schemas, text_rows=True).encode(
         "t", 0, [Record(100 + i, wire(7, LOGICAL, v)) for i, v in enumerate(values)])
     assert out.dead == [] and len(out.rows) == 2
     batch = ar.RowReader(columns).batch(out.rows)

@@ -11,6 +11,7 @@ import threading
 import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import fastavro
@@ -19,8 +20,13 @@ import pytest
 from pipeline.executor.task import EncoderSettings
 from pipeline.executor.task_errors import Kind, TaskError
 from pipeline.formats.avro_schemas import SchemaSource
-from pipeline.formats.encode import Encoder
+from pipeline.formats.encode import Encoder as Encoder_
 from tests.unit.test_encode import Record, placed
+
+# The typed rules, read off the COPY text rows (a transform's feed reads them; a run's
+# staged rows are the same values as COPY binary tuples, binary_fields.from_text, held to
+# this text as Postgres reads it back by tests/integration/test_avro_binary.py).
+Encoder = partial(Encoder_, text_rows=True)
 
 V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "order_id", "type": "string"},

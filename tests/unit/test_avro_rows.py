@@ -234,9 +234,16 @@ def schemas(tmp_path):
     return SchemaSource(schemas_dir=str(tmp_path))
 
 
-def _encode(source, columns, records, batch: int) -> list[tuple[list, list, list]]:
-    """Each batch's (rows, dead letters, tombstones)."""
-    enc = Encoder("avro", columns, 7, tombstone_key=(), schemas=source)
+def no_loop(columns, schema=None, binary=False):
+    """No generated loop: every record through the general path (the code before it)."""
+    return None
+
+
+def _encode(source, columns, records, batch: int,
+            text_rows: bool = True) -> list[tuple[list, list, list]]:
+    """Each batch's (rows, dead letters, tombstones); ``text_rows``: COPY text lines (a
+    transform's feed), else the staged COPY binary tuples."""
+    enc = Encoder("avro", columns, 7, tombstone_key=(), schemas=source, text_rows=text_rows)
     out = []
     for i in range(0, len(records), batch):
         e = enc.encode("t\tx", 3, records[i:i + batch])
@@ -244,19 +251,20 @@ def _encode(source, columns, records, batch: int) -> list[tuple[list, list, list
     return out
 
 
+@pytest.mark.parametrize("text_rows", [True, False], ids=["text", "binary"])
 @pytest.mark.parametrize("seed, batch", [(1, 1), (2, 17), (3, 500)])
 @pytest.mark.parametrize("columns", [COLUMNS, FLAT_COLUMNS, NESTED_COLUMNS],
                          ids=["paths", "flat", "nested"])
 def test_the_generated_loop_writes_and_refuses_exactly_as_the_general_path(
-        schemas, monkeypatch, seed, batch, columns):
+        schemas, monkeypatch, seed, batch, columns, text_rows):
     rng = random.Random(seed)
     records = [Record(i, v, ts=1_700_000_000_000 + rng.choice([0, i]))
                for i, v in enumerate(values(rng, 3000))]
     handed, passed_on, decodes = [], [], set()
     real = avro_format.batch_encoder
 
-    def counting(columns, schema=None):  # values handed to loops, those passed on
-        loop = real(columns, schema)
+    def counting(columns, schema=None, binary=False):  # values handed to loops, those passed on
+        loop = real(columns, schema, binary)
 
         def counted(records, head, tail, header, fo, read, schema, general, *rest):
             handed.extend(m for m in records if m.value() is not None)
@@ -266,12 +274,13 @@ def test_the_generated_loop_writes_and_refuses_exactly_as_the_general_path(
         return counted
 
     monkeypatch.setattr(avro_format, "batch_encoder", counting)
-    fast = _encode(schemas, columns, records, batch)
+    fast = _encode(schemas, columns, records, batch, text_rows)
     taken_by_the_loop = len(handed) - len(passed_on)
-    monkeypatch.setattr(avro_format, "batch_encoder", lambda columns, schema=None: None)
-    general = _encode(schemas, columns, records, batch)
+    monkeypatch.setattr(avro_format, "batch_encoder", no_loop)
+    general = _encode(schemas, columns, records, batch, text_rows)
     assert fast == general
     rows = [r for e in fast for r in e[0]]
+    assert {type(r) for r in rows} == {str if text_rows else bytes}
     dead = [d for e in fast for d in e[1]]
     kinds = {d.split("\t")[7] for d in dead}
     assert taken_by_the_loop > (500 if batch > 1 else 0)
@@ -290,8 +299,8 @@ def test_the_bench_orders_take_the_generated_loop_from_a_tasks_first_batch(
     handed, passed_on = [], []
     real = avro_format.batch_encoder
 
-    def counting(columns, schema=None):
-        loop = real(columns, schema)
+    def counting(columns, schema=None, binary=False):
+        loop = real(columns, schema, binary)
 
         def counted(records, head, tail, header, fo, read, schema, general, *rest):
             handed.extend(records)
@@ -300,7 +309,7 @@ def test_the_bench_orders_take_the_generated_loop_from_a_tasks_first_batch(
         return counted
 
     monkeypatch.setattr(avro_format, "batch_encoder", counting)
-    enc = Encoder("avro", COLUMNS[:4], 7, schemas=schemas)
+    enc = Encoder("avro", COLUMNS[:4], 7, schemas=schemas, text_rows=True)
     e = enc.encode("t", 0, records)
     assert len(e.rows) == 1000 and not e.dead
     assert len(handed) == 1000 and not passed_on
@@ -315,7 +324,7 @@ def test_a_value_of_another_schema_id_in_the_batch_goes_the_general_way(schemas)
     v2 = wire(2, ORDERS_V2, {"order_id": 6, "customer": "b", "amount": None,
                              "placed_at": datetime(2026, 1, 1, tzinfo=UTC), "who": None,
                              "day": date(2026, 1, 2), "note": ""})
-    enc = Encoder("avro", COLUMNS, 7, schemas=schemas)
+    enc = Encoder("avro", COLUMNS, 7, schemas=schemas, text_rows=True)
     enc.encode("t", 0, [Record(0, v1), Record(1, v2)])
     e = enc.encode("t", 0, [Record(0, v1), Record(1, v2), Record(2, struct.pack(">bI", 0, 1))])
     assert [r.split("\t")[4:] for r in e.rows] == [
@@ -325,9 +334,10 @@ def test_a_value_of_another_schema_id_in_the_batch_goes_the_general_way(schemas)
 
 
 
+@pytest.mark.parametrize("text_rows", [True, False], ids=["text", "binary"])
 @pytest.mark.parametrize("columns", [COLUMNS, FLAT_COLUMNS], ids=["paths", "flat"])
 def test_values_of_other_writers_in_a_batch_take_their_own_encoders(schemas, monkeypatch,
-                                                                    columns):
+                                                                    columns, text_rows):
     """A batch of writers 2, 1 and 5 mixed (a producer fleet mid-rollout): the loop is the
     first writer's, the others' values go through their one-record encoders, none through
     the general path; the rows are the general path's."""
@@ -339,8 +349,8 @@ def test_values_of_other_writers_in_a_batch_take_their_own_encoders(schemas, mon
     passed_on = []
     real = avro_format.batch_encoder
 
-    def counting(columns, schema=None):
-        loop = real(columns, schema)
+    def counting(columns, schema=None, binary=False):
+        loop = real(columns, schema, binary)
 
         def counted(records, head, tail, header, fo, read, schema, general, *rest):
             return loop(records, head, tail, header, fo, read, schema,
@@ -348,12 +358,13 @@ def test_values_of_other_writers_in_a_batch_take_their_own_encoders(schemas, mon
         return counted
 
     monkeypatch.setattr(avro_format, "batch_encoder", counting)
-    first = Encoder("avro", columns, 7, schemas=schemas)
+    first = Encoder("avro", columns, 7, schemas=schemas, text_rows=text_rows)
     first.encode("t", 0, records[:3])  # every writer met once
     passed_on.clear()
     fast = first.encode("t", 0, records)
-    monkeypatch.setattr(avro_format, "batch_encoder", lambda columns, schema=None: None)
-    general = Encoder("avro", columns, 7, schemas=schemas).encode("t", 0, records)
+    monkeypatch.setattr(avro_format, "batch_encoder", no_loop)
+    general = Encoder("avro", columns, 7, schemas=schemas, text_rows=text_rows).encode(
+        "t", 0, records)
     assert fast == general
     by_writer = [a[0][4] for a in passed_on]
     # The bench orders (writer 1) are always the usual case: none passed on; writer 5's
@@ -371,9 +382,11 @@ def test_timestamps_either_side_of_midnight_are_written_as_the_general_path_does
     records = [Record(i, wire(1, ORDERS, {**avro_order(i), "placed_at": midnight
                                            + timedelta(microseconds=us)}))
                for i, us in enumerate(offsets)]
-    fast = Encoder("avro", COLUMNS[:4], 7, schemas=schemas).encode("t", 0, records)
-    monkeypatch.setattr(avro_format, "batch_encoder", lambda columns, schema=None: None)
-    general = Encoder("avro", COLUMNS[:4], 7, schemas=schemas).encode("t", 0, records)
+    fast = Encoder("avro", COLUMNS[:4], 7, schemas=schemas, text_rows=True).encode(
+        "t", 0, records)
+    monkeypatch.setattr(avro_format, "batch_encoder", no_loop)
+    general = Encoder("avro", COLUMNS[:4], 7, schemas=schemas, text_rows=True).encode(
+        "t", 0, records)
     assert fast == general and not fast.dead
     assert [r.split("\t")[7] for r in fast.rows[:4]] == [
         "2026-02-28 23:59:59.999999+00:00", "2026-03-01 00:00:00+00:00",

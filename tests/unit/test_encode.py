@@ -408,8 +408,8 @@ def test_the_encoder_picks_its_format_once_and_stages_rows_in_its_wire_encoding(
 
     json_sink, raw_sink = Encoder("json", COLUMNS, 1), Encoder("raw", (), 1)
     assert type(json_sink.format) is JsonFormat and type(raw_sink.format) is RawFormat
-    assert (json_sink.binary, raw_sink.binary) == (False, True) == (binary_rows("json"),
-                                                                    binary_rows("raw"))
+    assert (json_sink.binary, raw_sink.binary) == (False, True) == (binary_rows("json", COLUMNS),
+                                                                    binary_rows("raw", ()))
     rows = raw_sink.encode("t", 0, [Record(0, b"a"), Record(1, b"b")]).rows
     assert raw_sink.wire.blob(rows) == b"".join(rows)
     rows = json_sink.encode("t", 0, [Record(0, b'{"order_id": 1, "customer": "\xc3\xa9"}')]).rows

@@ -24,7 +24,7 @@ def Record(offset, value, ms=MS, key=b"k", headers=None):  # noqa: N802 - reads 
 
 
 def convert(fmt, columns, records, schemas=None, partition=0):  # noqa: F811
-    encoder = EncoderSettings(fmt, columns, 0, (), schemas).encoder()
+    encoder = EncoderSettings(fmt, columns, 0, (), schemas).encoder(text_rows=True)
     batch, dead = tr.converter(fmt, columns, pa)(
         "t", partition, records, encoder.encode("t", partition, records))
     return batch.to_pydict(), [line.rstrip("\n").split("\t") for line in dead]
