@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 
 # What the read/decode/COPY tasks import (executor/, formats/) and their dependencies.
 PREIMPORTS = (
     "pyarrow",
     "pyarrow.compute",
     "confluent_kafka",
-    "confluent_kafka.schema_registry",
     "psycopg",
     "orjson",
     "pipeline.executor.consume",
@@ -38,9 +38,28 @@ PREIMPORTS = (
 )
 
 
-def preimport(names: tuple[str, ...] = PREIMPORTS) -> list[str]:
-    """Import ``names``, skipping any that fail; the ones imported."""
+# Only a run with a [schema_registry] (avro, protobuf) reads writer schemas by id: its
+# client (httpx, authlib, attrs, fastavro) is ~9 MB of the daemon's heap, and every page
+# the daemon holds at a fork counts again in each worker's RSS (four workers in a 2-core
+# transform run), so a run without a registry leaves it out (docs/benchmarks.md).
+REGISTRY_PREIMPORTS = ("confluent_kafka.schema_registry",)
+# Set by the driver before its JVM starts (spark/session.py), which passes its environment
+# to the daemon: "1" when the run's records are read with a schema registry.
+REGISTRY_ENV = "PIPELINE_WORKERS_SCHEMA_REGISTRY"
+
+
+def preimports(env=os.environ) -> tuple[str, ...]:
+    """What the daemon imports for this run: PREIMPORTS, and the registry client when the
+    driver said the workers will need it."""
+    return PREIMPORTS + (REGISTRY_PREIMPORTS if env.get(REGISTRY_ENV) == "1" else ())
+
+
+def preimport(names: tuple[str, ...] | None = None) -> list[str]:
+    """Import ``names`` (preimports() unless given), skipping any that fail; the ones
+    imported."""
     done = []
+    if names is None:
+        names = preimports()
     for name in names:
         try:
             importlib.import_module(name)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.executor.daemon import PREIMPORTS, preimport
+from pipeline.executor.daemon import PREIMPORTS, REGISTRY_ENV, preimport
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +35,34 @@ def test_preimports_leave_faults_to_each_worker():
                          check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
     assert out == [str(len(PREIMPORTS)), "False"]
+
+
+@pytest.mark.parametrize("flag, loaded", [(None, False), ("0", False), ("1", True)])
+def test_the_registry_client_is_preimported_only_for_a_run_that_reads_with_one(flag, loaded):
+    # Every page the daemon holds counts again in each forked worker's RSS: a json run's
+    # daemon must not carry the schema registry client (httpx, authlib, fastavro).
+    env = {k: v for k, v in os.environ.items() if k != REGISTRY_ENV}
+    if flag is not None:
+        env[REGISTRY_ENV] = flag
+    code = ("import sys; from pipeline.executor.daemon import preimport; preimport(); "
+            "print('confluent_kafka.schema_registry' in sys.modules, "
+            "'confluent_kafka' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT,
+                         env={**env, "PYTHONPATH": str(ROOT)}).stdout.split()
+    assert out == [str(loaded), "True"]
+
+
+def test_the_driver_tells_the_daemon_whether_the_run_reads_a_registry(monkeypatch):
+    from pipeline.spark import session
+
+    monkeypatch.setenv("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
+    monkeypatch.setenv(REGISTRY_ENV, "1")  # an earlier run's value is not kept
+    conf = session.spark_conf("local[2]", {})
+    assert os.environ[REGISTRY_ENV] == "0"
+    assert conf.get(f"spark.executorEnv.{REGISTRY_ENV}") == "0"  # a cluster's daemon
+    session.spark_conf("local[2]", {}, schema_registry=True)
+    assert os.environ[REGISTRY_ENV] == "1"
 
 
 def test_our_daemon_is_the_default_on_one_machine_and_opt_in_on_a_cluster(monkeypatch):
