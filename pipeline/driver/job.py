@@ -218,7 +218,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from pipeline.executor.consume import reader_config
+    from pipeline.executor.consume import FEED_BATCH, FEED_QUEUED_MESSAGES, reader_config
     from pipeline.executor.feed import feed_schema, feeder
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
     from pipeline.executor.task import EncoderSettings, FeedTask, LineStageTask, StagingTarget
@@ -237,9 +237,10 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     encoding = EncoderSettings(sink.record_format, tuple(
         (c.name, c.type, c.required, c.source) for c in sink.columns), run.id, (),
         settings.schema_registry)
+    # Smaller batches and queue than the built-in path's (consume.FEED_BATCH: memory).
     feed = FeedTask(target, reader_config(k.client_config(), k.isolation_level,
-                                          f"{settings.name}-reader"),
-                    k.timeout_seconds, encoding, tasks)
+                                          f"{settings.name}-reader", FEED_QUEUED_MESSAGES),
+                    k.timeout_seconds, encoding, tasks, FEED_BATCH)
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})

@@ -82,13 +82,15 @@ class FeedTask:
     """A user transform's input (executor/feed.py): read task ``i`` reads ``tasks[i]``
     exactly as a RangeStageTask would (``reader``, ``timeout_seconds``), decodes them
     (``encoding``, no tombstone key) into the DataFrame the transform receives, and stages
-    its dead letters and range summaries in ``target``."""
+    its dead letters and range summaries in ``target``; ``batch``: messages per consume()
+    call (consume.FEED_BATCH)."""
 
     target: StagingTarget
     reader: dict[str, Any]
     timeout_seconds: float
     encoding: EncoderSettings
     tasks: tuple[tuple, ...]
+    batch: int = 10_000  # consume.BATCH
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(tuple(t) for t in self.tasks))
