@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import sys
 
 # What the read/decode/COPY tasks import (executor/, formats/) and their dependencies.
 PREIMPORTS = (
@@ -69,7 +70,28 @@ def preimport(names: tuple[str, ...] | None = None) -> list[str]:
     return done
 
 
+def drop_jars(path: list[str] | None = None, cache: dict | None = None) -> list[str]:
+    """Take Java archives off this process's import path; the ones taken. Spark puts
+    spark-core's jar on its workers' path (PythonUtils.sparkPythonPath); it holds no Python
+    (pyspark.zip, first on the path, has all of pyspark), yet every import that misses
+    pyspark.zip made a zipimporter read its directory: 5,261 entries, ~3 MB of the daemon's
+    heap, copied into each forked worker (docs/benchmarks.md). The finder and the directory
+    zipimport cached for it are dropped too."""
+    import zipimport
+
+    path = sys.path if path is None else path
+    cache = sys.path_importer_cache if cache is None else cache
+    jars = [p for p in path if p.endswith(".jar")]
+    path[:] = [p for p in path if p not in jars]
+    directories = getattr(zipimport, "_zip_directory_cache", {})
+    for jar in jars:
+        cache.pop(jar, None)
+        directories.pop(jar, None)
+    return jars
+
+
 def main() -> None:
+    drop_jars()
     preimport()
     # Move what is imported out of the collector's generations: a worker's collections then
     # never touch (and so copy) those shared pages.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.executor.daemon import PREIMPORTS, REGISTRY_ENV, preimport
+from pipeline.executor.daemon import PREIMPORTS, REGISTRY_ENV, drop_jars, preimport
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,6 +24,22 @@ def no_running_jvm(monkeypatch):
 
 def test_a_missing_module_is_skipped_not_fatal():
     assert preimport(("pipeline_no_such_module", "json", "pipeline.no_such")) == ["json"]
+
+
+def test_java_archives_leave_the_import_path_and_its_caches(tmp_path):
+    import zipfile
+    import zipimport
+
+    jar = str(tmp_path / "spark-core.jar")
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("org/apache/spark/A.class", b"")
+    finder = zipimport.zipimporter(jar)  # what an import that missed the zips before made
+    path = ["/spark/python/lib/pyspark.zip", jar, "/checkout"]
+    cache = {jar: finder, "/checkout": None}
+    assert drop_jars(path, cache) == [jar]
+    assert path == ["/spark/python/lib/pyspark.zip", "/checkout"]
+    assert cache == {"/checkout": None}
+    assert jar not in zipimport._zip_directory_cache
 
 
 def test_preimports_leave_faults_to_each_worker():
