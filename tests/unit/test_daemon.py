@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.executor.daemon import PREIMPORTS, REGISTRY_ENV, drop_jars, preimport
+from pipeline.executor.daemon import (
+    PREIMPORTS,
+    REGISTRY_ENV,
+    drop_jars,
+    prefer_installed,
+    preimport,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,6 +46,46 @@ def test_java_archives_leave_the_import_path_and_its_caches(tmp_path):
     assert path == ["/spark/python/lib/pyspark.zip", "/checkout"]
     assert cache == {"/checkout": None}
     assert jar not in zipimport._zip_directory_cache
+
+
+def _zip(path, name, version):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}/__init__.py", "")
+        z.writestr(f"{name}/version.py", f"__version__: str = '{version}'\n")
+    return str(path)
+
+
+def _installed(site, name, version):
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text("")
+    (site / name / "version.py").write_text(f'__version__ = "{version}"\n')
+
+
+def test_spark_zips_of_the_installed_versions_leave_the_path(tmp_path):
+    site = tmp_path / "site"
+    _installed(site, "pyspark", "4.0.0")
+    _installed(site, "py4j", "0.10.9.9")
+    pyspark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", "4.0.0")
+    py4j_zip = _zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
+    path = [pyspark_zip, py4j_zip, "/checkout", str(site)]
+    cache = {pyspark_zip: None, "/checkout": None}
+    assert prefer_installed(path, cache, modules={}) == [pyspark_zip, py4j_zip]
+    assert path == ["/checkout", str(site)] and cache == {"/checkout": None}
+
+
+def test_spark_zips_stay_for_another_version_none_installed_or_pyspark_loaded(tmp_path):
+    site = tmp_path / "site"
+    _installed(site, "pyspark", "3.5.7")  # a spark-submit of another Spark
+    pyspark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", "4.0.0")
+    py4j_zip = _zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")  # none installed
+    path = [pyspark_zip, py4j_zip, str(site)]
+    assert prefer_installed(path, {}, modules={}) == []
+    assert path == [pyspark_zip, py4j_zip, str(site)]
+    _installed(tmp_path / "same", "pyspark", "4.0.0")
+    path = [pyspark_zip, str(tmp_path / "same")]
+    assert prefer_installed(list(path), {}, modules={"pyspark": object()}) == []
 
 
 def test_preimports_leave_faults_to_each_worker():
