@@ -4,7 +4,10 @@ spark/session.py): import what every worker imports, once, then run pyspark's ow
 Spark forks each Python worker from its daemon, so a module the daemon has imported is in
 every worker already, its pages shared until written: each worker no longer spends
 ~0.1-0.25 CPU-s importing pyarrow, confluent-kafka (its schema registry client alone
-0.10-0.13 s), psycopg and our formats (measured: docs/benchmarks.md).
+0.10-0.13 s), psycopg and our formats (measured: docs/benchmarks.md). But every page the
+daemon holds at a fork counts again in each worker's RSS, so it holds no more than the
+workers need: no registry client for a run without one, no directory of spark-core's
+jar, and pyspark compiled once (its installed .pyc) rather than from pyspark.zip.
 
 Every import here is optional: a module missing from an environment (fastavro, the
 registry client's httpx, an older pyarrow) leaves it to the worker that needs it, as
