@@ -220,10 +220,9 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from pipeline.executor.consume import reader_config
     from pipeline.executor.feed import feed_schema, feeder
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
-    from pipeline.executor.task import EncoderSettings, FeedTask, LineStageTask, StagingTarget
+    from pipeline.executor.task import EncoderSettings, LineStageTask, StagingTarget
     from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.topic_literal import TOPIC, proven_literal, with_topic
@@ -234,7 +233,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
     tasks = [t if isinstance(t, list) else [t]
              for t in pack_ranges(split_ranges(ranges, slots), slots)]
-    k, sink = settings.kafka, settings.sink
+    sink = settings.sink
     target = StagingTarget(settings.database_url, *run.staging_copy())
     # No tombstone key: on the transform path a null value is a dead letter.
     encoding = EncoderSettings(sink.record_format, tuple(
@@ -244,9 +243,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # literal (spark/topic_literal.py).
     topics = {r.topic for r in ranges}
     topic = next(iter(topics)) if len(topics) == 1 else None
-    feed = FeedTask(target, reader_config(k.client_config(), k.isolation_level,
-                                          f"{settings.name}-reader"),
-                    k.timeout_seconds, encoding, tasks, topic)
+    feed = feed_task(settings, target, encoding, tasks, topic)
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})
@@ -275,6 +272,20 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     finally:
         sc.setLocalProperty(NO_PANDAS, None)
     return len(tasks)
+
+
+def feed_task(settings: Settings, target, encoding, tasks, topic: str | None = None):
+    """The spec of a transform's read tasks (executor/feed.py): the built-in path's reader
+    with smaller batches and queue (consume.FEED_BATCH: memory); a queued.min.messages of
+    the user's [kafka.consumer] still wins. ``topic``: the run's one topic, left out of the
+    batches (FeedTask.topic)."""
+    from pipeline.executor.consume import FEED_BATCH, FEED_QUEUED_MESSAGES, reader_config
+    from pipeline.executor.task import FeedTask
+
+    k = settings.kafka
+    reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader",
+                           FEED_QUEUED_MESSAGES)
+    return FeedTask(target, reader, k.timeout_seconds, encoding, tasks, topic, FEED_BATCH)
 
 
 def classify_spark_error(e: Exception, settings: Settings,

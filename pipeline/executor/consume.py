@@ -30,8 +30,16 @@ BATCH = 10_000  # messages per consume() call: one Python call per batch, not pe
 # Messages librdkafka queues per partition ahead of a reader (reader_config says why 20k).
 QUEUED_MESSAGES = 20_000
 
+# A transform's reader (executor/feed.py) hands each batch to Arrow and Spark, so it holds
+# the batch's Messages, its columns and its Arrow batch at once, beside librdkafka's queue:
+# half the batch and a quarter of the queue held ~15 MB less a reader (two in a 2-core
+# run) at the same CPU (docs/benchmarks.md, "Memory of the transform path, round three").
+FEED_BATCH = 5_000
+FEED_QUEUED_MESSAGES = 5_000
 
-def reader_config(client_config: dict[str, str], isolation_level: str, group: str) -> dict:
+
+def reader_config(client_config: dict[str, str], isolation_level: str, group: str,
+                  queued: int = QUEUED_MESSAGES) -> dict:
     """librdkafka settings of an executor's reader; the user's ``[kafka.consumer]`` and
     ``[kafka.admin_client]`` settings override the defaults here. Offsets are never
     committed to Kafka.
@@ -46,7 +54,7 @@ def reader_config(client_config: dict[str, str], isolation_level: str, group: st
     (transform path 198 -> 160 MB, built-in path 148 -> 105 MB) at the same CPU: a 10k
     batch still finds the next one queued."""
     return {
-        "queued.min.messages": QUEUED_MESSAGES,
+        "queued.min.messages": queued,
         "fetch.queue.backoff.ms": 10,
         **client_config,
         "group.id": group,

@@ -4,7 +4,10 @@ spark/session.py): import what every worker imports, once, then run pyspark's ow
 Spark forks each Python worker from its daemon, so a module the daemon has imported is in
 every worker already, its pages shared until written: each worker no longer spends
 ~0.1-0.25 CPU-s importing pyarrow, confluent-kafka (its schema registry client alone
-0.10-0.13 s), psycopg and our formats (measured: docs/benchmarks.md).
+0.10-0.13 s), psycopg and our formats (measured: docs/benchmarks.md). But every page the
+daemon holds at a fork counts again in each worker's RSS, so it holds no more than the
+workers need: no registry client for a run without one, no directory of spark-core's
+jar, and pyspark compiled once (its installed .pyc) rather than from pyspark.zip.
 
 Every import here is optional: a module missing from an environment (fastavro, the
 registry client's httpx, an older pyarrow) leaves it to the worker that needs it, as
@@ -16,13 +19,15 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
+import re
+import sys
 
 # What the read/decode/COPY tasks import (executor/, formats/) and their dependencies.
 PREIMPORTS = (
     "pyarrow",
     "pyarrow.compute",
     "confluent_kafka",
-    "confluent_kafka.schema_registry",
     "psycopg",
     "orjson",
     "pipeline.executor.consume",
@@ -38,9 +43,28 @@ PREIMPORTS = (
 )
 
 
-def preimport(names: tuple[str, ...] = PREIMPORTS) -> list[str]:
-    """Import ``names``, skipping any that fail; the ones imported."""
+# Only a run with a [schema_registry] (avro, protobuf) reads writer schemas by id: its
+# client (httpx, authlib, attrs, fastavro) is ~9 MB of the daemon's heap, and every page
+# the daemon holds at a fork counts again in each worker's RSS (four workers in a 2-core
+# transform run), so a run without a registry leaves it out (docs/benchmarks.md).
+REGISTRY_PREIMPORTS = ("confluent_kafka.schema_registry",)
+# Set by the driver before its JVM starts (spark/session.py), which passes its environment
+# to the daemon: "1" when the run's records are read with a schema registry.
+REGISTRY_ENV = "PIPELINE_WORKERS_SCHEMA_REGISTRY"
+
+
+def preimports(env=os.environ) -> tuple[str, ...]:
+    """What the daemon imports for this run: PREIMPORTS, and the registry client when the
+    driver said the workers will need it."""
+    return PREIMPORTS + (REGISTRY_PREIMPORTS if env.get(REGISTRY_ENV) == "1" else ())
+
+
+def preimport(names: tuple[str, ...] | None = None) -> list[str]:
+    """Import ``names`` (preimports() unless given), skipping any that fail; the ones
+    imported."""
     done = []
+    if names is None:
+        names = preimports()
     for name in names:
         try:
             importlib.import_module(name)
@@ -50,7 +74,82 @@ def preimport(names: tuple[str, ...] = PREIMPORTS) -> list[str]:
     return done
 
 
+def drop_jars(path: list[str] | None = None, cache: dict | None = None) -> list[str]:
+    """Take Java archives off this process's import path; the ones taken. Spark puts
+    spark-core's jar on its workers' path (PythonUtils.sparkPythonPath); it holds no Python
+    (pyspark.zip, first on the path, has all of pyspark), yet every import that misses
+    pyspark.zip made a zipimporter read its directory: 5,261 entries, ~3 MB of the daemon's
+    heap, copied into each forked worker (docs/benchmarks.md). The finder and the directory
+    zipimport cached for it are dropped too."""
+    import zipimport
+
+    path = sys.path if path is None else path
+    cache = sys.path_importer_cache if cache is None else cache
+    jars = [p for p in path if p.endswith(".jar")]
+    path[:] = [p for p in path if p not in jars]
+    directories = getattr(zipimport, "_zip_directory_cache", {})
+    for jar in jars:
+        cache.pop(jar, None)
+        directories.pop(jar, None)
+    return jars
+
+
+# The packages Spark hands its workers as zips of their sources (pyspark.zip, py4j's zip).
+ZIPPED = ("pyspark", "py4j")
+
+
+def _version(text: str) -> str | None:
+    """``__version__`` of a version.py's text (``__version__: str = '4.0.0'``)."""
+    match = re.search(r"^__version__\b[^=]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return match.group(1) if match else None
+
+
+def prefer_installed(path: list[str] | None = None, cache: dict | None = None,
+                     modules: dict | None = None) -> list[str]:
+    """Take Spark's zips of pyspark and py4j off this process's import path when the very
+    same versions are installed further along it (this interpreter's site-packages, as
+    pip installs pyspark); the zips taken. A zip holds sources only: imported from it,
+    pyspark's worker is compiled in the daemon at every start, which left 11.5 MB more of
+    its heap (56.7 against 45.3 MB anonymous, standalone) than the installed .pyc files,
+    and each forked worker counts those pages again (docs/benchmarks.md). Another version
+    installed (a spark-submit of another Spark), none, or pyspark imported already: the
+    zips stay, as Spark set them."""
+    import zipfile
+    import zipimport
+    from importlib.machinery import PathFinder
+
+    path = sys.path if path is None else path
+    cache = sys.path_importer_cache if cache is None else cache
+    if any(name in (sys.modules if modules is None else modules) for name in ZIPPED):
+        return []
+    taken = []
+    for entry in [p for p in path if p.endswith(".zip")]:
+        rest = [p for p in path if p != entry]
+        for name in ZIPPED:
+            try:
+                with zipfile.ZipFile(entry) as z:
+                    zipped = _version(z.read(f"{name}/version.py").decode())
+                spec = PathFinder.find_spec(name, rest)
+                if spec is None or not spec.origin or zipped is None:
+                    continue
+                with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+                    installed = _version(f.read())
+            except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
+                continue
+            if installed == zipped:
+                taken.append(entry)
+                break
+    path[:] = [p for p in path if p not in taken]
+    directories = getattr(zipimport, "_zip_directory_cache", {})
+    for entry in taken:
+        cache.pop(entry, None)
+        directories.pop(entry, None)
+    return taken
+
+
 def main() -> None:
+    drop_jars()
+    prefer_installed()
     preimport()
     # Move what is imported out of the collector's generations: a worker's collections then
     # never touch (and so copy) those shared pages.

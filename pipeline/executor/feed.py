@@ -100,7 +100,7 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     # SystemRandom: forked Python workers would share a seeded generator's sequence.
     task = random.SystemRandom().getrandbits(63)
     with attempt_writer(spec.target, reader_part(index), attempt, task) as put:
-        for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds):
+        for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds, spec.batch):
             hashes[r].add(records)
             batch, dead = to_arrow(r.topic, r.partition, records)
             lo, hi = records[0].offset(), records[-1].offset()

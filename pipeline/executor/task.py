@@ -87,7 +87,8 @@ class FeedTask:
     (``encoding``, no tombstone key) into the DataFrame the transform receives, and stages
     its dead letters and range summaries in ``target``. ``topic``: the run's one topic,
     left out of the batches (the driver adds it to the DataFrame as a literal: one string
-    column less through the JVM); None: every batch has its ``topic`` column."""
+    column less through the JVM); None: every batch has its ``topic`` column. ``batch``:
+    messages per consume() call (consume.FEED_BATCH)."""
 
     target: StagingTarget
     reader: dict[str, Any]
@@ -95,6 +96,7 @@ class FeedTask:
     encoding: EncoderSettings
     tasks: tuple[tuple, ...]
     topic: str | None = None
+    batch: int = 10_000  # consume.BATCH
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(tuple(t) for t in self.tasks))

@@ -36,7 +36,8 @@ def start_spark(settings: Settings, records: int = 0):
         if archive is not None:
             conf = {**conf, "spark.driver.extraJavaOptions":
                     f"{JVM_FLAGS['light']} {archive.options}"}
-        sc = get_context(settings.spark.master, conf, jvm="light")
+        sc = get_context(settings.spark.master, conf, jvm="light",
+                         schema_registry=settings.schema_registry is not None)
         # The JVM writes the archive as it exits, after our last line: rename it then.
         proc = getattr(getattr(sc, "_gateway", None), "proc", None)
         if archive is not None and archive.dump is not None and proc is not None:

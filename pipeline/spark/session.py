@@ -109,13 +109,16 @@ DAEMON_MODULE = "pipeline.executor.daemon"
 
 def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
                app_name: str = "kafka-offset-pipeline", jvm: str = "sql",
-               kafka_source: bool = True):
+               kafka_source: bool = True, schema_registry: bool = False):
     """The job's SparkConf: our defaults where nothing set the key (spark-submit's --conf and
     spark-defaults.conf win, so a cluster can turn the UI back on), then the user's
     ``[spark.conf]`` over it. ``kafka_source``: Spark's Kafka source will be used (no run
     does: the benchmark's peers and the stack test), so its connector jars are added unless
-    the user names them."""
+    the user names them. ``schema_registry``: the workers read writer schemas from a
+    registry (avro, protobuf), so the daemon preimports its client (executor/daemon.py)."""
     from pyspark import SparkConf
+
+    from pipeline.executor.daemon import REGISTRY_ENV
 
     conf = dict(conf or {})
     master = os.environ.get("PIPELINE_SPARK_MASTER", master)
@@ -178,6 +181,9 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
     for key, value in PROCESS_ENV.items():
         os.environ.setdefault(key, value)  # the driver JVM and, on one machine, the workers
         defaults[f"spark.executorEnv.{key}"] = os.environ[key]
+    # Read by the daemon when it starts (after the JVM, whose environment it inherits).
+    os.environ[REGISTRY_ENV] = "1" if schema_registry else "0"
+    defaults[f"spark.executorEnv.{REGISTRY_ENV}"] = os.environ[REGISTRY_ENV]
     for key, value in defaults.items():
         spark_conf.setIfMissing(key, value)
     if not submitted():
@@ -189,13 +195,14 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
 
 def get_context(master: str = "local[2]", conf: dict[str, str] | None = None,
                 app_name: str = "kafka-offset-pipeline", jvm: str = "light",
-                kafka_source: bool = False):
+                kafka_source: bool = False, schema_registry: bool = False):
     """Get or create the process's SparkContext, without Spark SQL: the built-in sinks
     only schedule Python tasks, and a SparkSession's SQL state costs ~2 s more to start
     (docs/benchmarks.md). A session created later on this context inherits its conf."""
     from pyspark import SparkContext
 
-    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, kafka_source))
+    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, kafka_source,
+                                             schema_registry))
     sc.setLogLevel("WARN")
     return sc
 

@@ -28,16 +28,30 @@ def no_running_jvm(monkeypatch, tmp_path):
 @pytest.mark.parametrize("transform", [None, "m:f"])
 def test_every_run_starts_its_jvm_with_the_light_flags(monkeypatch, transform):
     seen = {}
-    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm: seen.update(jvm=jvm))
+    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
+                        seen.update(jvm=jvm, registry=schema_registry))
     settings = parse_settings({
         "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "k:9092", "topics": ["t"]},
         "database": {"url": "postgresql://h/db"},
         "sink": {"format": "json", "table": "t", "columns": {"id": "long"},
                  **({"transform": transform} if transform else {})}}, environ={})
     launch.start_spark(settings, 2_000_000)
-    assert seen == {"jvm": "light"}
+    # A json run's daemon leaves the schema registry client out (executor/daemon.py).
+    assert seen == {"jvm": "light", "registry": False}
     assert "-XX:TieredStopAtLevel=1" in JVM_FLAGS["light"]
     assert "-XX:+UseSerialGC" in JVM_FLAGS["light"]
+
+
+def test_an_avro_runs_daemon_preimports_the_schema_registry_client(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
+                        seen.update(registry=schema_registry))
+    launch.start_spark(parse_settings({
+        "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "k:9092", "topics": ["t"]},
+        "database": {"url": "postgresql://h/db"},
+        "schema_registry": {"url": "http://r:8081"},
+        "sink": {"format": "avro", "table": "t", "columns": {"id": "long"}}}, environ={}))
+    assert seen == {"registry": True}
 
 
 def test_the_chosen_flags_reach_the_driver_jvm_unless_the_user_set_their_own():
