@@ -31,7 +31,7 @@ from pipeline.formats.avro_values import avro_kind
 from pipeline.formats.copy_binary import BINARY, pack_iq
 from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
-from pipeline.formats.refused import Refused, decoded_rows, decoded_tuples, unconvertible
+from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 
@@ -159,9 +159,7 @@ class AvroFormat:
             at[0] = start + len(value)
             return general(value, start)
 
-        if self.binary:
-            return decoded_tuples(records, head, self.tail, fields, rejected, refuse)
-        return decoded_rows(records, head, self.tail, fields, rejected, refuse)
+        return decoded_rows(records, head, self.tail, fields, rejected, refuse, self.binary)
 
     def fields(self, value: bytes, read) -> str:
         """The declared columns' COPY text fields of one value; raises Refused."""

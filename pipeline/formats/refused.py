@@ -32,35 +32,14 @@ def unconvertible(e: Exception, name: str, path: tuple[str, ...], schema_id: int
                    f"{schema_id}): expected {declared}, got {got}{detail}")
 
 
-def decoded_rows(records, head: str, tail: str, fields: Callable[[bytes], str],
-                 rejected: list, refuse: Callable) -> list[str]:
-    """A schema format's batch loop: each value's COPY text ``fields`` (raising Refused) as
-    one result line; a null value, or one whose ``fields`` are None (a Debezium delete),
-    goes to ``rejected`` (a deletion: the Encoder's), every other bad record to ``refuse``
-    with its reason."""
-    rows = []
-    append = rows.append
-    for m in records:
-        value = m.value()
-        if value is None:
-            rejected.append(m)
-            continue
-        try:
-            text = fields(value)
-        except Refused as e:
-            refuse(m, e.error_type, e.message)
-            continue
-        if text is None:
-            rejected.append(m)
-            continue
-        append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t{text}{tail}")
-    return rows
-
-
-def decoded_tuples(records, head: bytes, tail: bytes, fields: Callable[[bytes], bytes],
-                   rejected: list, refuse: Callable) -> list[bytes]:
-    """``decoded_rows`` for COPY binary tuples: ``head`` a tuple's field count, topic and
-    partition fields, ``fields`` the value's binary fields (binary_fields.py)."""
+def decoded_rows(records, head, tail, fields: Callable[[bytes], str | bytes | None],
+                 rejected: list, refuse: Callable, binary: bool = False) -> list:
+    """A schema format's batch loop: each value's ``fields`` (raising Refused) as one
+    result row; a null value, or one whose ``fields`` are None (a Debezium delete), goes to
+    ``rejected`` (a deletion: the Encoder's), every other bad record to ``refuse`` with its
+    reason. Rows are COPY text lines, or with ``binary`` COPY binary tuples (``head``: a
+    tuple's field count, topic and partition fields; ``fields``: the value's binary fields,
+    binary_fields.py)."""
     rows = []
     append = rows.append
     for m in records:
@@ -75,7 +54,9 @@ def decoded_tuples(records, head: bytes, tail: bytes, fields: Callable[[bytes], 
             continue
         if got is None:
             rejected.append(m)
-            continue
-        append(b"".join((head, pack_iq(8, m.offset()), kafka_millis(m.timestamp()[1]), got,
-                         tail)))
+        elif binary:
+            append(b"".join((head, pack_iq(8, m.offset()), kafka_millis(m.timestamp()[1]),
+                             got, tail)))
+        else:
+            append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t{got}{tail}")
     return rows
