@@ -39,7 +39,7 @@ def serializer(topic: str):
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    client = SchemaRegistryClient({"url": REGISTRY_URL})
+    client = SchemaRegistryClient({"url": REGISTRY_URL, "timeout": 20})
     text = json.dumps(SCHEMA)
     client.register_schema(f"{topic}-value", Schema(text, "AVRO"))
     ser = AvroSerializer(client, text, conf={"auto.register.schemas": False,
@@ -53,5 +53,5 @@ def writer_schema(topic: str) -> str:
     which takes the writer schema itself (no registry lookup in Apache Spark)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    client = SchemaRegistryClient({"url": REGISTRY_URL})
+    client = SchemaRegistryClient({"url": REGISTRY_URL, "timeout": 20})
     return client.get_latest_version(f"{topic}-value").schema.schema_str

@@ -18,7 +18,7 @@ from bench.peers.common import main
 def avro_decoder():
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    client = SchemaRegistryClient({"url": REGISTRY_URL})
+    client = SchemaRegistryClient({"url": REGISTRY_URL, "timeout": 20})
     schemas: dict[int, dict] = {}
 
     def decode(value: bytes) -> tuple:

@@ -10,6 +10,15 @@ from tests.helpers import BOOTSTRAP, TEST_DB_URL, init_db, query, stored_offsets
 from tests.integration._reliability import kafka_records
 
 
+def registry_client(url: str):
+    """A test's own registry client, with a timeout: a request whose answer is lost is
+    retried (the client retries transport errors) instead of waiting forever (a
+    test_avro_registry run hung so on a response the registry never sent)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": url, "timeout": 20})
+
+
 def registry_settings(fmt: str, name: str, topic: str, url: str, columns: dict, **sink):
     """A ``fmt`` (avro, protobuf) pipeline on ``topic`` whose writer schemas come from the
     registry at ``url``; every bad record a dead letter (no limit); its tables made."""

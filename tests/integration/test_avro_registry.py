@@ -20,7 +20,7 @@ import struct
 import subprocess
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -39,6 +39,7 @@ from tests.integration._registry import (
     by_offset,
     dead_letters,
     log_ends,
+    registry_client,
     registry_settings,
     table_rows,
 )
@@ -93,7 +94,7 @@ class Writer:
     """confluent-kafka's AvroSerializer for one topic's ``<topic>-value`` subject."""
 
     def __init__(self, url: str, topic: str):
-        self.client = SchemaRegistryClient({"url": url})
+        self.client = registry_client(url)
         self.topic, self.subject = topic, f"{topic}-value"
         self.ctx = SerializationContext(topic, MessageField.VALUE)
 

@@ -16,7 +16,6 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -34,6 +33,7 @@ from tests.helpers import (
     unique,
     watermarks,
 )
+from tests.integration._registry import registry_client
 from tests.integration._reliability import init_db
 from tests.unit.test_debezium_avro import SOURCE, envelope_schema, key_schema
 
@@ -49,7 +49,7 @@ class Serializers:
     registered under its subject on first use."""
 
     def __init__(self, url: str, topic: str, ns: str):
-        client = SchemaRegistryClient({"url": url})
+        client = registry_client(url)
         self.value = AvroSerializer(client, json.dumps(envelope_schema(ns)))
         self.key = AvroSerializer(client, json.dumps(key_schema(ns)))
         self.value_ctx = SerializationContext(topic, MessageField.VALUE)

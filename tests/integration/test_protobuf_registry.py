@@ -20,7 +20,7 @@ import struct
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 
 from pipeline.driver.job import run_ingest
 from pipeline.errors import EXIT_TRANSIENT, TransientError
@@ -37,6 +37,7 @@ from tests.integration._registry import (
     by_offset,
     dead_letters,
     log_ends,
+    registry_client,
     registry_settings,
     table_rows,
 )
@@ -107,7 +108,7 @@ def test_protobuf_through_the_registry_is_exact_with_evolution_and_dead_letters(
         registry, spark):
     name = unique("protoreg")
     topic = create_topic(name, partitions=2)
-    client = SchemaRegistryClient({"url": registry})
+    client = registry_client(registry)
     subject, pkg = f"{topic}-value", f"test.{name}"
     text1, text2 = V1.format(pkg=pkg, extra=""), V1.format(pkg=pkg, extra=CHANNEL)
     id1 = client.register_schema(subject, Schema(text1, "PROTOBUF"))
@@ -157,7 +158,7 @@ def test_an_incompatible_writer_schema_makes_its_records_dead_letters_naming_fie
     # around it land.
     name = unique("protoreg_v3")
     topic = create_topic(name, partitions=2)
-    client = SchemaRegistryClient({"url": registry})
+    client = registry_client(registry)
     subject, pkg = f"{topic}-value", f"test.{name}"
     text1 = V1.format(pkg=pkg, extra="")
     text3 = V1.format(pkg=pkg, extra="").replace("  int32 quantity = 3;\n", QTY_TEXT)

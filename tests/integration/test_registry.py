@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 
 from tests.helpers import ROOT, unique
+from tests.integration._registry import registry_client
 
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "test.registry",
             "fields": [{"name": "order_id", "type": "long"},
@@ -27,7 +28,7 @@ def avro(schema: dict) -> Schema:
 
 
 def test_an_avro_schema_is_registered_read_back_and_evolved(registry):
-    client = SchemaRegistryClient({"url": registry})
+    client = registry_client(registry)
     subject = f"{unique('orders')}-value"
 
     v1_id = client.register_schema(subject, avro(ORDER_V1))
@@ -61,7 +62,7 @@ def test_an_avro_schema_is_registered_read_back_and_evolved(registry):
 def test_schema_ids_outlive_a_registry_restart(registry):
     """Records carry schema ids: a restarted registry must still resolve them (its H2
     database is a file under the stack's folder, not memory)."""
-    client = SchemaRegistryClient({"url": registry})
+    client = registry_client(registry)
     subject = f"{unique('restart')}-value"
     schema_id = client.register_schema(subject, avro(ORDER_V1))
 
@@ -69,6 +70,6 @@ def test_schema_ids_outlive_a_registry_restart(registry):
     subprocess.run([script, "down"], check=True)
     subprocess.run([script, "up"], check=True)
 
-    fresh = SchemaRegistryClient({"url": registry})  # no client-side cache
+    fresh = registry_client(registry)  # no client-side cache
     assert json.loads(fresh.get_schema(schema_id).schema_str) == ORDER_V1
     assert fresh.get_latest_version(subject).schema_id == schema_id

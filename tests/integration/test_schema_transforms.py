@@ -20,7 +20,7 @@ import json
 import struct
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 
 from pipeline.config import parse_settings
 from pipeline.driver.job import run_ingest
@@ -28,6 +28,7 @@ from pipeline.errors import EXIT_TRANSIENT, TransientError
 from tests.helpers import BOOTSTRAP, TEST_DB_URL, create_topic, produce, stored_offsets, unique
 from tests.integration import test_avro_registry as a
 from tests.integration import test_protobuf_registry as p
+from tests.integration._registry import registry_client
 from tests.integration._reliability import init_db
 
 pytestmark = pytest.mark.integration
@@ -92,7 +93,7 @@ def test_a_transform_gets_avro_records_decoded_with_the_built_in_paths_dead_lett
 def test_a_transform_gets_protobuf_records_decoded_exactly_with_dead_letters(registry, spark):
     name = unique("prototx")
     topic = create_topic(name, partitions=2)
-    client = SchemaRegistryClient({"url": registry})
+    client = registry_client(registry)
     subject, pkg = f"{topic}-value", f"test.{name}"
     text1, text2 = p.V1.format(pkg=pkg, extra=""), p.V1.format(pkg=pkg, extra=p.CHANNEL)
     id1 = client.register_schema(subject, Schema(text1, "PROTOBUF"))
