@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.avro import REGISTRY, avro_topic
 from bench.avro_orders import REGISTRY_URL
 from bench.contenders import run_pipeline
-from bench.harness import DB, ROOT, bench_topic
+from bench.harness import DB, ROOT, bench_topic, processes
 from bench.transform_ab import TreeCpu
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -35,15 +35,7 @@ def postgres_cpu() -> float:
     with open(f"{data}/postmaster.pid") as f:
         postmaster = int(f.readline())
     total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid, ppid = int(entry), int(fields[1])
+    for pid, (ppid, fields, _) in processes().items():
         if pid == postmaster:
             total += sum(int(x) for x in fields[11:15]) / TICK
         elif ppid == postmaster:

@@ -81,17 +81,22 @@ def drop_jars(path: list[str] | None = None, cache: dict | None = None) -> list[
     pyspark.zip made a zipimporter read its directory: 5,261 entries, ~3 MB of the daemon's
     heap, copied into each forked worker (docs/benchmarks.md). The finder and the directory
     zipimport cached for it are dropped too."""
-    import zipimport
-
     path = sys.path if path is None else path
     cache = sys.path_importer_cache if cache is None else cache
-    jars = [p for p in path if p.endswith(".jar")]
-    path[:] = [p for p in path if p not in jars]
+    return _forget([p for p in path if p.endswith(".jar")], path, cache)
+
+
+def _forget(entries: list[str], path: list[str], cache: dict) -> list[str]:
+    """Take ``entries`` off the import ``path``, with their finders (``cache``) and the
+    directories zipimport cached for them; ``entries``."""
+    import zipimport
+
+    path[:] = [p for p in path if p not in entries]
     directories = getattr(zipimport, "_zip_directory_cache", {})
-    for jar in jars:
-        cache.pop(jar, None)
-        directories.pop(jar, None)
-    return jars
+    for entry in entries:
+        cache.pop(entry, None)
+        directories.pop(entry, None)
+    return entries
 
 
 # The packages Spark hands its workers as zips of their sources (pyspark.zip, py4j's zip).
@@ -115,7 +120,6 @@ def prefer_installed(path: list[str] | None = None, cache: dict | None = None,
     installed (a spark-submit of another Spark), none, or pyspark imported already: the
     zips stay, as Spark set them."""
     import zipfile
-    import zipimport
     from importlib.machinery import PathFinder
 
     path = sys.path if path is None else path
@@ -139,12 +143,7 @@ def prefer_installed(path: list[str] | None = None, cache: dict | None = None,
             if installed == zipped:
                 taken.append(entry)
                 break
-    path[:] = [p for p in path if p not in taken]
-    directories = getattr(zipimport, "_zip_directory_cache", {})
-    for entry in taken:
-        cache.pop(entry, None)
-        directories.pop(entry, None)
-    return taken
+    return _forget(taken, path, cache)
 
 
 def main() -> None:
