@@ -276,11 +276,16 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
         staged = results.select(*[F.col(f"`{n}`") for n, _ in columns if n != TOPIC])
     # The wire, from the types Spark will hand the writer (the fixed topic: a string).
     spark_types = {f.name: f.dataType.simpleString() for f in staged.schema.fields}
-    binary = exact([(pg, spark_types.get(name, "string")) for name, pg in columns])
-    choose_wire(binary)
+    texts = [f"{name}: {spark_types.get(name, 'string')} into {pg}" for name, pg in columns
+             if not exact([(pg, spark_types.get(name, "string"))])]
+    choose_wire(not texts)
+    log.info("run %s: the transform's rows are staged as COPY %s", run.id,
+             f"text lines ({'; '.join(texts)})" if texts else "binary tuples",
+             extra={"event": "stage.wire", "binary": not texts})
     try:
         staged.mapInArrow(blob_writer(LineStageTask(target, pieces, tuple(columns), run.id,
-                                                    topic, binary)), WRITER_SCHEMA).collect()
+                                                    topic, not texts)),
+                         WRITER_SCHEMA).collect()
     finally:
         sc.setLocalProperty(NO_PANDAS, None)
     return len(tasks)

@@ -7,6 +7,7 @@ column for column, dead letters and ledger rows too."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
@@ -80,7 +81,9 @@ def _both(topic: str, transform: str, columns=COLUMNS):
     return _outcome(builtin), _outcome(transformed)
 
 
-def test_every_covered_type_as_binary_tuples_stores_what_the_builtin_path_stores(spark, wires):
+def test_every_covered_type_as_binary_tuples_stores_what_the_builtin_path_stores(spark, wires,
+                                                                                caplog):
+    caplog.set_level(logging.INFO, logger="pipeline")
     topic = create_topic(unique("bin"), 2)
     produce(topic, [(f"k{j}".encode(), record(j)) for j in range(60)], partition=0)
     produce(topic, [(b"bad", b"{not json"), (b"k", record(61)), (b"none", None)], partition=1)
@@ -88,6 +91,7 @@ def test_every_covered_type_as_binary_tuples_stores_what_the_builtin_path_stores
     (rows, dead, ledger), got = _both(topic, IDENTITY)
 
     assert wires == [True]
+    assert "the transform's rows are staged as COPY binary tuples" in caplog.text
     assert got == (rows, dead, ledger)
     assert len(rows) == 61 and len(dead) == 2
     seen = {k: {r[0][k] for r in rows} for k in ("amount", "name", "frac")}
@@ -96,7 +100,8 @@ def test_every_covered_type_as_binary_tuples_stores_what_the_builtin_path_stores
     assert any(",10000.00,-0.000001," in r[1] for r in rows)  # display scales kept
 
 
-def test_a_column_of_another_type_keeps_the_run_on_copy_text(spark, wires):
+def test_a_column_of_another_type_keeps_the_run_on_copy_text(spark, wires, caplog):
+    caplog.set_level(logging.INFO, logger="pipeline")
     # The amount as a double for a decimal column: Postgres parses the double's text (the
     # tuples would need its rounding), so the whole run is text, and stores the same.
     topic = create_topic(unique("bin_text"), 1)
@@ -106,4 +111,6 @@ def test_a_column_of_another_type_keeps_the_run_on_copy_text(spark, wires):
         topic, "tests.integration.transforms.orders:amount_as_double")
 
     assert wires == [False]
+    assert ("staged as COPY text lines (amount: double into numeric(12,2))"
+            in caplog.text), caplog.text[-2000:]
     assert got == (rows, dead, ledger) and len(rows) == 30
