@@ -202,7 +202,11 @@ def test_a_fixed_topic_is_the_column_it_replaces():
      TimestampOutOfRange),
     (("at", "timestamp with time zone", pa.timestamp("us")), [PG_FIRST_MS * 1000 - 1],
      TimestampOutOfRange),
-], ids=["nul", "precision", "int64-min", "just-before-4714-bc"])
+    # A day at int32's ends (Arrow prints no date for it): never Postgres's -infinity.
+    (("day", "date", pa.date32()), [-(2**31) + 10_957], psycopg.errors.DataError),
+    (("day", "date", pa.date32()), [2**31 - 1], psycopg.errors.DataError),
+], ids=["nul", "precision", "int64-min", "just-before-4714-bc", "int32-min-day",
+        "int32-max-day"])
 def test_what_postgres_refuses_as_text_it_refuses_as_a_tuple(column, values, error):
     b = pa.RecordBatch.from_arrays([pa.array([0], pa.int64()), pa.array(values, column[2])],
                                    names=["offset", column[0]])
