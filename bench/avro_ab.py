@@ -19,28 +19,8 @@ from pathlib import Path
 from bench.avro import REGISTRY, avro_topic
 from bench.avro_orders import REGISTRY_URL
 from bench.contenders import run_pipeline
-from bench.harness import DB, ROOT, bench_topic, processes
+from bench.harness import ROOT, bench_topic, postgres_cpu
 from bench.transform_ab import TreeCpu
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def postgres_cpu() -> float:
-    """CPU-seconds of the stack's Postgres so far: the postmaster's own and its ended
-    children's (it reaps them), plus its live children's (/proc, the same machine)."""
-    import psycopg
-
-    with psycopg.connect(DB) as conn:
-        data = conn.execute("SHOW data_directory").fetchone()[0]
-    with open(f"{data}/postmaster.pid") as f:
-        postmaster = int(f.readline())
-    total = 0.0
-    for pid, (ppid, fields, _) in processes().items():
-        if pid == postmaster:
-            total += sum(int(x) for x in fields[11:15]) / TICK
-        elif ppid == postmaster:
-            total += (int(fields[11]) + int(fields[12])) / TICK
-    return total
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,8 @@
 """Paired A/B of the transform path through the CLI (issue 25): two checkouts alternated
 on one topic, each run into a fresh verified table, wall seconds, CPU-seconds of the whole
-run (the CLI, its JVM, Spark's Python workers; not Kafka or Postgres) and peak RSS.
+run (the CLI, its JVM, Spark's Python workers; not Kafka or Postgres), the CPU-seconds of
+the stack's Postgres over the run (harness.postgres_cpu: a private stack, so only this
+run's, its init-db included) and peak RSS.
 
     .venv/bin/python -m bench.transform_ab TOPIC N ROUNDS A_CHECKOUT B_CHECKOUT [KIND]
 
@@ -22,6 +24,7 @@ import threading
 from pathlib import Path
 
 from bench.contenders import run_pipeline
+from bench.harness import postgres_cpu
 from bench.transform import ENRICH, ENRICHED_COLUMNS, EXAMPLE, IDENTITY
 from bench.transform_profile import tree_cpu, tree_cpu_by_kind, tree_pss_by_kind, tree_rss_by_kind
 
@@ -75,12 +78,15 @@ def main(argv: list[str]) -> int:
                 kw = {"sink": ENRICH, "more_columns": ENRICHED_COLUMNS,
                       "check": enriched_check}
             load = os.getloadavg()[0]
+            pg = postgres_cpu()
             cpu = TreeCpu()
             seconds, rss, timings = run_pipeline("json", topic, n, i, env, root=Path(root),
                                                  tag=f"_{kind}_{label.lower()}",
                                                  spark=os.environ.get("BENCH_SPARK", ""),
                                                  **kw)
+            pg = postgres_cpu() - pg
             print(f"{kind} round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s,"
+                  f" Postgres {pg:.1f} CPU-s,"
                   f" {rss:.0f} MB, read_and_stage {timings.get('read_and_stage', 0):.1f} s,"
                   f" load {load:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items())
                   + "; peak MB " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.rss.items())

@@ -7,7 +7,7 @@ runs (driver/backfill.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pipeline import faults
 from pipeline.config import Settings
@@ -104,12 +104,14 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
             timer.lap("spark_start")
             log.info("Spark started in %.1f s", timer.stages["spark_start"],
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
-        binary = not settings.sink.transform and binary_rows(
+        # A transform's wire is chosen from its output's types (stage_transformed).
+        binary = None if settings.sink.transform else binary_rows(
             settings.sink.record_format, [(c.name, c.type) for c in settings.sink.columns])
         with Publisher(store, run, ranges, binary=binary) as publisher:
             if sc is not None:
-                overlapped(lambda: publisher.expect_readers(stage(sc, settings, run, ranges)),
-                           publisher.take, signals)
+                overlapped(lambda: publisher.expect_readers(
+                    stage(sc, settings, run, ranges, publisher.choose_wire)),
+                    publisher.take, signals)
                 timer.lap("read_and_stage")
             # What one attempt of each task staged: a retried task is not counted twice.
             staged = publisher.staged()
@@ -167,18 +169,20 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
                      **published.counts(), timings=timer.as_dict())
 
 
-def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> int:
-    """Executors read the planned ranges and store them as COPY text, one blob per batch,
+def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange],
+          choose_wire: Callable[[bool], None] = lambda binary: None) -> int:
+    """Executors read the planned ranges and store them as COPY rows, one blob per batch,
     in this run's staging table; nothing is collected on the driver but one tiny summary
     row per task. The built-in sinks read with confluent-kafka inside Spark tasks
     (stage_ranges); a user transform gets a DataFrame fed by the same reading
-    (stage_transformed). Returns the read tasks a transform's run staged summaries for
-    under their own parts (0 for the built-in sinks, whose tasks stage both)."""
+    (stage_transformed), whose rows' wire it tells ``choose_wire`` before its job. Returns
+    the read tasks a transform's run staged summaries for under their own parts (0 for the
+    built-in sinks, whose tasks stage both)."""
     sc.setJobGroup(f"run-{run.id}", f"{settings.name} run {run.id}: {describe(ranges)}",
                    interruptOnCancel=True)
     try:
         if settings.sink.transform:
-            return stage_transformed(sc, settings, run, ranges)
+            return stage_transformed(sc, settings, run, ranges, choose_wire)
         stage_ranges(sc, settings, run, ranges)
         return 0
     except Exception as e:
@@ -210,13 +214,16 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
     sc.parallelize(tasks, len(tasks)).mapPartitions(stager).collect()
 
 
-def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> int:
+def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange],
+                      choose_wire: Callable[[bool], None] = lambda binary: None) -> int:
     """A user transform works on a DataFrame of the good records, read and decoded by the
     built-in sinks' own reader and Encoder (executor/feed.py: one Spark partition per read
     task, the tasks stage_ranges would run), which stages the dead letters and each range's
-    summary itself; the transform's rows become COPY text lines in Arrow
-    (formats/arrow_copy.py) and are staged by blob_writer. Returns how many read tasks
-    there were: the publisher must find each one's summaries (Publisher.finish)."""
+    summary itself; the transform's rows become COPY binary tuples
+    (formats/arrow_binary.py) when every staged column's Spark type is one Postgres takes
+    as it is, else COPY text lines (formats/arrow_copy.py), told to ``choose_wire`` before
+    the job, and are staged by blob_writer. Returns how many read tasks there were: the
+    publisher must find each one's summaries (Publisher.finish)."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -224,6 +231,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
     from pipeline.executor.task import EncoderSettings, LineStageTask, StagingTarget
     from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
+    from pipeline.formats.arrow_binary import exact
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.topic_literal import TOPIC, proven_literal, with_topic
     from pipeline.spark.transform import apply
@@ -252,8 +260,8 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
         feeder(feed), feed_schema(encoding.format, encoding.columns, topic is None))
     results = apply(records if topic is None else with_topic(records, topic), sink)
     columns = tables.typed(tables.from_record(tables.record_rows(sink)))
-    # The writer makes each row a COPY text line in Arrow (formats/arrow_copy.py): the JVM
-    # only hands the transform's rows over.
+    # The writer makes each row a COPY tuple or line in Arrow (formats/arrow_binary.py,
+    # arrow_copy.py): the JVM only hands the transform's rows over.
     # The writers cut their blobs by the read tasks' ranges (each one ledger row), not by
     # the planned ones: a big planned range is read in pieces, and a transform that
     # shuffles mixes the pieces' rows in every batch.
@@ -266,9 +274,18 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
         topic = None  # the transform's rows carry their own topic
     if topic is not None:  # the writer writes it: Spark prunes the literal
         staged = results.select(*[F.col(f"`{n}`") for n, _ in columns if n != TOPIC])
+    # The wire, from the types Spark will hand the writer (the fixed topic: a string).
+    spark_types = {f.name: f.dataType.simpleString() for f in staged.schema.fields}
+    texts = [f"{name}: {spark_types.get(name, 'string')} into {pg}" for name, pg in columns
+             if not exact([(pg, spark_types.get(name, "string"))])]
+    choose_wire(not texts)
+    log.info("run %s: the transform's rows are staged as COPY %s", run.id,
+             f"text lines ({'; '.join(texts)})" if texts else "binary tuples",
+             extra={"event": "stage.wire", "binary": not texts})
     try:
         staged.mapInArrow(blob_writer(LineStageTask(target, pieces, tuple(columns), run.id,
-                                                    topic)), WRITER_SCHEMA).collect()
+                                                    topic, not texts)),
+                         WRITER_SCHEMA).collect()
     finally:
         sc.setLocalProperty(NO_PANDAS, None)
     return len(tasks)

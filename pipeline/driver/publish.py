@@ -67,9 +67,11 @@ class Publisher:
     finish() commits; leaving the context without it, or with an error, rolls back."""
 
     def __init__(self, store: Store, run: Run, ranges: Sequence[OffsetRange],
-                 binary: bool = False):
+                 binary: bool | None = False):
         """``binary``: the staged result blobs are COPY binary tuples (registry.binary_rows),
-        else COPY text lines."""
+        else COPY text lines; None: a transform's run, whose driver says which with
+        ``choose_wire`` once the transform's plan is built, before any blob is staged
+        (the COPY then opens when the first blobs are taken)."""
         self.store, self.run, self.binary = store, run, binary
         self.ranges = list(ranges)
         self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
@@ -103,17 +105,33 @@ class Publisher:
             target = store.t(store.results.name) if self.direct else sql.Identifier(_ROWS)
             if not self.direct:
                 store.run(CreateTable(tables.record_batch(self.sink, _ROWS)))
+            self._target = target
             self._cur = self.conn.cursor()
-            cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
-                target, self.cols, sql.SQL(" (FORMAT BINARY)" if self.binary else "")))
-            self._copy = cm.__enter__()
-            self._copy_cm = cm
-            if self.binary:  # the blobs are bare tuples: the stream's ends are ours
-                self._copy.write(copy_binary.SIGNATURE)
+            if self.binary is not None:
+                self._open_copy()
         except BaseException as e:
             self.__exit__(type(e), e, e.__traceback__)
             raise
         return self
+
+    def _open_copy(self):
+        """The results' COPY, in the staged rows' wire: binary tuples (then the stream's
+        signature and trailer are ours: the blobs are bare tuples) or text lines."""
+        if self._copy_cm is None:
+            cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+                self._target, self.cols, sql.SQL(" (FORMAT BINARY)" if self.binary else "")))
+            self._copy = cm.__enter__()
+            self._copy_cm = cm
+            if self.binary:
+                self._copy.write(copy_binary.SIGNATURE)
+        return self._copy
+
+    def choose_wire(self, binary: bool) -> None:
+        """A transform's run (``binary=None``): its writers stage COPY binary tuples, or
+        text lines (formats/arrow_binary.exact); called before its job starts."""
+        if self._copy_cm is not None or self.binary is not None:
+            raise RuntimeError("the publisher's COPY wire is chosen once, before any blob")
+        self.binary = binary
 
     def __exit__(self, exc_type, exc, tb) -> None:
         unfinished = exc_type is None and not self.finished
@@ -149,7 +167,7 @@ class Publisher:
             new = {p: t for p, t in visible if p not in self.parts}
             if new:
                 with db_errors(self.store.url), self._one_row_per_record():
-                    self._stream(ROW, new, self._copy)
+                    self._stream(ROW, new, self._open_copy())
         self.parts.update(new)
         return len(new)
 
@@ -226,6 +244,9 @@ class Publisher:
         self._check_readers()
         staged = self.staged()
         with db_errors(store.url):
+            if self.binary is None:  # a transform's run that staged nothing: no wire chosen
+                self.binary = False
+            self._open_copy()
             cm, self._copy_cm = self._copy_cm, None
             if self.binary:
                 self._copy.write(copy_binary.TRAILER)

@@ -37,6 +37,7 @@ PREIMPORTS = (
     "pipeline.formats.encode",
     "pipeline.formats.registry",
     "pipeline.formats.arrow_copy",
+    "pipeline.formats.arrow_binary",
     "pipeline.formats.typed_rows",
     "pipeline.formats.arrow_rows",
     "pipeline.formats.arrow_columns",

@@ -2,7 +2,8 @@
 
 A read task (range_stager) encodes each batch of records into COPY lines (formats/); a
 user transform's writer (blob_writer, a ``mapInArrow``) turns each Arrow batch of the
-transform's rows into COPY text lines in Arrow (formats/arrow_copy.py). Each batch's lines
+transform's rows into COPY binary tuples (formats/arrow_binary.py) or, for a column type
+those do not cover, COPY text lines (formats/arrow_copy.py), vectorized. Each batch's lines
 are stored as ONE contiguous buffer: one blob row (or several, each at most BLOB_BYTES) in
 the run's UNLOGGED staging table, tagged with the Spark partition and the task attempt that
 wrote it (Spark's taskAttemptId: its attempt number restarts at 0 when a stage is
@@ -115,8 +116,9 @@ def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
 
 def blob_writer(spec: LineStageTask):
     """A picklable function for DataFrame.mapInArrow over a user transform's rows (the
-    staged columns, ``spec.columns``): each batch becomes COPY text lines in Arrow
-    (formats/arrow_copy.py), which go, per partition and read range, into as many ROW
+    staged columns, ``spec.columns``): each batch becomes COPY binary tuples
+    (``spec.binary``: formats/arrow_binary.py) or text lines (formats/arrow_copy.py), in
+    Arrow and numpy, which go, per partition and read range, into as many ROW
     blobs as ``spec.target.max_blob_bytes`` needs (stage_attempt). Yields one summary row
     per task."""
 
@@ -126,7 +128,10 @@ def blob_writer(spec: LineStageTask):
 
         from pipeline.executor import zip_imports
         from pipeline.executor.worker_imports import allowed, without_pandas
-        from pipeline.formats.arrow_copy import lines
+        if spec.binary:
+            from pipeline.formats.arrow_binary import tuples as lines
+        else:
+            from pipeline.formats.arrow_copy import lines
 
         zip_imports.install()  # the worker's next tasks start sooner
 
@@ -166,7 +171,8 @@ def blob_writer(spec: LineStageTask):
 
 
 WRITER_SCHEMA = "part int, attempt int, rows long"
-# What blob_writer cuts into blobs: coordinates and a result row as COPY text.
+# What blob_writer cuts into blobs: coordinates and a result row (a COPY text line or
+# binary tuple).
 LINE_COLUMNS = ["topic", "partition", "offset", "row_line"]
 
 

@@ -106,16 +106,18 @@ class FeedTask:
 class LineStageTask:
     """A user transform's output task: its rows' staged ``columns`` ((name, Postgres
     type), in order) as COPY text lines ending with ``run_id`` (formats/arrow_copy.py),
-    one blob never across two of ``ranges`` (the read tasks' ranges, split_ranges'
-    pieces: the ledger has one row each and counts its rows). ``topic``: every row's
-    topic, when the driver proved it (spark/topic_literal.py) and left the column out of
-    the rows; None: the rows carry their ``topic`` column."""
+    or with ``binary`` as COPY binary tuples (formats/arrow_binary.py, when the driver
+    found every column exact), one blob never across two of ``ranges`` (the read tasks'
+    ranges, split_ranges' pieces: the ledger has one row each and counts its rows).
+    ``topic``: every row's topic, when the driver proved it (spark/topic_literal.py) and
+    left the column out of the rows; None: the rows carry their ``topic`` column."""
 
     target: StagingTarget
     ranges: tuple = ()
     columns: tuple[tuple[str, str], ...] = ()
     run_id: int = 0
     topic: str | None = None
+    binary: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(self.ranges))

@@ -7,6 +7,14 @@ def double_amount(df):
     return df.withColumn("amount", F.col("amount") * 2).where(F.col("order_id") % 10 != 0)
 
 
+def amount_as_double(df):
+    """A column of another type than declared (a double for a decimal): Postgres parses
+    its text."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("amount", F.col("amount").cast("double"))
+
+
 def identity(df):
     """Changes nothing: a run with it takes the transform path (the read tasks as a
     DataFrame, a second mapInArrow staging its rows), so the tests can hold both paths to
