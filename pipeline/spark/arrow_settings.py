@@ -11,7 +11,9 @@ Measured (docs/benchmarks.md, "Transform path: Arrow settings and the JIT"):
   Int.MaxValue; the input of ``mapInArrow`` is one struct column whose size walk
   allocates a list per call: ~16% of the executor task thread's samples. Int.MaxValue
   turns the check off; the batches are then cut by rows only
-  (``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000): ROW_BOUND_NOTE below.
+  (``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000 rows whatever their size:
+  records averaging over ~26 KB, 256 MB / 10,000, make batches bigger than Spark's
+  default cap, so such topics set a byte cap of their own: docs/operations.md).
 - Arrow Java checks every buffer access's bounds and every get's null bit unless its
   system properties say not to (``ARROW_JVM_FLAGS``): ~10-15% of the same thread.
 
@@ -23,20 +25,12 @@ from __future__ import annotations
 MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 UNCHECKED_BYTES = str(2**31 - 1)  # Spark skips its per-row size check only for this value
-SPARK_RECORDS_PER_BATCH = 10_000  # Spark's default maxRecordsPerBatch
-SPARK_BYTES_PER_BATCH = 256 * 1024 * 1024  # Spark's default maxBytesPerBatch
 
 # Arrow Java's bounds checks on every buffer access, and its null check on every vector
 # get (Spark asks isNullAt first): read once, when Arrow's classes load, so they are JVM
 # options. The executors' JVMs of a cluster get them as spark.executor.extraJavaOptions.
 ARROW_JVM_FLAGS = ("-Darrow.enable_unsafe_memory_access=true "
                    "-Darrow.enable_null_check_for_get=false")
-
-ROW_BOUND_NOTE = (
-    "without the byte check a writer's batch holds maxRecordsPerBatch rows whatever their "
-    "size: records averaging more than ~26 KB (256 MB / 10,000) make batches bigger than "
-    "Spark's default cap; set [spark.conf] \"spark.sql.execution.arrow.maxBytesPerBatch\" "
-    "(Spark's check back on) or a smaller maxRecordsPerBatch for such topics")
 
 
 def writer_sql_conf(user_conf: dict[str, str]) -> dict[str, str]:
