@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from decimal import Decimal
 
 import pytest
 from confluent_kafka import Producer
@@ -19,6 +20,7 @@ from tests.helpers import (
     init_cli,
     init_db,
     make_settings,
+    produce,
     produce_orders,
     query,
     run_cli,
@@ -32,11 +34,20 @@ PROBE = "tests.integration.transforms.orders:arrow_probe"
 IDENTITY = "tests.integration.transforms.orders:identity"
 
 
+def sparse_order(i: int) -> bytes:
+    """An order whose nullable columns are null in some records: with Arrow's null check
+    off, a null must still come through as null."""
+    return json.dumps({"order_id": i, "customer": f"c{i}",
+                       "amount": None if i % 3 == 0 else i * 1.25,
+                       **({"placed_at": f"2026-03-08T06:{i:02d}:00Z"} if i % 2 else {})}
+                      ).encode()
+
+
 @pytest.mark.slow
 def test_a_transform_runs_job_and_jvm_run_without_the_arrow_checks(stack, tmp_path):
     name = unique("arrow_cli")
     create_topic(name, partitions=2)
-    produce_orders(name, range(40))
+    produce(name, [(f"k{i}".encode(), sparse_order(i)) for i in range(40)])
     config = write_config(tmp_path / "p.toml", toml_config(
         name, [name], extra_sink=f'transform = "{PROBE}"') + "class_archive = false\n")
     init_cli(config)
@@ -48,7 +59,10 @@ def test_a_transform_runs_job_and_jvm_run_without_the_arrow_checks(stack, tmp_pa
     assert json.loads(probe.read_text()) == {
         "maxBytesPerBatch": UNCHECKED_BYTES, "arrow.enable_unsafe_memory_access": "true",
         "arrow.enable_null_check_for_get": "false"}
-    assert query(f"SELECT count(*) FROM {name}") == [(40,)]
+    assert query(f"SELECT count(*), count(amount), sum(amount), count(placed_at), "
+                 f"sum(extract(minute FROM placed_at)) FROM {name}") == [
+        (40, 26, Decimal(str(sum(i * 1.25 for i in range(40) if i % 3))), 20,
+         Decimal(sum(range(1, 40, 2))))]
 
 
 def test_a_users_byte_cap_wins_and_the_session_gets_its_value_back(spark):
