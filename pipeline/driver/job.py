@@ -242,8 +242,10 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})
     # Spark's per-row batch-size check off for this job (spark/arrow_settings.py), set
-    # before the transform builds its plan: its own Arrow UDFs get the same.
-    with session_settings(spark, writer_sql_conf(settings.spark.conf)):
+    # before the transform builds its plan: its own Arrow UDFs get the same. A cap in
+    # [spark.conf], spark-submit's --conf or spark-defaults.conf wins.
+    users = {**dict(sc.getConf().getAll()), **settings.spark.conf}
+    with session_settings(spark, writer_sql_conf(users)):
         return _transformed(sc, spark, settings, run, tasks, target, encoding, topic)
 
 

@@ -65,6 +65,24 @@ def test_a_transform_runs_job_and_jvm_run_without_the_arrow_checks(stack, tmp_pa
          Decimal(sum(range(1, 40, 2))))]
 
 
+@pytest.mark.slow
+def test_a_users_byte_cap_in_spark_conf_reaches_the_transforms_job(stack, tmp_path):
+    name = unique("arrow_cap_cli")
+    create_topic(name, partitions=1)
+    produce_orders(name, range(10))
+    config = write_config(tmp_path / "p.toml", toml_config(
+        name, [name], extra_sink=f'transform = "{PROBE}"') + "class_archive = false\n"
+        f'[spark.conf]\n"{MAX_BYTES_PER_BATCH}" = "1048576"\n')
+    init_cli(config)
+    probe = tmp_path / "probe.json"
+
+    proc = run_cli("run", "--config", str(config), env={"TEST_ARROW_PROBE": str(probe)})
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(probe.read_text())["maxBytesPerBatch"] == "1048576"
+    assert query(f"SELECT count(*) FROM {name}") == [(10,)]
+
+
 def test_a_users_byte_cap_wins_and_the_session_gets_its_value_back(spark):
     topic = create_topic(unique("arrow_cap"), 1)
     produce_orders(topic, range(10))
