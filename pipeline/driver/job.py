@@ -225,17 +225,11 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     the job, and are staged by blob_writer. Returns how many read tasks there were: the
     publisher must find each one's summaries (Publisher.finish)."""
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
-    from pipeline.executor.feed import feed_schema, feeder
-    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
-    from pipeline.executor.task import EncoderSettings, LineStageTask, StagingTarget
-    from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
-    from pipeline.formats.arrow_binary import exact
+    from pipeline.executor.task import EncoderSettings, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
-    from pipeline.spark.topic_literal import TOPIC, proven_literal, with_topic
-    from pipeline.spark.transform import apply
-    from pipeline.store import tables
+    from pipeline.spark.arrow_settings import writer_sql_conf
+    from pipeline.spark.transform import session_settings
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
@@ -251,13 +245,36 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # literal (spark/topic_literal.py).
     topics = {r.topic for r in ranges}
     topic = next(iter(topics)) if len(topics) == 1 else None
-    feed = feed_task(settings, target, encoding, tasks, topic)
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})
+    # Spark's per-row batch-size check off for this job (spark/arrow_settings.py), set
+    # before the transform builds its plan: its own Arrow UDFs get the same. A cap in
+    # [spark.conf], spark-submit's --conf or spark-defaults.conf wins.
+    users = {**dict(sc.getConf().getAll()), **settings.spark.conf}
+    with session_settings(spark, writer_sql_conf(users)):
+        return _transformed(sc, spark, settings, run, tasks, target, encoding, topic,
+                            choose_wire)
+
+
+def _transformed(sc, spark, settings: Settings, run: Run, tasks, target, encoding,
+                 topic: str | None, choose_wire: Callable[[bool], None]) -> int:
+    from pyspark.sql import functions as F
+
+    from pipeline.executor.feed import feed_schema, feeder
+    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
+    from pipeline.executor.task import LineStageTask
+    from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
+    from pipeline.formats.arrow_binary import exact
+    from pipeline.spark.topic_literal import TOPIC, proven_literal, with_topic
+    from pipeline.spark.transform import apply
+    from pipeline.store import tables
+
+    sink = settings.sink
     # One read task per Spark partition: range(n) in n slices is one index per slice.
     records = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
-        feeder(feed), feed_schema(encoding.format, encoding.columns, topic is None))
+        feeder(feed_task(settings, target, encoding, tasks, topic)),
+        feed_schema(encoding.format, encoding.columns, topic is None))
     results = apply(records if topic is None else with_topic(records, topic), sink)
     columns = tables.typed(tables.from_record(tables.record_rows(sink)))
     # The writer makes each row a COPY tuple or line in Arrow (formats/arrow_binary.py,

@@ -16,8 +16,9 @@ log = logging.getLogger(__name__)
 
 def start_spark(settings: Settings, records: int = 0):
     """The SparkContext; Spark SQL's session is only built when a transform needs it.
-    ``records``: how many the run plans to read (not used: every run starts the JVM with
-    the same flags, session.JVM_FLAGS)."""
+    ``records``: how many the run plans to read (not used: the JVM's flags depend on the
+    kind of run only, session.JVM_FLAGS: a transform's also turn Arrow Java's checks off,
+    spark/arrow_settings.py)."""
     from pipeline.spark.session import JVM_FLAGS, get_context
 
     try:
@@ -31,12 +32,13 @@ def start_spark(settings: Settings, records: int = 0):
                     "'kafka-offset-pipeline[transform]'; nothing was read")
         # No run reads through Spark's Kafka source (a transform's input is the built-in
         # read, executor/feed.py): no connector jars.
-        archive = driver_archive(settings, transform)
+        jvm = "transform" if transform else "light"
+        archive = driver_archive(settings, transform, jvm)
         conf = settings.spark.conf
         if archive is not None:
             conf = {**conf, "spark.driver.extraJavaOptions":
-                    f"{JVM_FLAGS['light']} {archive.options}"}
-        sc = get_context(settings.spark.master, conf, jvm="light",
+                    f"{JVM_FLAGS[jvm]} {archive.options}"}
+        sc = get_context(settings.spark.master, conf, jvm=jvm,
                          schema_registry=settings.schema_registry is not None)
         # The JVM writes the archive as it exits, after our last line: rename it then.
         proc = getattr(getattr(sc, "_gateway", None), "proc", None)
@@ -54,11 +56,12 @@ def start_spark(settings: Settings, records: int = 0):
         raise spark_start_error(e, settings) from None
 
 
-def driver_archive(settings: Settings, sql: bool):
+def driver_archive(settings: Settings, sql: bool, jvm: str = "light"):
     """The class-data-sharing archive for the driver JVM this run is about to start
     (spark/class_archive.py), or None: turned off ([spark] class_archive = false), a JVM
     up already (spark-submit's, or an earlier run's in this process), a cluster master
-    (only measured on one machine), or JVM options the user set. Never fails a run."""
+    (only measured on one machine), or JVM options the user set. ``jvm``: the flags the
+    JVM starts with (session.JVM_FLAGS), part of the archive's key. Never fails a run."""
     from pipeline.spark.session import JVM_FLAGS, spark_active, submitted
 
     master = os.environ.get("PIPELINE_SPARK_MASTER", settings.spark.master)
@@ -71,7 +74,7 @@ def driver_archive(settings: Settings, sql: bool):
     extra = ":".join(filter(None, (conf.get("spark.driver.extraClassPath", ""),
                                    os.environ.get("SPARK_DIST_CLASSPATH", ""))))
     try:
-        return plan(dict(os.environ), JVM_FLAGS["light"], sql, extra)
+        return plan(dict(os.environ), JVM_FLAGS[jvm], sql, extra)
     except Exception:  # noqa: BLE001 - without an archive the JVM only starts slower
         log.debug("no class-data-sharing archive for the driver JVM", exc_info=True)
         return None

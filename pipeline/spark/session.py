@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import ConfigError
+from pipeline.spark.arrow_settings import ARROW_JVM_FLAGS, executor_java_options
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (pipeline/spark/session.py)
 
@@ -88,8 +89,12 @@ def _brings_connector(conf: dict[str, str]) -> bool:
 #   spent the same CPU as with C2 and the parallel collector, its peak RSS ~245 MB less;
 # - "sql": Spark SQL per record (Spark's Kafka source, parsing): the parallel collector and
 #   JIT of huge generated methods (the benchmark's Structured Streaming peers, get_spark).
+# - "transform": "light" plus Arrow Java's checks off (spark/arrow_settings.py): a run
+#   with a user transform, whose JVM turns rows to Arrow and back.
+_LIGHT = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xms32m"
 JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
-             "light": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xms32m"}
+             "light": _LIGHT,
+             "transform": f"{_LIGHT} {ARROW_JVM_FLAGS}"}
 
 
 # Allocator settings for every process Spark starts for a run (the driver JVM and Python
@@ -184,6 +189,8 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
     # Read by the daemon when it starts (after the JVM, whose environment it inherits).
     os.environ[REGISTRY_ENV] = "1" if schema_registry else "0"
     defaults[f"spark.executorEnv.{REGISTRY_ENV}"] = os.environ[REGISTRY_ENV]
+    if jvm == "transform":  # a cluster's executors turn rows to Arrow and back too
+        defaults.update(executor_java_options(conf, local))
     for key, value in defaults.items():
         spark_conf.setIfMissing(key, value)
     if not submitted():

@@ -6,6 +6,8 @@ contract before anything is read.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pipeline.config import SinkSettings
 from pipeline.errors import ConfigError
@@ -121,3 +123,21 @@ def load_transform(spec: str):
     if not callable(func):
         raise ConfigError(f"sink.transform {spec!r} is not a function")
     return func
+
+
+@contextmanager
+def session_settings(spark, values: dict[str, str]) -> Iterator[None]:
+    """The session's SQL ``values`` for the jobs run inside the block (Spark hands them to
+    the tasks of each job), the values before it back after it: the process may run other
+    work on the same session."""
+    before = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

@@ -204,3 +204,25 @@ def test_no_archive_for_a_jvm_that_is_up_already(jdk_env, monkeypatch):
 
     monkeypatch.setattr(session, "spark_active", lambda: True)
     assert launch.driver_archive(settings(), sql=False) is None
+
+
+def test_a_transform_runs_jvm_keeps_its_archive_under_its_own_flags(jdk_env, monkeypatch):
+    # the Arrow flags (spark/arrow_settings.py) come first, then the archive's options
+    # (the flags are part of the archive's key: key_parts)
+    from pipeline.spark import session
+    from pipeline.spark.session import JVM_FLAGS
+
+    seen = []
+    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
+                        seen.append(conf["spark.driver.extraJavaOptions"]))
+    base = settings()
+    transform = parse_settings({
+        "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "k:9092", "topics": ["t"]},
+        "database": {"url": "postgresql://h/db"},
+        "sink": {"format": "json", "table": "t", "columns": {"id": "long"},
+                 "transform": "m:f"}}, environ={})
+    launch.start_spark(transform)
+    launch.start_spark(base)
+    ours, builtin = seen
+    assert ours.startswith(JVM_FLAGS["transform"] + " -XX:ArchiveClassesAtExit=")
+    assert builtin.startswith(JVM_FLAGS["light"] + " -XX:ArchiveClassesAtExit=")

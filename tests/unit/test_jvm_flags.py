@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.config import parse_settings
 from pipeline.spark import launch, session
+from pipeline.spark.arrow_settings import ARROW_JVM_FLAGS
 from pipeline.spark.session import JVM_FLAGS, spark_conf
 
 
@@ -25,11 +26,11 @@ def no_running_jvm(monkeypatch, tmp_path):
     monkeypatch.setenv("PIPELINE_CLASS_ARCHIVE_DIR", str(tmp_path / "archives"))
 
 
-@pytest.mark.parametrize("transform", [None, "m:f"])
-def test_every_run_starts_its_jvm_with_the_light_flags(monkeypatch, transform):
+@pytest.mark.parametrize("transform, jvm", [(None, "light"), ("m:f", "transform")])
+def test_every_run_starts_its_jvm_with_the_light_flags(monkeypatch, transform, jvm):
     seen = {}
     monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
-                        seen.update(jvm=jvm, registry=schema_registry))
+                        seen.update(jvm=jvm, conf=conf, registry=schema_registry))
     settings = parse_settings({
         "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "k:9092", "topics": ["t"]},
         "database": {"url": "postgresql://h/db"},
@@ -37,9 +38,21 @@ def test_every_run_starts_its_jvm_with_the_light_flags(monkeypatch, transform):
                  **({"transform": transform} if transform else {})}}, environ={})
     launch.start_spark(settings, 2_000_000)
     # A json run's daemon leaves the schema registry client out (executor/daemon.py).
-    assert seen == {"jvm": "light", "registry": False}
-    assert "-XX:TieredStopAtLevel=1" in JVM_FLAGS["light"]
-    assert "-XX:+UseSerialGC" in JVM_FLAGS["light"]
+    assert (seen["jvm"], seen["registry"]) == (jvm, False)
+    for kind in ("light", "transform"):
+        assert "-XX:TieredStopAtLevel=1" in JVM_FLAGS[kind]
+        assert "-XX:+UseSerialGC" in JVM_FLAGS[kind]
+    # the class archive's options come after the run's own flags (spark/class_archive.py)
+    options = seen["conf"].get("spark.driver.extraJavaOptions", JVM_FLAGS[jvm])
+    assert options.startswith(JVM_FLAGS[jvm])
+
+
+def test_a_transforms_jvm_runs_without_arrows_bounds_and_null_checks():
+    # the JVM's round trip of rows through Arrow (spark/arrow_settings.py)
+    assert JVM_FLAGS["transform"].split() == JVM_FLAGS["light"].split() + [
+        "-Darrow.enable_unsafe_memory_access=true", "-Darrow.enable_null_check_for_get=false"]
+    for kind in ("light", "sql"):
+        assert "arrow" not in JVM_FLAGS[kind]
 
 
 def test_an_avro_runs_daemon_preimports_the_schema_registry_client(monkeypatch):
@@ -81,3 +94,16 @@ def test_the_allocator_settings_go_to_the_jvm_and_the_executors(monkeypatch):
     conf = spark_conf("local[2]", mine, jvm="light")
     assert conf.get("spark.executorEnv.MALLOC_ARENA_MAX") == "4"
     assert conf.get("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL") == "jemalloc"
+
+
+def test_a_clusters_executors_get_the_arrow_flags_unless_the_user_set_their_own(monkeypatch):
+    monkeypatch.setattr(session, "check_master_reachable", lambda master: None)
+    key = "spark.executor.extraJavaOptions"
+    cluster = spark_conf("spark://h:7077", {}, jvm="transform")
+    assert cluster.get(key) == ARROW_JVM_FLAGS
+    assert cluster.get("spark.driver.extraJavaOptions") == JVM_FLAGS["transform"]
+    # a local master's executors are the driver JVM; a run without a transform needs none
+    assert spark_conf("local[2]", {}, jvm="transform").get(key) is None
+    assert spark_conf("spark://h:7077", {}, jvm="light").get(key) is None
+    mine = spark_conf("spark://h:7077", {key: "-Xss4m"}, jvm="transform")
+    assert mine.get(key) == "-Xss4m"

@@ -86,3 +86,26 @@ def evens_then_odds(df):
 def shuffled(df):
     """A shuffle: each output partition mixes records of every read task."""
     return df.repartition(3)
+
+
+# What arrow_probe saw, run by run (in-process runs); a CLI run writes it to the file named
+# by TEST_ARROW_PROBE.
+ARROW_SEEN: list[dict] = []
+
+
+def arrow_probe(df):
+    """Changes nothing; records the Arrow settings the transform's job runs with: the
+    session's byte cap per batch and the driver JVM's Arrow checks (system properties)."""
+    import json
+    import os
+
+    spark = df.sparkSession
+    system = spark.sparkContext._jvm.java.lang.System
+    seen = {"maxBytesPerBatch": spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch"),
+            **{p: system.getProperty(p) for p in ("arrow.enable_unsafe_memory_access",
+                                                  "arrow.enable_null_check_for_get")}}
+    ARROW_SEEN.append(seen)
+    if os.environ.get("TEST_ARROW_PROBE"):
+        with open(os.environ["TEST_ARROW_PROBE"], "w") as f:
+            json.dump(seen, f)
+    return df
