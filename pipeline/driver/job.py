@@ -235,8 +235,11 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.topic_literal import TOPIC, proven_literal, with_topic
     from pipeline.spark.transform import apply
+    from pipeline.spark.warm_workers import start_python_workers
     from pipeline.store import tables
 
+    # The executors wait while the driver plans: Spark's Python daemon starts meanwhile.
+    start_python_workers(sc)
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
     tasks = [t if isinstance(t, list) else [t]
