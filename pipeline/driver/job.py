@@ -238,9 +238,9 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.spark.warm_workers import start_python_workers
     from pipeline.store import tables
 
-    # The executors wait while the driver plans: Spark's Python daemon starts meanwhile.
-    start_python_workers(sc)
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
+    # The executors wait while the driver plans: Spark's Python daemon starts meanwhile.
+    start_python_workers(spark)
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
     tasks = [t if isinstance(t, list) else [t]
              for t in pack_ranges(split_ranges(ranges, slots), slots)]
