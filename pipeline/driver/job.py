@@ -230,8 +230,11 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.arrow_settings import writer_sql_conf
     from pipeline.spark.transform import session_settings
+    from pipeline.spark.warm_workers import start_python_workers
 
     spark = SparkSession.builder.getOrCreate()  # on sc, with its conf (UTC session)
+    # The executors wait while the driver plans: Spark's Python daemon starts meanwhile.
+    start_python_workers(spark)
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
     tasks = [t if isinstance(t, list) else [t]
              for t in pack_ranges(split_ranges(ranges, slots), slots)]
