@@ -11,7 +11,7 @@ the COPY text line of formats/arrow_copy.py stores: only a column whose Spark ty
 its Postgres type without a conversion of Postgres's text input is written this way
 (``exact``); anything else (an array, jsonb, a numeric over 18 digits, a double into a
 numeric, a string into a timestamp) keeps the run's rows COPY text, decided on the driver
-before the job (driver/job.stage_transformed).
+before the job (driver/transform_job.stage_transformed).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Spark's Arrow settings for a run with a user transform (issue 25): what the JVM pays per
 row of the Arrow -> rows -> Arrow round trip (executor/feed.py in, executor/stage.py's
 blob_writer out), cut by settings only. Pure planning: the driver applies them
-(spark/launch.py for the JVMs' flags, driver/job.py for the writer's SQL settings).
+(spark/launch.py for the JVMs' flags, driver/transform_job.py for the writer's SQL settings).
 
 Measured (docs/benchmarks.md, "Transform path: Arrow settings and the JIT"):
 

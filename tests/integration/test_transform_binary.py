@@ -1,6 +1,6 @@
 """A transform's rows reach Postgres as COPY binary tuples (formats/arrow_binary.py) when
 every staged column's Spark type is one Postgres takes as it is, else as COPY text lines:
-the driver chooses before the job (job.stage_transformed -> Publisher.choose_wire). Either
+the driver chooses before the job (transform_job.stage_transformed -> Publisher.choose_wire). Either
 way a run stores what the built-in path stores from the same records (its COPY text),
 column for column, dead letters and ledger rows too."""
 

@@ -3,7 +3,7 @@ path's (consume.FEED_BATCH: each batch is held as Messages, columns and an Arrow
 once; docs/benchmarks.md, "Memory of the transform path, round three")."""
 
 from pipeline.config import parse_settings
-from pipeline.driver.job import feed_task
+from pipeline.driver.transform_job import feed_task
 from pipeline.executor.consume import BATCH, QUEUED_MESSAGES, reader_config
 
 
