@@ -20,6 +20,7 @@ from pipeline.config import load_settings, with_overrides
 from pipeline.driver.job import run_ingest
 from tests.helpers import (
     BOOTSTRAP,
+    ROOT,
     TEST_DB_URL,
     create_topic,
     init_db,
@@ -98,7 +99,7 @@ SELECT = ("order_id, placed_at, customer_id, city, customer, lines, tags, quanti
 def test_nested_paths_camel_case_jsonb_and_arrays_land_exactly_and_bad_ones_are_dead(spark):
     topic = create_topic(unique("nested"), 2)
     name = unique("nested")
-    s = load_settings("conf/examples/nested.toml", environ={})
+    s = load_settings(ROOT / "conf/examples/nested.toml", environ={})
     s = init_db(replace(with_overrides(s, topics=(topic,), bootstrap_servers=BOOTSTRAP),
                         name=name, database_url=TEST_DB_URL, sink=replace(s.sink, table=name)))
     assert dict(query(
