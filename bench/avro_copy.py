@@ -15,11 +15,13 @@ import sys
 import tempfile
 import time
 
+from psycopg import sql
+
 from bench.avro_encoder import BATCH, COLUMNS, wire_orders
 from bench.avro_orders import SCHEMA
-from pipeline.formats import copy_binary
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder
+from pipeline.store.copy_in import copy_in
 
 TABLE = """CREATE UNLOGGED TABLE avro_copy_{i} (topic text, partition int, "offset" bigint,
 kafka_timestamp timestamptz, order_id bigint NOT NULL, customer text NOT NULL,
@@ -52,14 +54,7 @@ def copy(conn, i: int, blobs: list, binary: bool) -> float:
         cur.execute("SELECT pg_backend_pid()")
         pid = cur.fetchone()[0]
         before = backend_cpu(pid)
-        with cur.copy(f"COPY avro_copy_{i} ({COPIED}) FROM STDIN"
-                      + (" (FORMAT BINARY)" if binary else "")) as cp:
-            if binary:
-                cp.write(copy_binary.SIGNATURE)
-            for b in blobs:
-                cp.write(b)
-            if binary:
-                cp.write(copy_binary.TRAILER)
+        copy_in(cur, sql.Identifier(f"avro_copy_{i}"), sql.SQL(COPIED), blobs, binary)
         conn.commit()
         spent = backend_cpu(pid) - before
         cur.execute(f"DROP TABLE avro_copy_{i}")

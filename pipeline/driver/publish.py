@@ -38,6 +38,7 @@ from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
 from pipeline.formats import copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.store import Store, tables
+from pipeline.store.copy_in import copy_statement
 from pipeline.store.identifiers import identifiers
 from pipeline.store.run import Run
 
@@ -118,8 +119,7 @@ class Publisher:
         """The results' COPY, in the staged rows' wire: binary tuples (then the stream's
         signature and trailer are ours: the blobs are bare tuples) or text lines."""
         if self._copy_cm is None:
-            cm = self._cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
-                self._target, self.cols, sql.SQL(" (FORMAT BINARY)" if self.binary else "")))
+            cm = self._cur.copy(copy_statement(self._target, self.cols, self.binary))
             self._copy = cm.__enter__()
             self._copy_cm = cm
             if self.binary:
@@ -354,7 +354,7 @@ class Publisher:
     def _tombstones(self) -> None:
         """An upsert sink's tombstones, into the rows' temp table (flagged _tombstone)."""
         cols = identifiers(tables.tombstone_columns(self.sink))
-        with self.conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+        with self.conn.cursor() as cur, cur.copy(copy_statement(
                 sql.Identifier(_ROWS), cols)) as cp, self._reader.begin():
             self._stream(TOMBSTONE, self.parts, cp)
 
@@ -364,7 +364,7 @@ class Publisher:
         store, conn = self.store, self.conn
         store.run(CreateTable(tables.dead_letter_batch(_DEAD)))
         fields = identifiers(c.name for c in tables.DEAD_LETTER_FIELDS)
-        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+        with conn.cursor() as cur, cur.copy(copy_statement(
                 sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
             self._stream(DEAD, self.parts, cp)
         return conn.execute(store.merge_dead_letters_sql(_DEAD, self.run.overwrite),

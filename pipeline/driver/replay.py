@@ -25,9 +25,9 @@ from pipeline.config import Settings
 from pipeline.driver.replay_records import decode, refusal
 from pipeline.driver.report import Timer
 from pipeline.errors import ConfigError
-from pipeline.formats import copy_binary
 from pipeline.plan.offsets import OffsetRange
 from pipeline.store import Store, tables
+from pipeline.store.copy_in import copy_in
 from pipeline.store.dead_letters import REFAILED, DeadLetterFilter
 from pipeline.store.identifiers import identifiers
 from pipeline.store.run import Kind, Run
@@ -169,14 +169,6 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
 
 
 def _copy(conn, table: str, cols, lines: list, binary: bool = False) -> None:
-    if not lines:
-        return
-    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
-            sql.Identifier(table), cols,
-            sql.SQL(" (FORMAT BINARY)" if binary else ""))) as cp:
-        if binary:
-            cp.write(copy_binary.SIGNATURE)
-        for line in lines:
-            cp.write(line)
-        if binary:
-            cp.write(copy_binary.TRAILER)
+    if lines:
+        with conn.cursor() as cur:
+            copy_in(cur, sql.Identifier(table), cols, lines, binary)

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from psycopg import sql
 
+from pipeline.store.copy_in import copy_statement
 from pipeline.store.identifiers import identifiers
 
 
@@ -123,6 +124,6 @@ class Run:
         from pipeline.store import tables  # SQLAlchemy: the driver's side only
 
         columns = tables.staging(self.staging_name).columns
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            self.staging, identifiers(c.name for c in columns))
+        statement = copy_statement(self.staging, identifiers(c.name for c in columns),
+                                   binary=True)
         return statement.as_string(None), [tables.ddl_type(c.type) for c in columns]

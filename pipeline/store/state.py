@@ -10,8 +10,8 @@ from __future__ import annotations
 from psycopg import sql
 from sqlalchemy.schema import CreateTable
 
-from pipeline.formats import copy_binary
 from pipeline.store import tables
+from pipeline.store.copy_in import copy_in
 from pipeline.store.identifiers import identifiers
 from pipeline.store.session import Session
 
@@ -30,21 +30,10 @@ class StateVerification(Session):
         cols = identifiers(c.name for c in tables.written(self.records))
         with conn.cursor() as cur:
             if rows:
-                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(
-                        sql.Identifier(ROWS), cols,
-                        sql.SQL(" (FORMAT BINARY)" if binary else ""))) as cp:
-                    if binary:
-                        cp.write(copy_binary.SIGNATURE)
-                    for line in rows:
-                        cp.write(line)
-                    if binary:
-                        cp.write(copy_binary.TRAILER)
+                copy_in(cur, sql.Identifier(ROWS), cols, rows, binary)
             if tombstones:
-                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
-                        sql.Identifier(ROWS),
-                        identifiers(tables.tombstone_columns(self.sink.settings)))) as cp:
-                    for line in tombstones:
-                        cp.write(line)
+                copy_in(cur, sql.Identifier(ROWS),
+                        identifiers(tables.tombstone_columns(self.sink.settings)), tombstones)
 
     def recompute_state(self) -> list[str]:
         """The state the results table should hold, made from the re-read records by the

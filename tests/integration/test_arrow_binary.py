@@ -18,8 +18,9 @@ import pyarrow.compute as pc
 import pytest
 from psycopg import sql
 
-from pipeline.formats import arrow_binary, arrow_copy, copy_binary
+from pipeline.formats import arrow_binary, arrow_copy
 from pipeline.formats.timestamps import PG_FIRST_MS, TimestampOutOfRange
+from pipeline.store.copy_in import copy_in
 from tests.helpers import TEST_DB_URL
 
 # (name, Postgres type, the Arrow type Spark hands over for the column)
@@ -124,14 +125,7 @@ def _table(conn, name: str, columns) -> None:
 
 
 def _copy(conn, name: str, rows, binary: bool) -> None:
-    with conn.cursor().copy(sql.SQL("COPY {} FROM STDIN{}").format(
-            sql.Identifier(name), sql.SQL(" (FORMAT BINARY)" if binary else ""))) as cp:
-        if binary:
-            cp.write(copy_binary.SIGNATURE)
-        for r in rows:
-            cp.write(r)
-        if binary:
-            cp.write(copy_binary.TRAILER)
+    copy_in(conn.cursor(), sql.Identifier(name), None, rows, binary)
 
 
 def _both(conn, batches, columns=COLUMNS, fixed=None) -> tuple[list, list, bytes, bytes]:

@@ -16,9 +16,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pipeline.formats import copy_binary, paths
+from pipeline.formats import paths
 from pipeline.formats.encode import Encoder
 from pipeline.formats.types import column_type
+from pipeline.store.copy_in import copy_in
 from tests.helpers import TEST_DB_URL
 from tests.unit.test_avro import wire
 from tests.unit.test_avro_rows import COLUMNS, FLAT_COLUMNS, NESTED_COLUMNS, Record, values
@@ -74,14 +75,8 @@ def _stored(conn, columns, text_rows: list[str], binary_rows: list[bytes]) -> tu
     out = []
     for name, rows, binary in (("as_text", text_rows, False), ("as_binary", binary_rows, True)):
         _table(conn, name, columns)
-        with conn.cursor().copy(sql.SQL("COPY {} FROM STDIN{}").format(
-                sql.Identifier(name), sql.SQL(" (FORMAT BINARY)" if binary else ""))) as cp:
-            if binary:
-                cp.write(copy_binary.SIGNATURE)
-            for r in rows:
-                cp.write(r if binary else r.encode())
-            if binary:
-                cp.write(copy_binary.TRAILER)
+        copy_in(conn.cursor(), sql.Identifier(name), None,
+                [r if binary else r.encode() for r in rows], binary)
         got = conn.execute(sql.SQL("SELECT t::text FROM {} AS t ORDER BY \"offset\"").format(
             sql.Identifier(name))).fetchall()
         out.append([r[0] for r in got])
