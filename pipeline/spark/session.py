@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import ConfigError
+from pipeline.spark import numpy_converter
 from pipeline.spark.arrow_settings import ARROW_JVM_FLAGS, executor_java_options
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (pipeline/spark/session.py)
@@ -208,6 +209,7 @@ def get_context(master: str = "local[2]", conf: dict[str, str] | None = None,
     (docs/benchmarks.md). A session created later on this context inherits its conf."""
     from pyspark import SparkContext
 
+    numpy_converter.install()  # before the first JVM call: no pandas on the driver
     sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, kafka_source,
                                              schema_registry))
     sc.setLogLevel("WARN")
@@ -219,6 +221,7 @@ def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
     """Get or create the process's SparkSession (spark-submit's session is reused)."""
     from pyspark.sql import SparkSession
 
+    numpy_converter.install()
     spark = SparkSession.builder.config(
         conf=spark_conf(master, conf, app_name, jvm)).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -229,6 +232,7 @@ def _submitted_master() -> str:
     """spark-submit passes its --master to the driver JVM as the spark.master property."""
     from pyspark import SparkConf, SparkContext
 
+    numpy_converter.install()
     SparkContext._ensure_initialized()  # connects to spark-submit's JVM
     return SparkConf().get("spark.master", "local")
 
