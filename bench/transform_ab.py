@@ -10,9 +10,10 @@ KIND: identity (the default), enrich (conf/examples/transform.toml) or json (no 
 BENCH_SPARK: a [spark] section for both (e.g. a [spark.conf] with JVM flags). BENCH_B_ENV:
 environment settings for B only, as a shell would split them (e.g. "MALLOC_ARENA_MAX=2", or
 JAVA_TOOL_OPTIONS=-Xmx512m): A/B of a setting on one checkout. Each line prints
-CPU-seconds, the peak RSS by kind of process, and the peak of the tree's summed RSS and
-PSS (/proc/<pid>/smaps_rollup, sampled at one instant; PSS counts the pages forked workers
-share once).
+CPU-seconds, ``spark_start`` and the seconds outside the run's own timer (the CLI's
+imports before it, the process's exit after it: wall minus ``total``), the peak RSS by kind
+of process, and the peak of the tree's summed RSS and PSS (/proc/<pid>/smaps_rollup,
+sampled at one instant; PSS counts the pages forked workers share once).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def main(argv: list[str]) -> int:
             print(f"{kind} round {i} {label}: {seconds:.1f} s, {cpu.done():.1f} CPU-s,"
                   f" Postgres {pg:.1f} CPU-s,"
                   f" {rss:.0f} MB, read_and_stage {timings.get('read_and_stage', 0):.1f} s,"
+                  f" spark_start {timings.get('spark_start', 0):.2f} s, outside the run"
+                  f" {seconds - timings.get('total', 0):.2f} s,"
                   f" load {load:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.kinds.items())
                   + "; peak MB " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.rss.items())
                   + f"; tree RSS {cpu.tree_rss:.0f} PSS {cpu.tree_pss:.0f} MB (PSS "

@@ -13,6 +13,7 @@ from pipeline.commands import backfill, dead_letters, lag, offsets, run, runs, u
 from pipeline.commands.args import CommandParser, epilog
 from pipeline.config import MASK_LOGS, load_settings, mask
 from pipeline.errors import EXIT_INTERNAL, PipelineError
+from pipeline.process_exit import skip_final_collection
 
 log = logging.getLogger("pipeline")
 
@@ -67,6 +68,7 @@ def build_parser() -> CommandParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    skip_final_collection()  # the process's last garbage collection: not worth its wait
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -19,7 +19,8 @@ def start_spark(settings: Settings, records: int = 0):
     ``records``: how many the run plans to read (not used: the JVM's flags depend on the
     kind of run only, session.JVM_FLAGS: a transform's also turn Arrow Java's checks off,
     spark/arrow_settings.py)."""
-    from pipeline.spark.session import JVM_FLAGS, get_context
+    from pipeline.spark.driver_jvm import import_while_starting, release_at_exit
+    from pipeline.spark.session import JVM_FLAGS, get_context, spark_active, submitted
 
     try:
         transform = bool(settings.sink.transform)
@@ -35,6 +36,8 @@ def start_spark(settings: Settings, records: int = 0):
         jvm = "transform" if transform else "light"
         archive = driver_archive(settings, transform, jvm)
         conf = settings.spark.conf
+        if transform and not submitted() and not spark_active():
+            import_while_starting()  # what its mapInArrow imports, while the JVM starts
         if archive is not None:
             conf = {**conf, "spark.driver.extraJavaOptions":
                     f"{JVM_FLAGS[jvm]} {archive.options}"}
@@ -49,6 +52,7 @@ def start_spark(settings: Settings, records: int = 0):
                      "Spark install; later runs start faster): %s", archive.directory,
                      extra={"event": "spark.class_archive", "path": str(archive.directory)})
             atexit.register(finish_dump, archive, proc)
+        release_at_exit(sc)  # after finish_dump: runs before it
         return sc
     except PipelineError:
         raise
