@@ -70,11 +70,14 @@ def feeder(spec: FeedTask):
         from pipeline.executor import zip_imports
         from pipeline.executor.worker_imports import allowed, without_pandas
 
+        from pipeline.executor.release import release_memory
+
         zip_imports.install()  # the worker's next tasks start sooner
         with without_pandas(allowed()):
             for batch in batches:
                 for index in batch.column(0).to_pylist():
                     yield from _read_task(spec, index)
+        release_memory()  # this worker may write the next task's blobs (executor/release.py)
 
     return feed
 
