@@ -68,9 +68,8 @@ def feeder(spec: FeedTask):
 
     def feed(batches):
         from pipeline.executor import zip_imports
-        from pipeline.executor.worker_imports import allowed, without_pandas
-
         from pipeline.executor.release import release_memory
+        from pipeline.executor.worker_imports import allowed, without_pandas
 
         zip_imports.install()  # the worker's next tasks start sooner
         with without_pandas(allowed()):
