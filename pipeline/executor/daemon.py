@@ -34,7 +34,6 @@ PREIMPORTS = (
     "pipeline.executor.stage",
     "pipeline.executor.feed",
     "pipeline.executor.task",
-    "pipeline.executor.release",
     "pipeline.formats.encode",
     "pipeline.formats.registry",
     "pipeline.formats.arrow_copy",

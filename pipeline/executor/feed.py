@@ -68,7 +68,6 @@ def feeder(spec: FeedTask):
 
     def feed(batches):
         from pipeline.executor import zip_imports
-        from pipeline.executor.release import release_memory
         from pipeline.executor.worker_imports import allowed, without_pandas
 
         zip_imports.install()  # the worker's next tasks start sooner
@@ -76,7 +75,6 @@ def feeder(spec: FeedTask):
             for batch in batches:
                 for index in batch.column(0).to_pylist():
                     yield from _read_task(spec, index)
-        release_memory()  # this worker may write the next task's blobs (executor/release.py)
 
     return feed
 

@@ -127,7 +127,6 @@ def blob_writer(spec: LineStageTask):
         import pyarrow.compute as pc
 
         from pipeline.executor import zip_imports
-        from pipeline.executor.release import release_memory
         from pipeline.executor.worker_imports import allowed, without_pandas
         if spec.binary:
             from pipeline.formats.arrow_binary import tuples as lines
@@ -163,7 +162,6 @@ def blob_writer(spec: LineStageTask):
 
         with without_pandas(allowed()):  # pyarrow's probe for pandas, ~40 MB a worker
             part, attempt, totals = stage_attempt(spec.target, map(blobs_of, batches))
-        release_memory()  # this worker may read the next task's records (executor/release.py)
         yield pa.RecordBatch.from_pydict(
             {"part": [part], "attempt": [attempt], "rows": [totals[ROW]]},
             schema=pa.schema([("part", pa.int32()), ("attempt", pa.int32()),
