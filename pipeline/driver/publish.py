@@ -43,6 +43,11 @@ from pipeline.store.identifiers import identifiers
 from pipeline.store.run import Run
 
 _ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
+# Staged blobs fetched a round trip at a time: a blob is a writer's batch (~1-2 MB of
+# 10,000 rows), held twice while it is copied (libpq's result and Python's bytes), so four
+# a fetch swung the driver's RSS by ~20 MB at the run's peak, one by ~7 (docs/benchmarks.md,
+# "round four"); the ~200 extra fetches of 2M rows cost no CPU that shows.
+BLOBS_PER_FETCH = 1
 # The results key in a unique violation's detail: Kafka topic names hold no ", ".
 _KEY_DETAIL = re.compile(r'^Key \(topic, "?partition"?, "?offset"?\)=\((.+), (\d+), (\d+)\)')
 
@@ -175,7 +180,7 @@ class Publisher:
         """Feed the chosen attempts' blobs of one kind into an open COPY, one blob at a time
         (read on the second connection: the publishing one is busy with the COPY)."""
         with self._read.cursor(name=f"blobs_{kind}") as cur:
-            cur.itersize = 4
+            cur.itersize = BLOBS_PER_FETCH
             cur.execute(sql.SQL(
                 "SELECT blob FROM {} WHERE kind = %s AND (part, task) IN (SELECT * FROM "
                 "unnest(%s::int[], %s::bigint[])) ORDER BY part, seq").format(self.staging),

@@ -121,4 +121,7 @@ class LineStageTask:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", tuple(self.ranges))
-        object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))
+        # Plain str: the driver's names are SQLAlchemy's quoted_name (store/tables.py), and
+        # unpickling one made every writer worker import SQLAlchemy (~11 MB, ~0.1 CPU-s).
+        object.__setattr__(self, "columns", tuple((str(name), str(pg))
+                                                  for name, pg in self.columns))

@@ -108,6 +108,16 @@ JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
 # (environment or [spark.conf] spark.executorEnv.*) wins.
 PROCESS_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 
+# Spark's memory page for a run with a transform, unless set (spark-submit, [spark.conf]).
+# Spark sizes it from the heap and the cores (8 MB for local[2]'s 1 GB driver) and a hash
+# table takes a whole page for its first row: a transform's broadcast join of a small
+# dimension table (conf/examples/transform.toml: 90 customers) kept an 8 MB long[] live in
+# the driver for the whole run, which tipped its heap over one more full collection and a
+# heap grown by half (JVM 338-351 -> 324-326 MB peak RSS; docs/benchmarks.md, "round four").
+# 1 MB is Spark's own floor for small heaps; a sort or an aggregate over many rows takes
+# more pages, and a record bigger than a page gets a page of its own, as before.
+TRANSFORM_PAGE_SIZE = {"spark.buffer.pageSize": "1m"}
+
 
 # Spark's Python daemon for one machine's workers (spark_conf; executor/daemon.py).
 DAEMON_MODULE = "pipeline.executor.daemon"
@@ -192,6 +202,7 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
     defaults[f"spark.executorEnv.{REGISTRY_ENV}"] = os.environ[REGISTRY_ENV]
     if jvm == "transform":  # a cluster's executors turn rows to Arrow and back too
         defaults.update(executor_java_options(conf, local))
+        defaults.update(TRANSFORM_PAGE_SIZE)
     for key, value in defaults.items():
         spark_conf.setIfMissing(key, value)
     if not submitted():

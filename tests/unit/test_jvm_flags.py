@@ -107,3 +107,15 @@ def test_a_clusters_executors_get_the_arrow_flags_unless_the_user_set_their_own(
     assert spark_conf("spark://h:7077", {}, jvm="light").get(key) is None
     mine = spark_conf("spark://h:7077", {key: "-Xss4m"}, jvm="transform")
     assert mine.get(key) == "-Xss4m"
+
+
+def test_a_transforms_run_takes_small_memory_pages_unless_the_user_set_them(monkeypatch):
+    """A hash table takes a whole Tungsten page for its first row: Spark's own size (8 MB
+    for local[2]) kept the example's 90-customer broadcast join 8 MB of live heap and one
+    more full collection (docs/benchmarks.md, "round four")."""
+    monkeypatch.setattr(session, "check_master_reachable", lambda master: None)
+    key = "spark.buffer.pageSize"
+    assert spark_conf("local[2]", {}, jvm="transform").get(key) == "1m"
+    assert spark_conf("spark://h:7077", {}, jvm="transform").get(key) == "1m"
+    assert spark_conf("local[2]", {}, jvm="light").get(key) is None  # no Tungsten pages
+    assert spark_conf("local[2]", {key: "4m"}, jvm="transform").get(key) == "4m"

@@ -125,3 +125,23 @@ def test_a_failing_batch_commits_nothing(staged):
     with pytest.raises(RuntimeError, match="the read broke"):
         stage_attempt(TARGET, batches())
     assert ("commit",) not in staged and staged[-1] == ("close", False)
+
+
+def test_a_writers_spec_built_from_the_sinks_tables_pickles_without_sqlalchemy():
+    """The driver takes the staged columns from SQLAlchemy's tables, whose names are its
+    quoted_name: pickled as such, every writer worker imported SQLAlchemy to unpickle its
+    spec (~11 MB and ~0.1 CPU-s a worker; docs/benchmarks.md, "round four")."""
+    import tomllib
+    from pathlib import Path
+
+    from pipeline.config import parse_settings
+    from pipeline.store import tables
+
+    example = Path(__file__).resolve().parents[2] / "conf" / "examples" / "transform.toml"
+    sink = parse_settings(tomllib.loads(example.read_text()), environ={}).sink
+    columns = tables.typed(tables.from_record(tables.record_rows(sink)))
+    assert any(type(name) is not str for name, _ in columns)  # what the driver hands over
+    spec = LineStageTask(TARGET, [OffsetRange("t", 0, 5, 9)], tuple(columns), 7, "t", True)
+    assert b"sqlalchemy" not in pickle.dumps(spec)
+    assert spec.columns == tuple((str(n), str(t)) for n, t in columns)
+    assert all(type(n) is str and type(t) is str for n, t in spec.columns)
