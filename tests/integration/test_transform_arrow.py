@@ -1,7 +1,8 @@
-"""A run with a transform runs its job without Spark's per-row Arrow batch-size check and
-its JVM without Arrow Java's bounds and null checks (spark/arrow_settings.py, issue 25);
-a user's own byte cap wins, the session gets its settings back after the run, and records
-of 1-2 MB each, whose batches are then bounded by rows alone, still arrive exactly."""
+"""A run with a transform runs its job with Spark's Arrow batches capped by bytes at our
+cap and its JVM without Arrow Java's bounds and null checks (spark/arrow_settings.py);
+a user's own byte cap wins, the session gets its settings back after the run, records
+of 1-2 MB each arrive exactly, and records as big as Kafka's default largest message fit
+a small driver (the read tasks' batches and the writer's bounded by bytes)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline.driver.job import run_ingest
-from pipeline.spark.arrow_settings import MAX_BYTES_PER_BATCH, UNCHECKED_BYTES
+from pipeline.spark.arrow_settings import BYTES_PER_BATCH, MAX_BYTES_PER_BATCH
 from tests.helpers import (
     BOOTSTRAP,
     create_topic,
@@ -57,7 +58,7 @@ def test_a_transform_runs_job_and_jvm_run_without_the_arrow_checks(stack, tmp_pa
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(probe.read_text()) == {
-        "maxBytesPerBatch": UNCHECKED_BYTES, "arrow.enable_unsafe_memory_access": "true",
+        "maxBytesPerBatch": BYTES_PER_BATCH, "arrow.enable_unsafe_memory_access": "true",
         "arrow.enable_null_check_for_get": "false"}
     assert query(f"SELECT count(*), count(amount), sum(amount), count(placed_at), "
                  f"sum(extract(minute FROM placed_at)) FROM {name}") == [
@@ -97,7 +98,7 @@ def test_a_users_byte_cap_wins_and_the_session_gets_its_value_back(spark):
     assert run_ingest(mine).status == "succeeded"
 
     # this process's JVM is up already: the user's value is Spark's to apply, not ours
-    assert [s["maxBytesPerBatch"] for s in orders.ARROW_SEEN] == [UNCHECKED_BYTES, before]
+    assert [s["maxBytesPerBatch"] for s in orders.ARROW_SEEN] == [BYTES_PER_BATCH, before]
     assert spark.conf.get(MAX_BYTES_PER_BATCH) == before
     for s in (ours, mine):
         assert query(f"SELECT count(*) FROM {s.sink.table}") == [(10,)]
@@ -134,3 +135,34 @@ def test_records_of_one_to_two_mb_arrive_exactly_through_row_bounded_batches(spa
     assert [(a, b, c, float(d)) for a, b, c, d in got] == want
     assert query("SELECT sum(records), sum(rows_written) FROM pipeline_ranges WHERE "
                  "pipeline = %s", (settings.name,)) == [(n, n)]
+
+
+@pytest.mark.slow
+def test_records_of_kafkas_largest_default_size_go_through_a_transform_in_a_small_driver(
+        stack, tmp_path):
+    # Records just under Kafka's default largest message (message.max.bytes, ~1 MB), all on
+    # one partition, through an identity transform in a 512 MB driver JVM: with batches
+    # bounded by rows alone, the writer's one batch of all 300 outgrew the JVM's direct
+    # memory (Arrow's OutOfMemoryException, exit 1 on every run, nothing committed).
+    n, size = 300, 990_000
+    name = unique("arrow_max_message")
+    create_topic(name, partitions=1)
+    p = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True,
+                  "linger.ms": 5})
+    for i in range(n):
+        customer = f"{i}:" + chr(97 + i % 26) * size
+        p.produce(name, key=f"k{i}".encode(), value=json.dumps(
+            {"order_id": i, "customer": customer, "amount": i}).encode())
+        p.poll(0)
+    assert p.flush(60) == 0
+    config = write_config(tmp_path / "p.toml", toml_config(
+        name, [name], extra_sink=f'transform = "{IDENTITY}"')
+        + '[spark.conf]\n"spark.driver.memory" = "512m"\n')
+    init_cli(config)
+
+    proc = run_cli("run", "--config", str(config))
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert query(f"SELECT count(*), sum(order_id), sum(length(customer)), "
+                 f"count(DISTINCT left(customer, 6)) FROM {name}") == [
+        (n, sum(range(n)), sum(len(f"{i}:") + size for i in range(n)), n)]
