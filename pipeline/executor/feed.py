@@ -113,10 +113,26 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
                 if spec.topic is not None:
                     batch = pa.RecordBatch.from_arrays(
                         batch.columns[1:], schema=batch.schema.remove(0))  # topic is first
+                too_big(spec, r, batch)
                 yield from asks.cut(batch)
         for r, h in hashes.items():
             put(Blob(r.topic, r.partition, HASH, h.records, r.from_offset, r.until_offset,
                      h.digest()))
+
+
+def too_big(spec: FeedTask, r, batch) -> None:
+    """Raise a TaskError of kind RESIZE when ``batch``'s rows average more bytes than the
+    job's row-bounded Arrow batches hold (spec.row_bytes_limit): before the batch reaches
+    the JVM, so the job stops before it allocates them; the driver runs it again bounded
+    by bytes (driver/transform_job.py)."""
+    limit = spec.row_bytes_limit
+    if limit is None or batch.nbytes <= limit * len(batch):
+        return
+    from pipeline.executor.task_errors import Kind, TaskError, Where
+
+    raise TaskError(Kind.RESIZE, f"{r}: records of {batch.nbytes // len(batch)} bytes a row "
+                    f"on average, over the {limit} a row-bounded Arrow batch holds",
+                    Where(r.topic, r.partition, r.from_offset, r.until_offset))
 
 
 class ByteBound:

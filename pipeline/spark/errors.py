@@ -55,7 +55,7 @@ _POSTGRES_UNREACHABLE = re.compile(r"psycopg\.(?:errors\.)?(?:OperationalError|A
                                    r": [^\n]*")
 # What a TaskError's kind makes of the run: its class, so its exit code.
 _TASK_ERROR_CLASS = {Kind.TRANSIENT: TransientError, Kind.PERMANENT: DataError,
-                     Kind.CONFIG: ConfigError}
+                     Kind.CONFIG: ConfigError, Kind.RESIZE: TransientError}
 
 
 def classify_spark_error(e: Exception, settings: Settings, ranges: Sequence[OffsetRange] = (),

@@ -37,3 +37,22 @@ def test_one_record_bigger_than_the_bound_is_a_batch_of_its_own():
     bound = ByteBound(5_000, 1_000)
     slices = list(bound.cut(values(3, 5_000)))
     assert [len(s) for s in slices] == [1, 1, 1] and bound() == 1
+
+
+def test_records_too_big_for_row_bounded_batches_stop_the_job_before_the_jvm_sees_them():
+    import pytest
+
+    from pipeline.executor.feed import too_big
+    from pipeline.executor.task import FeedTask
+    from pipeline.executor.task_errors import Kind, TaskError
+    from pipeline.plan.offsets import OffsetRange
+
+    def spec(limit):
+        return FeedTask(None, {}, 1.0, None, (), row_bytes_limit=limit)
+
+    r = OffsetRange("t", 0, 0, 50)
+    too_big(spec(None), r, values(50, 150_000))  # bounded by bytes already: goes on
+    too_big(spec(6_710), r, values(50, 300))  # small records: goes on
+    with pytest.raises(TaskError) as e:
+        too_big(spec(6_710), r, values(50, 150_000))
+    assert e.value.kind == Kind.RESIZE and e.value.message.startswith("t[0] [0, 50): records")
