@@ -13,6 +13,7 @@ EXIT_INTERNAL = 1  # a bug: report it
 EXIT_CONFIG = 2  # permanent: bad config or arguments
 EXIT_DATA = 3  # permanent: data loss, offsets out of range, too many bad records
 EXIT_TERMINATED = 143  # SIGTERM: rolled back, safe to rerun (128 + 15)
+EXIT_INCOMPLETE = 4  # verify: no mismatch found, but not everything in its scope compared
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: broker/database unreachable, concurrent run; retry later
 
 EXIT_CODES = {

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
+from pipeline import faults
 from pipeline.config import Settings
 from pipeline.driver.kafka_records import batches
 from pipeline.driver.ledger_check import LedgerFindings, check_ledger
@@ -193,6 +194,7 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto") -> Ver
             stored = store.stored_offsets()
             writers = store.offset_writers([w for _, w in stored.values() if w is not None])
             for i, ((topic, partition), rs) in enumerate(selected.items(), 1):
+                faults.inject("verify_chunk")
                 report = verify_partition(store, (reader, uncommitted), k.timeout_seconds,
                                           topic, partition, rs, filters,
                                           held.get((topic, partition)),
@@ -260,6 +262,7 @@ def verify_partition(store, readers: tuple[dict, dict | None], timeout: float, t
             # unexpected, which is what they are.
             readable = OffsetRange(topic, partition, kept.from_offset,
                                    max(kept.from_offset, min(kept.until_offset, held.latest)))
+            faults.inject("verify_read")
             found = reconcile(kept, records(reader, readable, timeout),
                               store.offsets_in(store.results, kept),
                               store.offsets_in(dead_letters, kept))
