@@ -21,7 +21,9 @@ EXIT_CODES = {
     EXIT_INTERNAL: "internal error (a bug; nothing committed)",
     EXIT_CONFIG: "permanent: bad configuration or arguments (fix the config, do not retry)",
     EXIT_DATA: "permanent: data problem - lost offsets, offsets beyond the topic, "
-    "too many bad records (fix, then rerun)",
+    "too many bad records; verify: a mismatch (fix, then rerun)",
+    EXIT_INCOMPLETE: "verify only: no mismatch, but not everything in its scope was compared "
+    "(records Kafka no longer holds); narrow the scope (--skip-lost, --from) to what it holds",
     EXIT_TRANSIENT: "transient: Kafka or Postgres unreachable, or another run in the way "
     "(retry later)",
     EXIT_TERMINATED: "terminated by SIGTERM/SIGINT; rolled back, safe to rerun (retry)",
@@ -56,6 +58,14 @@ class DataError(PipelineError):
 
     exit_code = EXIT_DATA
     kind = "data"
+
+
+class IncompleteError(PipelineError):
+    """``pipeline verify`` found no mismatch, but could not compare everything in its scope
+    (records Kafka no longer holds): not a match, and not a retry's to fix."""
+
+    exit_code = EXIT_INCOMPLETE
+    kind = "incomplete"
 
 
 class TransientError(PipelineError):
