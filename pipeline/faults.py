@@ -3,8 +3,9 @@
 Off unless PIPELINE_FAULT is set (read once at import: no cost when off). Format:
 ``PIPELINE_FAULT=<point>:<action>`` with action ``kill`` (SIGKILL our whole process
 group, like an OOM killer or a pulled plug), ``raise`` (an exception at that point),
-``crash`` (SIGSEGV of this process alone: inside a Spark task, a Python worker that dies)
-or ``sleep=<seconds>`` (to let a test send a signal at that moment).
+``crash`` (SIGSEGV of this process alone: inside a Spark task, a Python worker that dies),
+``sleep=<seconds>`` (to let a test send a signal at that moment) or ``wait=<path>`` (pause
+until that file exists, at most 10 minutes: a test acts, then lets the run go on).
 """
 
 from __future__ import annotations
@@ -60,5 +61,10 @@ def inject(point: str) -> None:
         # Tests wait for this line to act at this moment.
         print(f"fault injection: sleeping at {point}", file=sys.stderr, flush=True)
         time.sleep(float(action.split("=", 1)[1]))
+    elif action.startswith("wait="):
+        print(f"fault injection: waiting at {point}", file=sys.stderr, flush=True)
+        go, until = action.split("=", 1)[1], time.monotonic() + 600
+        while not os.path.exists(go) and time.monotonic() < until:
+            time.sleep(0.1)
     else:
         raise InjectedFault(f"injected fault at {point}")
