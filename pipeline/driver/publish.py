@@ -260,6 +260,9 @@ class Publisher:
             rows_written, rows_deleted = self._cur.rowcount, 0
             if any(v.get("deletes") for v in staged.values()):
                 self._tombstones()
+            # The sink's merge lock before any statement on its tables (a reprocess's
+            # clearing of its ranges included).
+            store.sink.lock_merges(conn)
             if run.overwrite:
                 store.clear_ranges(self.ranges)
             if not self.direct:

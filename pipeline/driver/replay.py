@@ -142,6 +142,7 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
                                 "partition": partition, "from": rows[0][2],
                                 "to": rows[-1][2], "replayed": len(d.replayed),
                                 "still_failing": len(d.failing)})
+        store.sink.lock_merges(conn)
         if added := store.add_columns(conn, run.id):  # sink.evolve: with the rows
             store.add_run_details(run.id, {"columns_added": added})
         merged = store.sink.merge(conn, ROWS, run)
