@@ -19,7 +19,7 @@ SINK_FORMATS = ("raw", "json", "avro", "protobuf")
 COLUMN_FORMATS = ("json", "avro", "protobuf")
 SINK_MODES = ("append", "upsert", "aggregate")
 # [sink] evolve: "off" (a column the table lacks is an exit-2 error before reading) or
-# "add_columns" (added in the publishing transaction: pipeline/store/evolve.py).
+# "add_columns" (added by the run, before it reads: pipeline/store/evolve.py).
 Evolve = Literal["off", "add_columns"]
 
 
@@ -113,7 +113,8 @@ def _evolve(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         return sink
     if sink.format not in COLUMN_FORMATS:
         raise ConfigError("'sink.evolve' adds columns declared in [sink.columns]: it is for "
-                          "sink.format = 'json' or 'avro' (a raw table's columns are fixed)")
+                          "sink.format = 'json', 'avro' or 'protobuf' (a raw table's columns "
+                          "are fixed)")
     if sink.mode == "aggregate":
         raise ConfigError(
             "'sink.evolve' = 'add_columns' is refused for sink.mode = 'aggregate': a new "

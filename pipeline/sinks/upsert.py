@@ -132,6 +132,13 @@ class Upsert(Sink):
         return ("; an upsert key found in two partitions keeps its record with the latest "
                 "Kafka timestamp")
 
+    def lock_merges(self, conn: psycopg.Connection) -> None:
+        # A backfill may publish beside the ingest (locks of their own): their merges take
+        # turns, so each one's statements see what the other committed (a tombstone the
+        # other just recorded, say) instead of an older snapshot.
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                     (MERGE_LOCK_CLASS, self.pipeline))
+
     def merge(self, conn: psycopg.Connection, source: str, run: Run) -> Merged:
         sink, results, deleted_table = self.settings, self.results, self.deleted
         src = sql.Identifier(source)
@@ -142,11 +149,7 @@ class Upsert(Sink):
                 sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b),
                                                     k=sql.Identifier(k)) for k in sink.key)
 
-        # A backfill may publish beside the ingest (locks of their own): their merges take
-        # turns, so each one's statements see what the other committed (a tombstone the
-        # other just recorded, say) instead of an older snapshot.
-        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                     (MERGE_LOCK_CLASS, self.pipeline))
+        # The caller holds the merge lock (lock_merges).
         # Newest record per key and partition: one sort (bench/merge_profile.py: 1.2 s for
         # 2M rows). A key normally has one partition, so that is the run's newest per key;
         # count(DISTINCT) is the cheap test. One sort cannot order by ``newer`` (offsets

@@ -80,7 +80,7 @@ class Schema(Evolution):
         read on every run. Extra columns are fine if they may stay NULL or have a default;
         the key must be the mode's (ON CONFLICT needs it). With sink.evolve =
         'add_columns', a declared column the table lacks is no error: it is planned, and
-        added in the publishing transaction (evolve.py)."""
+        added by the run before it reads (evolve.py)."""
         live = self._reflect([t.name for t in self.sink_tables])
         with self.transaction():
             keys = inspect(self.session).get_multi_pk_constraint(
