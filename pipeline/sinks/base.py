@@ -58,6 +58,11 @@ class Sink(ABC):
         """Every table init-db creates for the sink."""
         return [self.results]
 
+    def upgrades(self) -> list[sql.Composable]:
+        """What init-db runs on the sink's tables after creating them: columns of the
+        pipeline's own that a table made by an older version lacks (``info["upgrade"]``)."""
+        return []
+
     def copies_directly(self, run: Run) -> bool:
         """May the run's rows be copied straight into the results table (when the planned
         ranges hold no row yet)? Else they go through a temp table and ``merge``."""

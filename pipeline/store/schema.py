@@ -44,6 +44,8 @@ class Schema(Evolution):
             for table in self.sink_tables:
                 self.session.execute(CreateTable(table, if_not_exists=True))
                 applied.append(f"{self.sink.mode} table {self.settings.schema}.{table.name}")
+            for statement in self.sink.upgrades():
+                conn.execute(statement)
         return applied
 
     def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -105,6 +107,12 @@ class Schema(Evolution):
                 f"({', '.join(want_key)}): point sink.table at a new table and run 'pipeline "
                 "init-db', or rebuild this one by hand; nothing was read")
         want = tables.written(table)
+        older = [c.name for c in want if c.info.get("upgrade") and c.name not in have]
+        if have and older:
+            raise ConfigError(
+                f"table {name} was made by an older version of the pipeline (no "
+                f"{', '.join(older)}): run 'pipeline init-db --config {self.settings.source}' "
+                "to upgrade it (keeps all data); nothing was read")
         fixes = []
         for column in want:
             cname, pg_type = column.name, tables.ddl_type(column.type)
