@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # KAFKA_BOOTSTRAP_SERVERS, which shells export for the same, only as a fallback.
 BOOTSTRAP = (os.environ.get("PIPELINE_TEST_BOOTSTRAP_SERVERS")
              or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or "127.0.0.1:9092")
-TICK = os.sysconf("SC_CLK_TCK")
 DB = os.environ.get("PIPELINE_TEST_DATABASE_URL",
                     "postgresql://postgres@127.0.0.1:5433/pipeline_test")
 PARTITIONS = 4
@@ -45,31 +44,6 @@ class Result:
     seconds: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
     phases: list[dict] = field(default_factory=list)
-
-
-@dataclass
-class Message:
-    """A Kafka record with the confluent-kafka Message methods the Encoder uses, for the
-    benches that time the encoding in one process, without a broker."""
-
-    o: int
-    v: bytes | None
-    ms: int  # the record's timestamp, epoch ms
-
-    def offset(self):
-        return self.o
-
-    def value(self):
-        return self.v
-
-    def key(self):
-        return None
-
-    def headers(self):
-        return None
-
-    def timestamp(self):
-        return (1, self.ms)
 
 
 def produce(topic: str, n: int, value: Callable[[int], bytes] = order) -> None:
@@ -207,22 +181,6 @@ def checkpoint() -> None:
 def drop(table: str) -> None:
     with psycopg.connect(DB, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_offsets")
-
-
-def postgres_cpu() -> float:
-    """CPU-seconds of the stack's Postgres so far: the postmaster's own and its ended
-    children's (it reaps them), plus its live children's (/proc, the same machine)."""
-    with psycopg.connect(DB) as conn:
-        data = conn.execute("SHOW data_directory").fetchone()[0]
-    with open(f"{data}/postmaster.pid") as f:
-        postmaster = int(f.readline())
-    total = 0.0
-    for pid, (ppid, fields, _) in processes().items():
-        if pid == postmaster:
-            total += sum(int(x) for x in fields[11:15]) / TICK
-        elif ppid == postmaster:
-            total += (int(fields[11]) + int(fields[12])) / TICK
-    return total
 
 
 def bench_topic(n: int) -> str:

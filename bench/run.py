@@ -40,8 +40,7 @@ replay, ``pipeline backfill`` of the whole topic on the table the upsert run jus
 may change); aggregate with ``group_by = ["customer"]`` (count, sum, min, max). The append
 and upsert tables are checked like the main table, the aggregate's 97 groups against the
 generator. Its table (with each run's phases and the machine's load before it) goes between
-the bench-modes markers of docs/benchmarks.md. ``python -m bench.merge_profile`` times the
-statements of the upsert and aggregate merges alone.
+the bench-modes markers of docs/benchmarks.md.
 """
 
 from __future__ import annotations

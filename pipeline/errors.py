@@ -13,6 +13,7 @@ EXIT_INTERNAL = 1  # a bug: report it
 EXIT_CONFIG = 2  # permanent: bad config or arguments
 EXIT_DATA = 3  # permanent: data loss, offsets out of range, too many bad records
 EXIT_TERMINATED = 143  # SIGTERM: rolled back, safe to rerun (128 + 15)
+EXIT_INCOMPLETE = 4  # verify: no mismatch found, but not everything in its scope compared
 EXIT_TRANSIENT = 75  # EX_TEMPFAIL: broker/database unreachable, concurrent run; retry later
 
 EXIT_CODES = {
@@ -20,7 +21,9 @@ EXIT_CODES = {
     EXIT_INTERNAL: "internal error (a bug; nothing committed)",
     EXIT_CONFIG: "permanent: bad configuration or arguments (fix the config, do not retry)",
     EXIT_DATA: "permanent: data problem - lost offsets, offsets beyond the topic, "
-    "too many bad records (fix, then rerun)",
+    "too many bad records; verify: a mismatch (fix, then rerun)",
+    EXIT_INCOMPLETE: "verify only: no mismatch, but not everything in its scope was compared "
+    "(records Kafka no longer holds); narrow the scope (--skip-lost, --from) to what it holds",
     EXIT_TRANSIENT: "transient: Kafka or Postgres unreachable, or another run in the way "
     "(retry later)",
     EXIT_TERMINATED: "terminated by SIGTERM/SIGINT; rolled back, safe to rerun (retry)",
@@ -55,6 +58,14 @@ class DataError(PipelineError):
 
     exit_code = EXIT_DATA
     kind = "data"
+
+
+class IncompleteError(PipelineError):
+    """``pipeline verify`` found no mismatch, but could not compare everything in its scope
+    (records Kafka no longer holds): not a match, and not a retry's to fix."""
+
+    exit_code = EXIT_INCOMPLETE
+    kind = "incomplete"
 
 
 class TransientError(PipelineError):

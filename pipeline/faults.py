@@ -4,8 +4,10 @@ Off unless PIPELINE_FAULT is set (read once at import: no cost when off). Format
 ``PIPELINE_FAULT=<point>:<action>`` with action ``kill`` (SIGKILL our whole process
 group, like an OOM killer or a pulled plug), ``raise`` (an exception at that point),
 ``crash`` (SIGSEGV of this process alone: inside a Spark task, a Python worker that dies),
-``sleep=<seconds>`` (to let a test send a signal at that moment) or ``skip`` (inject()
-returns True: the caller skips the work at that point, as a bug that lost it would).
+``sleep=<seconds>`` (to let a test send a signal at that moment), ``wait=<path>`` (block
+until that file exists, at most WAIT_SECONDS: lets a test act at that moment however slow
+the machine, and go on at once when it is done) or ``skip`` (inject() returns True: the
+caller skips the work at that point, as a bug that lost it would).
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ REPLAY_POINTS = (
 LOSS_POINTS = (
     "writer_piece",  # a transform's writer: one piece of rows (a partition's read range)
 )
+# ``pipeline verify``'s points (driver/verify.py; tests/integration/test_verify_scope.py).
+VERIFY_POINTS = (
+    "verify_chunk",  # before a partition's (next) offsets are verified
+    "verify_read",  # Kafka's offsets of the partition known, before its records are read
+)
+WAIT_SECONDS = 300
 
 _SPEC = os.environ.get("PIPELINE_FAULT", "")
 # Spark's Python daemon moves its workers into a process group of their own (setpgid), so
@@ -69,6 +77,12 @@ def inject(point: str) -> bool:
         # Tests wait for this line to act at this moment.
         print(f"fault injection: sleeping at {point}", file=sys.stderr, flush=True)
         time.sleep(float(action.split("=", 1)[1]))
+    elif action.startswith("wait="):
+        path = action.split("=", 1)[1]
+        print(f"fault injection: waiting at {point}", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
     else:
         raise InjectedFault(f"injected fault at {point}")
     return False

@@ -27,7 +27,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if any(f"/{d}/" in str(item.fspath) for d in ("integration", "airflow", "security")):
+        if any(f"/{d}/" in str(item.fspath) for d in ("integration", "airflow", "security", "cdc")):
             item.add_marker(pytest.mark.integration)
 
 

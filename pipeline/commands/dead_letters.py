@@ -89,7 +89,10 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         print(render_table(["partition", "replayed", "still_failing"],
                            [[p, v["replayed"], v["still_failing"]]
                             for p, v in sorted(report.per_partition.items())]))
-    prefix = "dry run (rolled back, nothing changed): would have " if report.dry_run else ""
+    prefix = "dry run (nothing changed, nothing locked): would have " if report.dry_run else ""
+    if report.columns_added:
+        print(f"{'dry run: would add' if report.dry_run else 'added'} column(s) "
+              f"{', '.join(report.columns_added)} to {settings.sink.table} (sink.evolve)")
     print(f"{prefix}replayed {report.replayed} of {report.chosen} dead letters into "
           f"{report.rows_written} rows of {settings.sink.table}"
           + (f" ({report.rows_deleted} deleted)" if report.rows_deleted else "")
@@ -115,11 +118,13 @@ LIST_HELP = ("Count the dead letters by error type and show the newest (--last N
 
 REPLAY_HELP = """\
 Re-decode the chosen dead letters with the current [sink] and write what now succeeds, in
-one transaction under the pipeline's ingest lock (a running ingest makes it exit 75, and
-the other way round). The counts are shown and must be confirmed on a terminal (--yes
-skips the question; without a terminal --yes is required). --dry-run does everything but
-COMMIT and reports what would happen. Refused for a [sink] transform: its rows come from
-Spark SQL and the user's function, not the record format's encoder."""
+one transaction under the pipeline's ingest and backfill locks (a running ingest or
+backfill makes it exit 75, and the other way round). The counts are shown and must be
+confirmed on a terminal (--yes skips the question; without a terminal --yes is required).
+--dry-run reports exactly what would happen and changes nothing: it takes no lock, adds no
+column, and merges into private copies of the rows it would meet. Refused for a [sink]
+transform: its rows come from Spark SQL and the user's function, not the record format's
+encoder."""
 
 EXAMPLES = """\
 examples:
@@ -153,7 +158,7 @@ def register(sub) -> None:
     rp.add_argument("--last", type=POSITIVE, metavar="N",
                     help="only the N newest of the chosen dead letters")
     rp.add_argument("--dry-run", action="store_true",
-                    help="do everything but COMMIT; report what would happen")
+                    help="report what would happen; change nothing, lock nothing")
     rp.add_argument("--yes", action="store_true",
                     help="do not ask for confirmation (needed without a terminal)")
     rp.set_defaults(handler=cmd_replay)

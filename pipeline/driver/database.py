@@ -82,7 +82,15 @@ def _first_line(e: BaseException | str) -> str:
 
 def sort_error(url: str, e: BaseException) -> PipelineError | None:
     """The pipeline's error for a psycopg error, or None (a bug: left as it is)."""
-    if isinstance(e, psycopg.errors.UniqueViolation | psycopg.errors.DeadlockDetected):
+    if isinstance(e, psycopg.errors.DeadlockDetected):
+        # Not a conflict over offsets: two transactions waited for each other's locks and
+        # Postgres ended this one (SQLSTATE 40P01).
+        return TransientError(
+            f"Postgres at {redact_url(url)} ended the run's transaction to break a deadlock "
+            f"with another session ({_first_line(e)}); rolled back, nothing committed - "
+            "retry (a deadlock is a bug of lock order: report it with the server log's "
+            "detail of both sessions)")
+    if isinstance(e, psycopg.errors.UniqueViolation):
         return ConflictError(
             f"another run (a backfill beside the ingest) published rows of the same offsets "
             f"first ({_first_line(e)}); rolled back, nothing written twice - rerun: it keeps "

@@ -96,6 +96,11 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
     signals = signals or StopSignals()
     run_id, kind = run.id, str(run.kind)
     try:
+        if ranges and store.additions:
+            # sink.evolve: before anything is read, in short transactions of their own, so
+            # that readers of the table never queue behind a publishing transaction
+            # (store/evolve.py).
+            store.add_columns(run_id)
         store.create_staging(run)
         sc = None
         if ranges:

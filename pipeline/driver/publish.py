@@ -8,6 +8,10 @@ connection, so Postgres parses and indexes the rows while the executors are stil
 visible to anyone until ``finish()`` has compared-and-set the offsets and committed; any
 error, signal or crash before that rolls everything back.
 
+An offset ends up in one place: a dead letter of an offset the run writes a row for moves
+to pipeline_dead_letters_replayed in the same transaction (as a replay moves it), and a
+record that fails again where a row already is gets no dead letter (invariant 8).
+
 One attempt per Spark task (partition index) is used, chosen when the task is first seen,
 and named by Spark's taskAttemptId (the attempt number restarts at 0 when Spark resubmits
 a stage). A task attempt that committed and was then retried, or whose stage was
@@ -20,6 +24,7 @@ ConfigError naming the transform, never a conflict to retry or a row dropped in 
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -41,6 +46,8 @@ from pipeline.store import Store, tables
 from pipeline.store.copy_in import copy_statement
 from pipeline.store.identifiers import identifiers
 from pipeline.store.run import Run
+
+log = logging.getLogger("pipeline")
 
 _ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
 # Staged blobs fetched a round trip at a time: a blob is a writer's batch (~1-2 MB of
@@ -103,10 +110,9 @@ class Publisher:
             store.set_timeouts(self.conn)
             # A sink that may (append) copies straight into its keyed table when the planned
             # ranges hold no row yet (the usual case); otherwise the rows go through a temp
-            # table and the sink's merge (pipeline/sinks/). So does a run that adds columns
-            # (sink.evolve): its ALTER TABLE comes just before the merge, so that its
-            # exclusive lock on the table lasts from there to COMMIT, not the whole read.
-            self.direct = (store.sink.copies_directly(self.run) and not store.additions
+            # table and the sink's merge (pipeline/sinks/). Columns sink.evolve adds are
+            # there already (driver/job.py added them before the read).
+            self.direct = (store.sink.copies_directly(self.run)
                            and not store.ranges_hold_rows(self.ranges))
             target = store.t(store.results.name) if self.direct else sql.Identifier(_ROWS)
             if not self.direct:
@@ -256,10 +262,11 @@ class Publisher:
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
                topic_ids: dict[str, str] | None = None) -> Published:
-        """Everything after the read: the last blobs, the columns sink.evolve adds and the
-        merge if needed, dead letters, the ledger rows, the offsets compare-and-set and the
-        run row, then COMMIT. A transform's records that it filtered out are staged nowhere:
-        ``filtered`` in the run's per-partition counts and its ledger rows."""
+        """Everything after the read: the last blobs, the merge if needed, the dead letters
+        (those of offsets that are rows now moved out, the run's own written), the ledger
+        rows, the offsets compare-and-set and the run row, then COMMIT. A transform's records
+        that it filtered out are staged nowhere: ``filtered`` in the run's per-partition
+        counts and its ledger rows."""
         store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
@@ -279,12 +286,13 @@ class Publisher:
             rows_written, rows_deleted = self._cur.rowcount, 0
             if any(v.get("deletes") for v in staged.values()):
                 self._tombstones()
+            # The one lock order of every publishing transaction: the sink's merge lock,
+            # the results, the dead-letter lock, the dead letters (store/dead_letters.py).
+            store.sink.lock_merges(conn)
             if run.overwrite:
-                store.clear_ranges(self.ranges)
+                store.clear_rows(self.ranges)
             if not self.direct:
                 self._check_one_row_per_record()
-                if added := store.add_columns(conn, run.id):
-                    store.add_run_details(run.id, {"columns_added": added})
                 merged = store.sink.merge(conn, _ROWS, run)
                 rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
@@ -383,13 +391,41 @@ class Publisher:
             self._stream(TOMBSTONE, self.parts, cp)
 
     def _dead_letters(self, staged_dead: int) -> int:
+        """Under the dead-letter lock: the dead letters of offsets that are rows now move to
+        pipeline_dead_letters_replayed (a backfill or reprocess after a fix of the config, as
+        a replay would); a reprocess clears the rest of its ranges'; then the run's own
+        dead letters, never beside a row. Returns how many the run wrote."""
+        store, conn, run = self.store, self.conn, self.run
+        store.lock_dead_letters(conn)
+        if store.dead_letters_in_ranges(self.ranges):
+            rows = (sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
+                store.t(store.results.name)) if self.direct else
+                sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
+                    sql.Identifier(_ROWS)))
+            if moved := store.move_dead_letters_of_rows(run.id, rows, self.ranges):
+                store.add_run_details(run.id, {"dead_letters_replayed": moved})
+                log.info("run %s: %d dead letters of its ranges are rows now; moved to "
+                         "pipeline_dead_letters_replayed", run.id, moved,
+                         extra={"event": "publish.dead_letters_replayed", "run_id": run.id,
+                                "moved": moved})
+            if run.overwrite:
+                store.clear_dead_letters(self.ranges)
         if not staged_dead:
             return 0
-        store, conn = self.store, self.conn
         store.run(CreateTable(tables.dead_letter_batch(_DEAD)))
         fields = identifiers(c.name for c in tables.DEAD_LETTER_FIELDS)
         with conn.cursor() as cur, cur.copy(copy_statement(
                 sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
             self._stream(DEAD, self.parts, cp)
-        return conn.execute(store.merge_dead_letters_sql(_DEAD, self.run.overwrite),
-                            (store.pipeline, self.run.id)).rowcount
+        kept, first = store.dead_letters_beside_rows(_DEAD)
+        if kept:
+            store.add_run_details(run.id, {"rows_kept_over_dead_letters": kept})
+            log.warning(
+                "run %s: %d records failed again but their offsets already have result rows "
+                "(first: %s); the rows are kept and no dead letter is written - an offset is "
+                "a row or a dead letter, never both ('pipeline backfill --reprocess' replaces "
+                "the rows)", run.id, kept,
+                ", ".join(f"{t}[{p}]@{o}" for t, p, o in first),
+                extra={"event": "publish.rows_kept", "run_id": run.id, "kept": kept})
+        return conn.execute(store.merge_dead_letters_sql(_DEAD, run.overwrite),
+                            (store.pipeline, run.id)).rowcount

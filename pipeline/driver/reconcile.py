@@ -22,7 +22,9 @@ class Findings:
     ``dead_letters``: offsets of the range in each table. A record in exactly one table is
     a match; ``missing`` is a record in neither, ``unexpected`` an offset a table claims
     that is no record in Kafka (a forged row, or an aborted, compacted or transaction-marker
-    offset), ``duplicates`` a record in both tables."""
+    offset), ``duplicates`` a record in both tables. ``gone``: offsets a table claims where a
+    compacted topic holds no record now (compacted away after it was published, which no
+    read tells from a row that never had a record): not compared."""
 
     range: OffsetRange
     expected: int = 0
@@ -31,9 +33,11 @@ class Findings:
     missing: int = 0
     unexpected: int = 0
     duplicates: int = 0
+    gone: int = 0
     missing_offsets: list[int] = field(default_factory=list)
     unexpected_offsets: list[int] = field(default_factory=list)
     duplicate_offsets: list[int] = field(default_factory=list)
+    gone_offsets: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -51,10 +55,11 @@ def _note(kept: list[int], offset: int, keep: int) -> None:
 
 
 def reconcile(r: OffsetRange, kafka: Iterable[int], rows: Iterable[int],
-              dead: Iterable[int], keep: int = KEEP) -> Findings:
+              dead: Iterable[int], keep: int = KEEP, compacted: bool = False) -> Findings:
     """Kafka's record offsets of ``r`` vs the offsets the results table (``rows``) and
     the dead-letter table (``dead``) hold inside ``r``. Each input ascending; an offset
-    repeated inside one table counts as a duplicate."""
+    repeated inside one table counts as a duplicate. ``compacted``: the topic compacts, so
+    an offset claimed with no record may be one compacted away since (``gone``)."""
     f = Findings(r)
     streams = [iter(kafka), iter(rows), iter(dead)]
     heads = [next(s, None) for s in streams]
@@ -76,6 +81,9 @@ def reconcile(r: OffsetRange, kafka: Iterable[int], rows: Iterable[int],
             elif in_rows + in_dead > 1:
                 f.duplicates += 1
                 _note(f.duplicate_offsets, offset, keep)
+        elif compacted:
+            f.gone += 1
+            _note(f.gone_offsets, offset, keep)
         else:
             f.unexpected += 1
             _note(f.unexpected_offsets, offset, keep)
@@ -123,6 +131,25 @@ def clip(ranges: Iterable[OffsetRange], start: int | None, end: int | None
         hi = r.until_offset if end is None else min(r.until_offset, end)
         if hi > lo:
             yield OffsetRange(r.topic, r.partition, lo, hi)
+
+
+def chunk_windows(ranges: Sequence[OffsetRange], start: int, end: int, size: int
+                  ) -> list[tuple[int, int]]:
+    """``[start, end)`` cut into consecutive windows that each hold at most ``size`` offsets
+    of ``ranges`` (ascending, disjoint, inside ``[start, end)``): verify checks one window per
+    snapshot, so no snapshot lasts longer than re-reading ``size`` offsets. The windows cover
+    ``[start, end)`` whole, the last reaching ``end``: a range published after they were cut,
+    or a row no run published, falls in one of them."""
+    bounds = [start]
+    held = 0  # offsets of ``ranges`` since the last bound
+    for r in ranges:
+        lo = r.from_offset
+        while r.until_offset - lo > size - held:
+            lo += size - held
+            bounds.append(lo)
+            held = 0
+        held += r.until_offset - lo
+    return [(lo, hi) for lo, hi in zip(bounds, [*bounds[1:], end], strict=True) if hi > lo]
 
 
 def retained(r: OffsetRange, earliest: int) -> tuple[OffsetRange | None, OffsetRange | None]:

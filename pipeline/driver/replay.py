@@ -6,8 +6,14 @@ fail their new reason, and write the run row (kind 'replay').
 
 Exactly once: the dead letters are locked (FOR UPDATE) and leave the table in the very
 transaction that writes their rows, so a second replay finds only what still fails, and a
-crash before COMMIT leaves everything as it was. The run holds the pipeline's ingest lock
-(store/run.py FAMILIES): it takes turns with the scheduled ingest.
+crash before COMMIT leaves everything as it was. The run holds the pipeline's ingest and
+backfill locks (store/run.py FAMILIES): it takes turns with the scheduled ingest and with
+backfills, which also write rows and dead letters of old offsets. Columns sink.evolve adds
+come first, in a short transaction of their own (store/evolve.py).
+
+A dry run takes no lock and changes nothing: it reads the chosen dead letters without FOR
+UPDATE, and merges into private copies of the rows the merge would meet (store/shadow.py),
+with the columns evolve would add; then rolls back. Its counts are the real run's.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from pipeline.store.run import Kind, Run
 log = logging.getLogger("pipeline")
 
 ROWS = "_replay_rows"  # temp table: the replayed rows, merged by the sink
+# The locks a replay holds: the ingest's and the backfills' (both write rows and dead letters).
+REPLAY_FAMILIES = ("ingest", "backfill")
 
 
 @dataclass
@@ -43,6 +51,7 @@ class ReplayReport:
     run_id: int | None
     dry_run: bool
     chosen: int = 0
+    columns_added: list[str] = field(default_factory=list)  # sink.evolve (would add)
     replayed: int = 0
     still_failing: int = 0
     reasons_changed: int = 0
@@ -56,7 +65,7 @@ class ReplayReport:
 
 
 class _DryRun(Exception):
-    """Rolls the replay's transaction back after it has done everything but COMMIT."""
+    """Rolls a dry run's transaction back once its counts are known."""
 
 
 def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
@@ -67,19 +76,21 @@ def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
     with Store(settings) as store:
         store.check_schema()
         store.check_results_table()  # the fixed config's columns must be the table's
-        if dry_run:  # no lock, no run row: everything but COMMIT, then rolled back
+        if dry_run:  # no lock, no run row, no ALTER: computed, then rolled back
             run = Run(0, Kind.REPLAY, settings.name, settings.schema)
             report = ReplayReport(settings.name, None, True)
             try:
                 _replay(store, settings, run, f, report, timer)
-            except _DryRun:
-                pass
+            except _DryRun:  # as the replay: columns only if it has dead letters to replay
+                report.columns_added = [a.column for a in store.missing_additions()]
             return report
-        store.lock_or_fail("dead-letter replay")
-        store.abandon_stale_runs()
+        store.lock_or_fail("dead-letter replay", families=REPLAY_FAMILIES)
+        store.abandon_stale_runs(REPLAY_FAMILIES)
         run = store.start_run(Kind.REPLAY, details={"filters": f.as_dict()})
         report = ReplayReport(settings.name, run.id, False)
         try:
+            if store.additions and store.dead_letter_counts(f):  # sink.evolve, on its own
+                report.columns_added = store.add_columns(run.id)
             _replay(store, settings, run, f, report, timer)
         except BaseException as e:
             try:
@@ -102,16 +113,16 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
     from pipeline.executor.task_errors import TaskError
     from pipeline.spark.errors import task_error
 
-    sink = settings.sink
+    sink, dry = settings.sink, report.dry_run
     # The executors' encoder, built as job.stage_ranges builds it: the same rows.
     encoder = EncoderSettings.for_settings(settings, run.id).encoder()
     with store.transaction() as conn:
         store.set_timeouts(conn)
-        report.chosen = store.choose_dead_letters(f)
+        report.chosen = store.choose_dead_letters(f, lock=not dry)
         if not report.chosen:
             log.info("replay: no dead letter of pipeline '%s' matches %s", settings.name,
                      f.as_dict() or "(all)")
-            if not report.dry_run:
+            if not dry:
                 store.finish_noop(run.id, timer.as_dict())
             return
         store.run(CreateTable(tables.record_batch(sink, ROWS)))
@@ -142,29 +153,36 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
                                 "partition": partition, "from": rows[0][2],
                                 "to": rows[-1][2], "replayed": len(d.replayed),
                                 "still_failing": len(d.failing)})
-        if added := store.add_columns(conn, run.id):  # sink.evolve: with the rows
-            store.add_run_details(run.id, {"columns_added": added})
-        merged = store.sink.merge(conn, ROWS, run)
+        if dry:  # the sink's own merge, into private copies: the real run's counts
+            merged = store.shadow_sink(conn, ROWS).merge(conn, ROWS, run)
+        else:  # the one lock order: merge lock, results, dead-letter lock, dead letters
+            store.sink.lock_merges(conn)
+            merged = store.sink.merge(conn, ROWS, run)
         report.rows_written, report.rows_deleted = merged.rows, merged.deleted
-        report.replayed = store.move_replayed(run.id)
-        report.reasons_changed = store.update_refailed()
-        report.still_failing = report.chosen - report.replayed
         report.still_failing_by_type = dict(conn.execute(sql.SQL(
             "SELECT error_type, count(*) FROM {} GROUP BY 1 ORDER BY 2 DESC").format(
                 sql.Identifier(REFAILED))).fetchall())
-        faults.inject("replay_before_commit")
-        if report.dry_run:
+        if dry:
+            report.replayed = store.count_replayed()
+            report.reasons_changed = store.count_refailed_changed()
+            report.still_failing = report.chosen - report.replayed
             raise _DryRun
+        store.lock_dead_letters(conn)
+        report.replayed = store.move_replayed(run.id)
+        report.reasons_changed = store.update_refailed()
+        report.still_failing = report.chosen - report.replayed
+        faults.inject("replay_before_commit")
         timer.lap("replay")
         store.set_planned(run.id, [OffsetRange(t, p, lo, hi + 1)
                                    for (t, p), (lo, hi) in sorted(spans.items())])
+        store.add_run_details(run.id, {"replayed": report.replayed,
+                                       "reasons_changed": report.reasons_changed,
+                                       "still_failing_by_type": report.still_failing_by_type})
+        # Last: its finished_at is the clock's as the transaction ends.
         store.succeed_run(run, records_read=report.chosen, rows_written=merged.rows,
                           dead_letters=report.still_failing,
                           per_partition=report.per_partition, timings=timer.as_dict(),
                           rows_deleted=merged.deleted)
-        store.add_run_details(run.id, {"replayed": report.replayed,
-                                       "reasons_changed": report.reasons_changed,
-                                       "still_failing_by_type": report.still_failing_by_type})
     # COMMIT: the rows, the moved and updated dead letters and the run row, at once.
 
 

@@ -7,8 +7,14 @@ as the executors encode it (formats.encode.Encoder: the same rows, dead letters 
 tombstones) and streamed into a temporary table; Postgres then computes the newest record
 per key (upsert) or the totals per group (aggregate) and compares them with the table both
 ways (store/state.py). One REPEATABLE READ transaction: the run rows and the table as of one
-moment. The state can only be recomputed from every record published: when retention has
-deleted some, nothing is compared and the report says why."""
+moment.
+
+Records Kafka no longer holds (retention, a partition gone) are not re-read: the rows they
+made are left out of the comparison, and, for a table that is the whole state (upsert), so
+are the keys such rows or tombstones name (the lost record may be newer than any re-read);
+the partitions they were in are "incomplete" (driver/verdict.py) unless --skip-lost left
+them out of the scope. Totals (aggregate) include every record: one lost, and nothing is
+compared."""
 
 from __future__ import annotations
 
@@ -16,8 +22,9 @@ import logging
 from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Settings
-from pipeline.driver.reconcile import published
-from pipeline.errors import ConfigError
+from pipeline.driver.reconcile import published, retained
+from pipeline.driver.verdict import MATCH, verdict
+from pipeline.errors import ConfigError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +40,59 @@ class StateReport:
     unexpected: int = 0  # table rows the state does not make
     missing_keys: list[list[str]] = field(default_factory=list)
     unexpected_keys: list[list[str]] = field(default_factory=list)
-    not_verifiable: list[dict] = field(default_factory=list)  # {topic, partition, why}
+    # Published records Kafka no longer holds: {topic, partition, from, until, why}
+    # (partition, from and until None: a whole topic), and the table rows they made.
+    not_compared: list[dict] = field(default_factory=list)
+    rows_not_compared: int = 0
+    # Why nothing could be compared at all (totals that include a lost record), if so.
+    nothing_compared: str | None = None
+    partitions: list[dict] = field(default_factory=list)  # {topic, partition, ..., verdict}
+    skip_lost: bool = False
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.missing or self.unexpected)
+
+    @property
+    def verdict(self) -> str:
+        if self.nothing_compared and not self.differs:
+            return verdict(False, True)  # --skip-lost cannot take a record out of a total
+        return verdict(self.differs, bool(self.not_compared), self.skip_lost)
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.unexpected)
+        return self.verdict == MATCH
 
     @property
     def compared(self) -> bool:
-        return not self.not_verifiable
+        """Everything in the scope was compared."""
+        return not (self.not_compared or self.nothing_compared)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "ok": self.ok, "compared": self.compared}
+        return {**asdict(self), "verdict": self.verdict, "ok": self.ok,
+                "compared": self.compared}
+
+    def by_partition(self, scope, records: dict, found: dict) -> None:
+        """Each partition's verdict: ``scope``, the partitions published; ``records``, how
+        many each gave; ``found``, the differences per partition (store/state.py; none
+        when rows do not name their records: totals mix the partitions)."""
+        gone: dict = {}
+        for n in self.not_compared:
+            gone.setdefault((n["topic"], n["partition"]), []).append(
+                {k: n[k] for k in ("from", "until", "why")})
+        named = {tp for side in ("missing", "unexpected")
+                 for tp in found.get(f"{side}_by_partition", {})}
+        for t, p in sorted(set(scope) | named):
+            part = {"topic": t, "partition": p, "records": records.get((t, p), 0),
+                    "not_compared": gone.get((t, p), []) + gone.get((t, None), [])}
+            if "missing_by_partition" in found:
+                part["missing"] = found["missing_by_partition"].get((t, p), 0)
+                part["unexpected"] = found["unexpected_by_partition"].get((t, p), 0)
+                part["verdict"] = verdict(bool(part["missing"] or part["unexpected"]),
+                                          bool(part["not_compared"]), self.skip_lost)
+            else:  # totals: the table's verdict is every partition's
+                part["verdict"] = self.verdict
+            self.partitions.append(part)
 
 
 def check_filters(settings: Settings, partition, from_offset, to_offset,
@@ -62,22 +110,22 @@ def check_filters(settings: Settings, partition, from_offset, to_offset,
 
 
 def run_state_verify(settings: Settings, topic: str | None = None,
-                     filters=None) -> StateReport:
+                     filters=None, skip_lost: bool = False) -> StateReport:
     """``filters`` (driver/verify.Filters): an append sink's window (``verify --values``);
-    its rows are compared one by one, so any window is a true part of its state."""
+    its rows are compared one by one, so any window is a true part of its state.
+    ``skip_lost``: what Kafka no longer holds is out of the scope (listed, not a verdict)."""
     from pipeline.driver.kafka_meta import KafkaMeta
-    from pipeline.driver.kafka_records import batches
     from pipeline.driver.reconcile import clip
     from pipeline.driver.verify import kafka_offsets
     from pipeline.executor.consume import reader_config
     from pipeline.executor.task import EncoderSettings
-    from pipeline.plan.offsets import OffsetRange
     from pipeline.store import Store
 
     k, sink = settings.kafka, settings.sink
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
     encoder = EncoderSettings.for_settings(settings, 0).encoder()
-    report = StateReport(settings.name, sink.mode)
+    report = StateReport(settings.name, sink.mode, skip_lost=skip_lost)
+    meta = KafkaMeta(k)
     with Store(settings) as store:
         store.check_schema()
         with store.transaction() as conn:
@@ -89,8 +137,8 @@ def run_state_verify(settings: Settings, topic: str | None = None,
             if store.sink.state_keeps_recreated_topics:
                 # Totals kept through a topic's recreation count the old topic's records,
                 # which Kafka no longer holds (sinks/aggregate.py).
-                report.not_verifiable += [
-                    {"topic": t, "partition": None,
+                report.not_compared += [
+                    {"topic": t, "partition": None, "from": None, "until": None,
                      "why": "the totals include records of the topic before it was "
                             "recreated"} for t in sorted(archived)
                     if t in settings.kafka.topics and topic in (None, t)]
@@ -102,32 +150,88 @@ def run_state_verify(settings: Settings, topic: str | None = None,
                           if filters.partition in (None, tp[1])
                           for w in [filters.window(*tp)]}
                 ranges = {tp: rs for tp, rs in ranges.items() if rs}
-            held = kafka_offsets(KafkaMeta(k), sorted({t for t, _ in ranges}))
+            held = kafka_offsets(meta, sorted({t for t, _ in ranges}))
             for (t, p), rs in ranges.items():
-                h = held.get((t, p))
-                if h is None or h.earliest > rs[0].from_offset:
-                    report.not_verifiable.append({
-                        "topic": t, "partition": p,
-                        "why": "partition no longer in Kafka" if h is None else
-                        f"records before offset {h.earliest} deleted by retention"})
-            if report.not_verifiable:
-                return report
-            store.state_scratch()
-            for (t, p), rs in ranges.items():
-                for r in rs:
-                    end = min(r.until_offset, held[(t, p)].latest)
-                    if end <= r.from_offset:
-                        continue
-                    for batch in batches(reader, OffsetRange(t, p, r.from_offset, end),
-                                         k.timeout_seconds):
-                        rows, _, tombstones = encoder.encode(t, p, batch)
-                        store.copy_records(rows, tombstones, encoder.binary)
-                        report.records += len(batch)
-            columns = store.recompute_state()
-            for name, value in store.state_differences(columns).items():
-                setattr(report, name, value)
+                report.not_compared += lost(t, p, rs, held.get((t, p)))
+            records: dict = {}
+            found: dict = {}
+            if report.not_compared and not store.names_records():
+                report.nothing_compared = (
+                    f"the {sink.mode} table's {'totals' if sink.mode == 'aggregate' else 'rows'}"
+                    " are made from every record published, and Kafka no longer holds some")
+            else:
+                store.state_scratch()
+                for (t, p), rs in ranges.items():
+                    records[(t, p)] = reread(store, meta, reader, encoder, k.timeout_seconds,
+                                             t, p, rs, held.get((t, p)), report)
+                report.records = sum(records.values())
+                lost_ranges = [(n["topic"], n["partition"], n["from"], n["until"])
+                               for n in report.not_compared if n["partition"] is not None]
+                if lost_ranges:
+                    report.rows_not_compared = store.leave_out(lost_ranges)
+                columns = store.recompute_state()
+                found = store.state_differences(columns, bool(lost_ranges))
+                for name in ("state_rows", "table_rows", "missing", "unexpected",
+                             "missing_keys", "unexpected_keys"):
+                    setattr(report, name, found[name])
+            report.by_partition(ranges, records, found)
     log.info("verify %s (%s): %d records make %d rows, the table holds %d: %s",
              settings.name, sink.mode, report.records, report.state_rows, report.table_rows,
-             "match" if report.ok else "MISMATCH", extra={"event": "verify.state",
-                                                           "ok": report.ok})
+             report.verdict, extra={"event": "verify.state", "verdict": report.verdict})
     return report
+
+
+def lost(topic: str, partition: int, ranges, held) -> list[dict]:
+    """The published ``ranges`` of a partition Kafka no longer holds (``held``: its offsets
+    now, None: the partition is gone)."""
+    out = []
+    for r in ranges:
+        deleted = r if held is None else retained(r, held.earliest)[0]
+        if deleted:
+            out.append({"topic": topic, "partition": partition, "from": deleted.from_offset,
+                        "until": deleted.until_offset, "why": "partition no longer in Kafka"
+                        if held is None else "deleted by retention"})
+    return out
+
+
+def reread(store, meta, reader, encoder, timeout: float, topic: str, partition: int,
+           ranges, held, report: StateReport, tries: int = 3) -> int:
+    """The records Kafka holds of the partition's published ``ranges``, encoded into the
+    temp table; how many. Retention deleting records while they are read: the partition is
+    read again from where its log starts now (what it took joins ``report.not_compared``)."""
+    from pipeline.driver.verify import partition_offsets
+
+    for attempt in range(1, tries + 1):
+        try:
+            return _copy_held(store, reader, encoder, timeout, topic, partition, ranges, held)
+        except TransientError as e:
+            now = partition_offsets(meta, topic, partition)
+            if held is None or now is None or now.earliest <= held.earliest:
+                raise  # not retention: Kafka unreachable, say
+            if attempt == tries:
+                raise TransientError(
+                    f"verify: retention deleted records of {topic}[{partition}] while verify "
+                    f"read them, {tries} times over ({e.message}); verify again later") from None
+            store.forget_records(topic, partition)
+            report.not_compared = [n for n in report.not_compared
+                                   if (n["topic"], n["partition"]) != (topic, partition)]
+            report.not_compared += lost(topic, partition, ranges, now)
+            held = now
+    raise AssertionError("unreachable")
+
+
+def _copy_held(store, reader, encoder, timeout: float, topic: str, partition: int, ranges,
+               held) -> int:
+    from pipeline.driver.kafka_records import batches
+    from pipeline.plan.offsets import OffsetRange
+
+    n = 0
+    for r in ranges if held is not None else []:
+        start, end = max(r.from_offset, held.earliest), min(r.until_offset, held.latest)
+        if end <= start:
+            continue
+        for batch in batches(reader, OffsetRange(topic, partition, start, end), timeout):
+            rows, _, tombstones = encoder.encode(topic, partition, batch)
+            store.copy_records(rows, tombstones, encoder.binary)
+            n += len(batch)
+    return n

@@ -36,13 +36,15 @@ class EncoderSettings:
     """How a read task turns records into rows (formats.encode.Encoder): the sink's format,
     the declared (name, type, required, source path) columns (formats/paths.py), the run id
     every row carries, an upsert sink's key columns when a null value deletes its key (else
-    empty), and where the avro format's writer schemas come from."""
+    empty), where the avro format's writer schemas come from, and whether a change event's
+    truncate deletes every key ([sink] truncate = "apply")."""
 
     format: str
     columns: tuple[tuple, ...]
     run_id: int
     tombstone_key: tuple[str, ...] = ()
     schemas: SchemaSource | None = None
+    truncate: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))
@@ -55,7 +57,8 @@ class EncoderSettings:
         sink = settings.sink
         return cls(sink.record_format,
                    tuple((c.name, c.type, c.required, c.source) for c in sink.columns),
-                   run_id, sink.key if sink.deletes else (), settings.schema_registry)
+                   run_id, sink.key if sink.deletes else (), settings.schema_registry,
+                   sink.truncate == "apply")
 
     def encoder(self, text_rows: bool = False):
         """``text_rows``: a transform's feed (feed.py), which reads COPY text rows into
@@ -64,7 +67,7 @@ class EncoderSettings:
         from pipeline.formats.encode import Encoder
 
         return Encoder(self.format, self.columns, self.run_id, self.tombstone_key,
-                       self.schemas, text_rows=text_rows)
+                       self.schemas, text_rows=text_rows, truncate=self.truncate)
 
 
 @dataclass(frozen=True)

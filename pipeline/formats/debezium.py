@@ -7,15 +7,26 @@ Kafka Connect's schema envelope ``{"schema", "payload"}``. ``op`` c (create), r 
 read) and u (update) upsert the ``after`` image, read by the declared columns (their paths
 are relative to the image) with the JSON format's rules; d (delete) deletes the row its
 ``before`` image names (else the Kafka key's), as a tombstone does; the tombstone Debezium
-writes after a delete deletes the same key again, which changes nothing. The upsert sink
-keeps the newest change per key by offset, so a replay changes nothing.
+writes after a delete deletes the same key again, which changes nothing. t (truncate) is a
+dead letter, or with ``[sink] truncate = "apply"`` a deletion of every key (a tombstone
+line whose key fields are NULL: sinks/upsert.py places it among the changes around it). The
+upsert sink keeps the newest change per key (sinks/upsert.newer), so a replay changes
+nothing.
+
+An update under ``REPLICA IDENTITY DEFAULT`` leaves an unchanged TOASTed column out: Debezium
+sends its placeholder instead (``__debezium_unavailable_value``; a bytea column's bytes
+base64, an array's one element). Such a column is written NULL and named in the row's
+``_unavailable`` field (COPY text of a text[]), and the merge keeps the value the row had.
 
 With the schema envelope, Debezium's encodings of dates, timestamps and decimals (days,
 epoch milli/micro/nanoseconds, base64 unscaled bytes) are decoded by the schema's
 semantic type names before the column rules apply (a Kafka key's too, by the key's own
 schema: a delete names the row as its create wrote it); without it a value is taken as the JSON
 it is (so declare such a field ``long``, or have Debezium write ISO strings:
-``time.precision.mode = connect`` does not, ``ZonedTimestamp`` does).
+``time.precision.mode = connect`` does not, ``ZonedTimestamp`` does). A NUMERIC without
+precision (io.debezium.data.VariableScaleDecimal, ``{"scale": s, "value": base64}``) is
+decoded into a decimal column by its schema name, or without the schema envelope by that
+shape.
 """
 
 from __future__ import annotations
@@ -30,9 +41,19 @@ from pipeline.formats.copy_text import TEXT, Unstorable
 from pipeline.formats.documents import json_text
 from pipeline.formats.json_format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
+from pipeline.formats.tombstones import EVERY_KEY
+from pipeline.formats.types import column_type
 
 UPSERTS = ("c", "r", "u")
 DELETE = "d"
+TRUNCATE = "t"
+# What Debezium sends for an unchanged TOASTed column (its unavailable.value.placeholder),
+# as a string, as a bytea column's bytes (base64 in JSON, bytes in Avro).
+UNAVAILABLE = "__debezium_unavailable_value"
+UNAVAILABLE_BASE64 = base64.b64encode(UNAVAILABLE.encode()).decode()
+_UNAVAILABLE_FORMS = (UNAVAILABLE, UNAVAILABLE_BASE64, UNAVAILABLE.encode())
+# Bytes one of those forms leaves in a raw JSON or Avro value: the cheap test first.
+UNAVAILABLE_MARKS = (UNAVAILABLE.encode(), UNAVAILABLE_BASE64[:36].encode())
 _DAY0 = date(1970, 1, 1)
 # Debezium's and Kafka Connect's semantic types: a JSON value -> what the column rules read.
 EPOCH_UNITS = {"io.debezium.time.Timestamp": 1_000,
@@ -41,6 +62,7 @@ EPOCH_UNITS = {"io.debezium.time.Timestamp": 1_000,
                 "io.debezium.time.NanoTimestamp": 1_000_000_000}
 DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
+VARIABLE_SCALE = "io.debezium.data.VariableScaleDecimal"
 
 
 class NotAChange(ValueError):
@@ -71,14 +93,53 @@ def _struct_fields(schema) -> dict[str, dict]:
     return {f.get("field"): f for f in schema.get("fields") or () if type(f) is dict}
 
 
+def variable_scale(x) -> Decimal:
+    """io.debezium.data.VariableScaleDecimal: {scale, value: the unscaled big-endian two's
+    complement bytes (base64 in JSON)} -> its Decimal; raises ValueError, KeyError,
+    TypeError."""
+    value = x["value"]
+    if type(value) is str:
+        value = base64.b64decode(value, validate=True)
+    if type(value) is not bytes or type(x["scale"]) is not int:
+        raise TypeError("not a VariableScaleDecimal")
+    return Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-x["scale"])
+
+
+def is_unavailable(x) -> bool:
+    """Debezium's placeholder of an unchanged TOASTed value (an array's: as its one
+    element)."""
+    if type(x) is list:
+        return len(x) == 1 and x[0] in _UNAVAILABLE_FORMS
+    return (type(x) is str or type(x) is bytes) and x in _UNAVAILABLE_FORMS
+
+
+def unavailable(image: dict, columns: Sequence[tuple]) -> tuple[dict, list[str]]:
+    """(the image with its placeholder values None, the names of the columns that read
+    one); ``columns``: (name, ..., path) of the non-key columns. A column read at a path
+    under a placeholder is unavailable too."""
+    names, out = [], image
+    for name, *_, path in columns:
+        try:
+            x = paths.lookup(image, path)
+        except paths.NotAnObject as e:
+            x = e.value
+        if x is not None and is_unavailable(x):
+            if out is image:
+                out = dict(image)
+            names.append(name)
+            out[path[0]] = None
+    return out, names
+
+
 def decode(image: dict, fields: dict[str, dict]) -> dict:
     """The image with Debezium's semantic encodings decoded (a value that does not fit its
-    semantic type is left as it is: the column rule then refuses it)."""
+    semantic type is left as it is: the column rule then refuses it; so is the placeholder
+    of an unavailable value)."""
     out = dict(image)
     for name, f in fields.items():
         x = out.get(name)
         kind = f.get("name")
-        if x is None or kind is None:
+        if x is None or kind is None or x == UNAVAILABLE_BASE64:
             continue
         try:
             if kind in EPOCH_UNITS and type(x) is int:
@@ -94,13 +155,41 @@ def decode(image: dict, fields: dict[str, dict]) -> dict:
                 unscaled = int.from_bytes(base64.b64decode(x, validate=True), "big",
                                           signed=True)
                 out[name] = Decimal(unscaled).scaleb(-scale)
-        except (ValueError, OverflowError, TypeError):
+            elif kind == VARIABLE_SCALE and type(x) is dict:
+                out[name] = variable_scale(x)
+        except (ValueError, OverflowError, TypeError, KeyError):
             continue
     return out
 
 
-def change(doc) -> tuple[str, dict | None, dict | None]:
-    """(op, after, before) of a parsed value; raises NotAChange."""
+def variable_scale_by_shape(image: dict, columns: Sequence[tuple]) -> dict:
+    """Without the schema envelope: a decimal column's ``{"scale": s, "value": base64}``
+    (exactly those keys) decoded as a VariableScaleDecimal."""
+    out = image
+    for _, path in columns:
+        try:
+            x = paths.lookup(image, path)
+        except paths.NotAnObject:
+            continue
+        if type(x) is dict and x.keys() == {"scale", "value"}:
+            try:
+                value = variable_scale(x)
+            except (ValueError, TypeError, KeyError):
+                continue
+            out = _replaced(out, path, value)
+    return out
+
+
+def _replaced(doc: dict, path: Sequence[str], value) -> dict:
+    """``doc`` with ``value`` at ``path`` (the objects on the way copied, not changed)."""
+    out = dict(doc)
+    out[path[0]] = value if len(path) == 1 else _replaced(doc[path[0]], path[1:], value)
+    return out
+
+
+def change(doc, truncate: bool = False) -> tuple[str, dict | None, dict | None]:
+    """(op, after, before) of a parsed value; ``truncate``: op t is one ([sink] truncate =
+    "apply"); raises NotAChange."""
     doc, schema = unwrap(doc)
     if type(doc) is not dict or type(doc.get("op")) is not str:
         raise NotAChange("not_a_change_event", "value is not a Debezium change event (no "
@@ -114,9 +203,10 @@ def change(doc) -> tuple[str, dict | None, dict | None]:
         images[image] = decode(x, _image_schema(schema, image)) if x and schema else x
     if op in UPSERTS and images["after"] is None:
         raise NotAChange("not_a_change_event", f"op '{op}' without an 'after' image")
-    if op not in UPSERTS and op != DELETE:
+    if op not in UPSERTS and op != DELETE and not (truncate and op == TRUNCATE):
         raise NotAChange("unsupported_op", f"op '{op}' is not a row change this sink applies "
-                         "(c, r, u upsert; d deletes)")
+                         "(c, r, u upsert; d deletes; t empties the table with [sink] "
+                         "truncate = \"apply\")")
     return op, images["after"], images["before"]
 
 
@@ -145,47 +235,84 @@ class _Image:
 
 class DebeziumFormat:
     """``columns``: the declared (name, type, required[, path]) columns, paths relative to
-    the row image."""
+    the row image; ``key``: the upsert key's columns (never unavailable); ``truncate``: op t
+    deletes every key ([sink] truncate = "apply") instead of being a dead letter."""
     wire = TEXT
+    change_events = True  # the Encoder passes ``key`` and ``truncate``
 
-    def __init__(self, columns: Sequence[Sequence], run_id: int):
+    def __init__(self, columns: Sequence[Sequence], run_id: int, key: Sequence[str] = (),
+                 truncate: bool = False):
         self.json = JsonFormat(columns, run_id)
         self.loads = self.json.loads
+        self.truncate = truncate
+        self.run_id = run_id
+        self.columns = paths.columns(columns)
+        self.toastable = [(n, p) for n, _, _, p in self.columns if n not in key]
+        self.decimals = [(n, p) for n, t, _, p in self.columns
+                         if column_type(t).precision is not None]
+        self.tail = f"\t\\N\t{run_id}\n"  # no column unavailable
+        self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
+
+    def _without(self, names: tuple[str, ...]) -> JsonFormat:
+        """The JSON format with ``names`` not required: an unavailable value is NULL in the
+        staged row, and the merge keeps the stored one (a first appearance: NULL)."""
+        fmt = self._relaxed.get(names)
+        if fmt is None:
+            fmt = self._relaxed[names] = JsonFormat(
+                [(n, t, r and n not in names, p) for n, t, r, p in self.columns], self.run_id)
+        return fmt
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
-        """Upserts' result lines; deletes and tombstones go to ``rejected`` (the Encoder
-        turns them into deletions of the key ``delete_key`` names), the rest to
+        """Upserts' result lines; deletes, truncates and tombstones go to ``rejected`` (the
+        Encoder turns them into deletions of the key ``delete_key`` names), the rest to
         ``refuse``."""
         images = []
+        partial: dict[tuple[str, ...], list] = {}  # images with unavailable columns
         for m in records:
             value = m.value()
             if value is None:
                 rejected.append(m)
                 continue
             try:
-                op, after, _ = change(self.loads(value))
+                op, after, _ = change(self.loads(value), self.truncate)
             except NotAChange as e:
                 refuse(m, *e.args)
                 continue
             except Exception:  # noqa: BLE001 - not JSON: the JSON format says why
                 refuse(m, *self.json.explain(m))
                 continue
-            if op == DELETE:
+            if op == DELETE or op == TRUNCATE:
                 rejected.append(m)
-            else:
-                images.append(_Image(m, after))
+                continue
+            if self.decimals and b'"scale"' in value:
+                after = variable_scale_by_shape(after, self.decimals)
+            if UNAVAILABLE_MARKS[0] in value or UNAVAILABLE_MARKS[1] in value:
+                after, names = unavailable(after, self.toastable)
+                if names:
+                    partial.setdefault(tuple(names), []).append(_Image(m, after))
+                    continue
+            images.append(_Image(m, after))
+        rows = self._encode(self.json, images, head, self.tail, refuse)
+        for names, some in partial.items():
+            rows += self._encode(self._without(names), some, head,
+                                 f"\t{{{','.join(names)}}}\t{self.run_id}\n", refuse)
+        if self.json.surrogates_possible:  # parsed by the standard library: see JsonFormat
+            rows = self.json.utf8_only(rows, records, refuse)
+        return rows
+
+    @staticmethod
+    def _encode(fmt: JsonFormat, images: list, head: str, tail: str,
+                refuse: Callable) -> list[str]:
         bad: list = []
-        rows = self.json.encode_rows(images, head, self.json.tail, _same, kafka_timestamp,
-                                     *[c for _, c, _, _ in self.json.columns], bad)
+        rows = fmt.encode_rows(images, head, tail, _same, kafka_timestamp,
+                               *[c for _, c, _, _ in fmt.columns], bad)
         for image in bad:  # explained as the JSON format explains its image's text
             try:
-                why = self.json.explain(_Image(image.m, json_text(image.v).encode()))
+                why = fmt.explain(_Image(image.m, json_text(image.v).encode()))
             except Unstorable as e:
                 why = ("unstorable", f"the after image {e}")
             refuse(image.m, *why)
-        if self.json.surrogates_possible:  # parsed by the standard library: see JsonFormat
-            rows = self.json.utf8_only(rows, records, refuse)
         return rows
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
@@ -196,7 +323,9 @@ class DebeziumFormat:
         ``2022-01-08``), else the ``before`` image."""
         before = None
         if m.value() is not None:
-            _, _, before = change(self.loads(m.value()))
+            op, _, before = change(self.loads(m.value()), self.truncate)
+            if op == TRUNCATE:
+                return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):
                 return before
         key = m.key()

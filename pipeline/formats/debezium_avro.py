@@ -7,14 +7,19 @@ is the row's Key record, Avro too, with a schema id of its own (subject ``<topic
 The ops are the JSON envelope's (debezium.py): c, r and u upsert the ``after`` image,
 projected to the declared columns by the avro format's rules (paths relative to the image);
 d deletes the row its ``before`` image names (else the Kafka key's); the tombstone after a
-delete deletes the same key again, which changes nothing. The upsert sink keeps the newest
-change per key by offset, so a replay changes nothing.
+delete deletes the same key again, which changes nothing; t is a dead letter or, with
+``[sink] truncate = "apply"``, deletes every key older than it. An unchanged TOASTed value's
+placeholder (a string, or a bytea column's bytes) leaves its column out, as in JSON. The
+upsert sink keeps the newest change per key (sinks/upsert.newer), so a replay changes
+nothing.
 
 Avro's logical types (Connect's Decimal, Date, Timestamp) come out of fastavro typed
 already. Debezium's own semantic types are plain longs and ints named by the schema's
 ``connect.name`` (io.debezium.time.Timestamp, MicroTimestamp, NanoTimestamp, Date) or ISO
 strings (ZonedTimestamp): they are decoded by that name, in the images and in the key, so a
-timestamp column takes them and a delete names the row as its create wrote it.
+timestamp column takes them and a delete names the row as its create wrote it. A NUMERIC
+without precision is Debezium's VariableScaleDecimal record {scale, value: bytes}: decoded
+into a decimal column.
 """
 
 from __future__ import annotations
@@ -22,14 +27,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 
+from pipeline.formats import paths
 from pipeline.formats.avro_format import HEADER, MAGIC, AvroFormat, decode_wire
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.avro_values import avro_kind
-from pipeline.formats.copy_text import TEXT
-from pipeline.formats.debezium import DATES, DELETE, EPOCH_UNITS, UPSERTS, holds
+from pipeline.formats.copy_text import NULL, TEXT
+from pipeline.formats.debezium import (
+    DATES,
+    DELETE,
+    EPOCH_UNITS,
+    TRUNCATE,
+    UNAVAILABLE_MARKS,
+    UPSERTS,
+    VARIABLE_SCALE,
+    holds,
+    unavailable,
+    variable_scale,
+)
 from pipeline.formats.refused import Refused, decoded_rows
 from pipeline.formats.timestamps import EPOCH
-from pipeline.formats.tombstones import BadTombstone
+from pipeline.formats.tombstones import EVERY_KEY, BadTombstone
 
 ZONED = "io.debezium.time.ZonedTimestamp"
 _DAY0 = date(1970, 1, 1)
@@ -89,21 +106,28 @@ def decode(image: dict, kinds: dict[str, str]) -> dict:
                 out[name] = _DAY0 + timedelta(days=x)
             elif kind == ZONED and type(x) is str:
                 out[name] = datetime.fromisoformat(x)
-        except (ValueError, OverflowError):
+            elif kind == VARIABLE_SCALE and type(x) is dict:
+                out[name] = variable_scale(x)
+        except (ValueError, OverflowError, TypeError, KeyError):
             continue
     return out
 
 
 class DebeziumAvroFormat:
     """``columns``: the declared (name, type, required[, path]) columns, paths relative to
-    the row image; ``schemas``: where the writer schemas of values and keys come from."""
+    the row image; ``schemas``: where the writer schemas of values and keys come from;
+    ``key``, ``truncate``: as DebeziumFormat's."""
     wire = TEXT
+    change_events = True  # the Encoder passes ``key`` and ``truncate``
 
     def __init__(self, columns: Sequence[Sequence], run_id: int,
-                 schemas: SchemaSource | None = None):
+                 schemas: SchemaSource | None = None, key: Sequence[str] = (),
+                 truncate: bool = False):
         self.avro = AvroFormat(columns, run_id, schemas)
         self.schemas = schemas
+        self.truncate = truncate
         self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
+        self.toastable = [(n, p) for n, _, _, p in paths.columns(columns) if n not in key]
 
     def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
         """(op, after, before, writer schema id) of one value; raises Refused."""
@@ -129,15 +153,28 @@ class DebeziumAvroFormat:
         if op in UPSERTS and images["after"] is None:
             raise Refused("not_a_change_event", f"op '{op}' without an 'after' image (writer "
                           f"schema id {schema_id})")
-        if op not in UPSERTS and op != DELETE:
+        if op not in UPSERTS and op != DELETE and not (self.truncate and op == TRUNCATE):
             raise Refused("unsupported_op", f"op '{op}' is not a row change this sink "
-                          "applies (c, r, u upsert; d deletes)")
+                          "applies (c, r, u upsert; d deletes; t empties the table with "
+                          "[sink] truncate = \"apply\")")
         return op, images["after"], images["before"], schema_id
 
     def fields(self, value: bytes, read) -> str | None:
-        """An upsert's COPY text fields (its after image's), None for a delete."""
+        """An upsert's COPY text fields (its after image's, then the columns it left out:
+        ``_unavailable``), None for a delete or a truncate."""
         op, after, _, schema_id = self.change(value, read)
-        return None if op == DELETE else self.avro.project(after, schema_id)
+        if op == DELETE or op == TRUNCATE:
+            return None
+        names: list[str] = []
+        if UNAVAILABLE_MARKS[0] in value:
+            after, names = unavailable(after, self.toastable)
+        if not names:
+            return f"{self.avro.project(after, schema_id)}\t{NULL}"
+        # Those columns are NULL in the staged row, whatever their 'not null' (the merge
+        # keeps the stored values).
+        columns = [(k, p, c, r and n not in names, d, n)
+                   for k, p, c, r, d, n in self.avro.columns]
+        return f"{self.avro.project(after, schema_id, columns)}\t{{{','.join(names)}}}"
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
@@ -160,7 +197,9 @@ class DebeziumAvroFormat:
 
         before = None
         if m.value() is not None:
-            _, _, before, _ = self.change(m.value(), schemaless_reader)
+            op, _, before, _ = self.change(m.value(), schemaless_reader)
+            if op == TRUNCATE:
+                return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):
                 return before
         key = m.key()

@@ -17,11 +17,11 @@ from typing import NamedTuple
 from pipeline.executor.task_errors import TaskError
 from pipeline.formats import paths
 from pipeline.formats.avro_schemas import SchemaSource
-from pipeline.formats.copy_text import text
+from pipeline.formats.copy_text import NULL, text
 from pipeline.formats.dead_letters import dead_line, unexpected
 from pipeline.formats.registry import CHOOSE_WIRE, binary_rows, record_format
 from pipeline.formats.timestamps import TimestampOutOfRange, kafka_timestamp
-from pipeline.formats.tombstones import BadTombstone, key_fields
+from pipeline.formats.tombstones import EVERY_KEY, BadTombstone, key_fields
 from pipeline.formats.types import column_type
 
 
@@ -42,17 +42,21 @@ class Encoder:
     (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter.
     ``schemas``: where the avro format's writer schemas come from ([schema_registry]).
     ``text_rows``: result rows as COPY text even where the format would write binary
-    (registry.binary_rows): a transform's feed (typed_rows.py) reads the text."""
+    (registry.binary_rows): a transform's feed (typed_rows.py) reads the text.
+    ``truncate``: a change-event format's truncate deletes every key ([sink] truncate =
+    "apply"; its tombstone line's key fields are NULL) instead of being a dead letter."""
 
     def __init__(self, fmt: str, columns: Sequence[tuple[str, str, bool]], run_id: int,
                  tombstone_key: Sequence[str] = (), schemas: SchemaSource | None = None,
-                 text_rows: bool = False):
+                 text_rows: bool = False, truncate: bool = False):
         # Only a format that reads schemas (avro) takes a schema source; one that can write
         # either wire (avro) writes COPY binary unless ``text_rows`` (a transform's feed,
         # which reads the text lines into Arrow) or its columns have no binary form.
-        options = {} if schemas is None else {"schemas": schemas}
+        options: dict = {} if schemas is None else {"schemas": schemas}
         if fmt in CHOOSE_WIRE:
             options["binary"] = not text_rows and binary_rows(fmt, columns)
+        if getattr(record_format(fmt), "change_events", False):
+            options.update(key=tuple(tombstone_key), truncate=truncate)
         self.format = record_format(fmt)(columns, run_id, **options)
         self.delete_key = getattr(self.format, "delete_key", None)
         self.wire = self.format.wire
@@ -140,7 +144,8 @@ class Encoder:
                 what = "tombstone (null value)" if m.value() is None else "delete"
                 try:
                     key = m.key() if self.delete_key is None else self.delete_key(m, self.key)
-                    fields = "\t".join(key_fields(key, self.key))
+                    fields = "\t".join(NULL for _ in self.key) if key is EVERY_KEY else \
+                        "\t".join(key_fields(key, self.key))
                 except BadTombstone as e:
                     dead.append(dead_line(head, m, "bad_tombstone", f"{what} {e}: it cannot "
                                           "name the row to delete"))

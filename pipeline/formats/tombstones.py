@@ -13,6 +13,9 @@ from pipeline.formats.copy_text import Unstorable
 from pipeline.formats.json_values import WrongType
 
 _NOT_JSON = object()
+# What a format's delete_key returns for a change that deletes every key (Debezium's
+# truncate): its tombstone line's key fields are NULL (sinks/upsert.py expands it).
+EVERY_KEY = object()
 JSON_WHITESPACE = " \t\n\r"  # what JSON ignores around a value (RFC 8259), and so do keys
 
 

@@ -19,7 +19,7 @@ SINK_FORMATS = ("raw", "json", "avro", "protobuf")
 COLUMN_FORMATS = ("json", "avro", "protobuf")
 SINK_MODES = ("append", "upsert", "aggregate")
 # [sink] evolve: "off" (a column the table lacks is an exit-2 error before reading) or
-# "add_columns" (added in the publishing transaction: pipeline/store/evolve.py).
+# "add_columns" (added by the run, before it reads: pipeline/store/evolve.py).
 Evolve = Literal["off", "add_columns"]
 
 
@@ -47,6 +47,9 @@ class SinkSettings:
     aggregates: tuple[Aggregate, ...] = ()
     evolve: Evolve = "off"
     envelope: str = "none"  # "debezium": values are change events (formats/debezium.py)
+    # debezium: a truncate (op t) is a dead letter, or "apply": it deletes every row older
+    # than it by the upsert's ordering rule (sinks/upsert.py).
+    truncate: str = "dead_letter"
 
     @property
     def record_format(self) -> str:
@@ -82,6 +85,7 @@ class SinkTable(Table):
     aggregates: dict[str, Any] | None = None
     evolve: Evolve = "off"
     envelope: Literal["none", "debezium"] = "none"
+    truncate: Literal["apply", "dead_letter"] | None = None
 
     def value(self) -> SinkSettings:
         # Imported here: sink_modes builds on this module's values.
@@ -113,7 +117,8 @@ def _evolve(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         return sink
     if sink.format not in COLUMN_FORMATS:
         raise ConfigError("'sink.evolve' adds columns declared in [sink.columns]: it is for "
-                          "sink.format = 'json' or 'avro' (a raw table's columns are fixed)")
+                          "sink.format = 'json', 'avro' or 'protobuf' (a raw table's columns "
+                          "are fixed)")
     if sink.mode == "aggregate":
         raise ConfigError(
             "'sink.evolve' = 'add_columns' is refused for sink.mode = 'aggregate': a new "
@@ -124,8 +129,12 @@ def _evolve(s: SinkTable, sink: SinkSettings) -> SinkSettings:
 
 
 def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
-    """[sink] envelope: "debezium" reads change events into an upsert sink."""
+    """[sink] envelope: "debezium" reads change events into an upsert sink; [sink] truncate
+    says what its truncates do."""
     if s.envelope == "none":
+        if s.truncate is not None:
+            raise ConfigError("'sink.truncate' is only for sink.envelope = 'debezium' (what a "
+                              "change event's truncate does)")
         return sink
     if sink.format not in ("json", "avro") or sink.transform:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' or 'avro' "
@@ -135,4 +144,4 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
                           "[the source table's key columns] and tombstones = 'delete' (the "
                           "default): a change event upserts or deletes its row")
-    return replace(sink, envelope=s.envelope)
+    return replace(sink, envelope=s.envelope, truncate=s.truncate or "dead_letter")

@@ -42,9 +42,11 @@ def with_mode(s: SinkTable, sink: SinkSettings) -> SinkSettings:
     # Key columns are required: a record without one becomes a dead letter.
     columns = tuple(replace(c, required=c.required or c.name in key) for c in sink.columns)
     if mode == "upsert":
-        if "_tombstone" in declared:
-            raise ConfigError("'sink.columns._tombstone' is reserved for an upsert sink; "
-                              "rename it")
+        # Columns of the upsert's own staging and tables (tables.record_batch, sinks/upsert.py).
+        for taken in ("_tombstone", "_unavailable", "_order_time"):
+            if taken in declared:
+                raise ConfigError(f"'sink.columns.{taken}' is reserved for an upsert sink; "
+                                  "rename it")
         tombstones = s.tombstones or "delete"
         if sink.transform and tombstones == "delete":
             # A tombstone (null value) never reaches a transform, which sees parsed values;

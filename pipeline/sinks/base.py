@@ -58,15 +58,28 @@ class Sink(ABC):
         """Every table init-db creates for the sink."""
         return [self.results]
 
+    def upgrades(self) -> list[sql.Composable]:
+        """What init-db runs on the sink's tables after creating them: columns of the
+        pipeline's own that a table made by an older version lacks (``info["upgrade"]``)."""
+        return []
+
     def copies_directly(self, run: Run) -> bool:
         """May the run's rows be copied straight into the results table (when the planned
         ranges hold no row yet)? Else they go through a temp table and ``merge``."""
         return False
 
+    def lock_merges(self, conn: psycopg.Connection) -> None:
+        """The sink's merge lock, until COMMIT, if its merges must take turns (upsert).
+        Taken by every publishing transaction (driver/publish.py, driver/replay.py) before
+        its first statement on the sink's tables: the one lock order is this lock, the
+        results, the dead-letter lock, the dead letters (store/dead_letters.py). A dry run
+        merges into private copies (store/shadow.py) and takes it not."""
+        return  # append and aggregate: no lock of their own
+
     @abstractmethod
     def merge(self, conn: psycopg.Connection, source: str, run: Run) -> Merged:
         """Merge the run's rows (temp table ``source``, tables.record_batch) into the
-        results table."""
+        results table; the caller holds ``lock_merges``."""
 
     def archive_recreated(self, conn: psycopg.Connection, topic: str,
                           archive_results: Callable[[], int]) -> int:

@@ -3,7 +3,7 @@ per concern (composed here so that callers hold one object):
 
 - session.py: the connection, transactions, timeouts, and the pipeline's sink
 - schema.py: init-db and the checks before a run reads anything; evolve.py: the columns
-  sink.evolve adds in the publishing transaction
+  sink.evolve adds before a run reads (short transactions of their own)
 - locks.py: the run locks and who holds them
 - runs.py, staging.py: run rows and a run's staging table (the Run itself: run.py)
 - offsets.py, archive.py: the stored offsets, and a recreated topic's archive
@@ -11,7 +11,9 @@ per concern (composed here so that callers hold one object):
 - queries.py: what the operator commands read; verify.py: what `pipeline verify` reads
 - ledger.py: the ledger of published ranges (written on publish, read by verify);
   state.py: verify of an upsert or aggregate sink (its state recomputed in temp tables)
-- dead_letters.py: what `pipeline dead-letters` lists, and a replay's statements
+- dead_letters.py: what `pipeline dead-letters` lists, a replay's statements, and moving
+  a dead letter out when its offset becomes a row (every publishing run)
+- shadow.py: a dry run's private copies of the sink's tables, to merge into
 
 Every column list comes from pipeline/store/tables.py or the sink (pipeline/sinks/).
 Nothing here runs on the executors.
@@ -29,12 +31,13 @@ from pipeline.store.queries import Queries
 from pipeline.store.results import Results
 from pipeline.store.runs import RunRows
 from pipeline.store.schema import Schema
+from pipeline.store.shadow import Shadow
 from pipeline.store.state import StateVerification
 from pipeline.store.verify import Verification
 
 
 class Store(Schema, Locks, RunRows, Offsets, Results, Queries, Verification,
-            DeadLetterRows, Ledger, StateVerification):
+            DeadLetterRows, Ledger, StateVerification, Shadow):
     """The driver's one session; it holds the pipeline's run lock while it is open."""
 
     def __enter__(self) -> Store:

@@ -1,8 +1,17 @@
 """``[sink] evolve = "add_columns"``: a column declared in [sink.columns] that the results
-table lacks is added by the run that first writes it, with ``ALTER TABLE ... ADD COLUMN``
-inside that run's publishing transaction (driver/publish.py, driver/replay.py). Postgres
-DDL is transactional: the column commits with the rows that fill it, the offsets and the
-run row, or not at all (docs/reliability.md).
+table lacks is added by the run that first writes it, with ``ALTER TABLE ... ADD COLUMN`` in
+a short transaction of its own, before the run reads anything (driver/job.py) or a replay
+opens its transaction (driver/replay.py).
+
+Why not inside the publishing transaction: ALTER TABLE takes ACCESS EXCLUSIVE, and every
+new reader of the table queues behind it, first while it waits for the readers already
+there, then until the transaction that holds it commits - a whole merge and COMMIT. Alone,
+the ALTER holds it for an instant (adding a nullable column is a catalog change), and it
+waits at most ALTER_LOCK_WAIT at a time: behind a long reader it gives up, lets the queue
+through and tries again later, until database.lock_timeout_seconds have passed (then exit
+75, naming the session in the way). It is never held together with another lock of ours
+(the upsert merge lock, the dead-letter lock), so no lock order between them exists to get
+wrong. A run that fails after it leaves the column (NULL in every row); its rerun fills it.
 
 Only additions: a dropped column, another type or nullability stay schema.py's exit-2
 error. A new NOT NULL column is added only to an empty table: rows already there would
@@ -13,19 +22,31 @@ have no value for it. ALTER TABLE needs the table's owner, or a member of the ow
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 from sqlalchemy import Table
 
 from pipeline.config import SinkSettings
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, TransientError
 from pipeline.store import tables
 from pipeline.store.session import Session
 
 log = logging.getLogger(__name__)
+
+# How long one ALTER TABLE may wait for the table: every new reader queues behind it that long
+# at most. Then it steps aside and tries again after a pause (PAUSES, then the last one over
+# and over) until database.lock_timeout_seconds have passed.
+ALTER_LOCK_WAIT = 1.0
+PAUSES = (0.5, 1.0, 2.0, 4.0)
+
+
+class _TableBusy(Exception):
+    """One ALTER TABLE gave up waiting for the table (lock_timeout): rolled back."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +95,9 @@ class Evolution(Session):
                 raise self._not_null_refused(a)
         self.additions = tuple(found)
         if found:
-            log.info("sink.evolve = 'add_columns': %s will be added to %s in the publishing "
-                     "transaction", ", ".join(map(str, found)),
+            log.info("sink.evolve = 'add_columns': %s will be added to %s before the run "
+                     "writes (ALTER TABLE in a short transaction of its own)",
+                     ", ".join(map(str, found)),
                      ", ".join(sorted({self._qualified(a.table) for a in found})),
                      extra={"event": "evolve.planned",
                             "columns": [a.column for a in found]})
@@ -90,33 +112,96 @@ class Evolution(Session):
             f"{sql.Identifier(a.column).as_string(self.conn)} {a.pg_type} NOT NULL DEFAULT "
             "...); nothing was read")
 
-    def add_columns(self, conn: psycopg.Connection, run_id: int) -> list[str]:
-        """In the caller's (publishing) transaction, before its rows reach the table: the
-        planned additions still missing (a backfill's earlier chunk may have committed
-        them). Returns the columns added; they are in the run row's details too."""
-        missing = []
-        for a in self.additions:
-            there = conn.execute(
-                "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-                "AND attname = %s AND attnum > 0 AND NOT attisdropped)",
-                (self._qualified(a.table), a.column)).fetchone()[0]
-            if not there:
-                missing.append(a)
+    def missing_additions(self) -> list[Addition]:
+        """The planned additions the tables still lack (an earlier chunk of a backfill, or
+        another run, may have added them since the check)."""
+        return [a for a in self.additions if not self.execute(
+            "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+            "AND attname = %s AND attnum > 0 AND NOT attisdropped)",
+            (self._qualified(a.table), a.column)).fetchone()[0]]
+
+    def add_columns(self, run_id: int) -> list[str]:
+        """The planned additions still missing, each table's in one short transaction of its
+        own (no transaction may be open). Returns the columns added; the run row's details
+        name them too."""
+        if self.session.in_transaction():  # SET LOCAL and a COMMIT of its own
+            raise RuntimeError("add_columns runs outside any transaction")
+        missing = self.missing_additions()
         for table in sorted({a.table for a in missing}):
             mine = [a for a in missing if a.table == table]
-            try:
-                conn.execute(sql.SQL("ALTER TABLE {} {}").format(
-                    self.t(table), sql.SQL(", ").join(a.clause() for a in mine)))
-            except psycopg.errors.InsufficientPrivilege as e:
-                raise self._not_owner(table, e) from None
-            except psycopg.errors.NotNullViolation:  # rows arrived since the check
-                raise self._not_null_refused(next(a for a in mine if a.not_null)) from None
-            log.info("run %s adds %s to %s (sink.evolve = 'add_columns'); it commits with "
-                     "the run's rows", run_id, ", ".join(map(str, mine)),
-                     self._qualified(table),
+            self._alter_when_free(table, mine, run_id)
+            log.info("run %s added %s to %s (sink.evolve = 'add_columns')", run_id,
+                     ", ".join(map(str, mine)), self._qualified(table),
                      extra={"event": "evolve.add_columns", "run_id": run_id,
                             "table": table, "columns": [a.column for a in mine]})
-        return [a.column for a in missing]
+        added = [a.column for a in missing]
+        if added:
+            self.execute(sql.SQL("UPDATE {} SET details = coalesce(details, '{{}}') || %s "
+                                 "WHERE run_id = %s").format(self.t(tables.runs.name)),
+                         (Jsonb({"columns_added": added}), run_id))
+        return added
+
+    def _alter_when_free(self, table: str, mine: Sequence[Addition], run_id: int) -> None:
+        """ALTER TABLE, waiting at most ALTER_LOCK_WAIT at a time for the table, with pauses
+        in between (readers go on meanwhile), for up to database.lock_timeout_seconds."""
+        statement = sql.SQL("ALTER TABLE {} {}").format(
+            self.t(table), sql.SQL(", ").join(a.clause() for a in mine))
+        budget = self.settings.lock_timeout_seconds or float("inf")  # 0: no limit
+        deadline = time.monotonic() + budget
+        attempt = 0
+        while True:
+            # Who holds the table now: the session in the way, even if it is gone by the
+            # time the ALTER has given up.
+            before = self.table_holders(table)
+            try:
+                with self.transaction() as conn:
+                    conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(
+                        sql.Literal(f"{int(ALTER_LOCK_WAIT * 1000)}ms")))
+                    try:
+                        conn.execute(statement)
+                    except psycopg.errors.LockNotAvailable:
+                        raise _TableBusy from None
+                    except psycopg.errors.InsufficientPrivilege as e:
+                        raise self._not_owner(table, e) from None
+                    except psycopg.errors.NotNullViolation:  # rows arrived since the check
+                        raise self._not_null_refused(
+                            next(a for a in mine if a.not_null)) from None
+                return
+            except _TableBusy:
+                pause = PAUSES[min(attempt, len(PAUSES) - 1)]
+                attempt += 1
+                holders = self.table_holders(table) or before
+                if time.monotonic() + pause >= deadline:
+                    raise TransientError(
+                        f"sink.evolve = 'add_columns' could not add {', '.join(map(str, mine))}"
+                        f" to {self._qualified(table)}: the table stayed in use by "
+                        f"{holders or 'another session'} for database.lock_timeout_seconds = "
+                        f"{self.settings.lock_timeout_seconds:g} ({attempt} tries, each "
+                        f"waiting at most {ALTER_LOCK_WAIT:g} s so that readers never queue "
+                        f"behind it longer); run {run_id} wrote nothing - retry when that "
+                        "session is done (or end it)") from None
+                log.warning("ALTER TABLE %s waited %g s for the table, held by %s: trying "
+                            "again in %g s (readers are not held meanwhile)",
+                            self._qualified(table), ALTER_LOCK_WAIT,
+                            holders or "another session", pause,
+                            extra={"event": "evolve.table_busy", "table": table,
+                                   "attempt": attempt, "holders": holders})
+                time.sleep(pause)
+
+    def table_holders(self, table: str) -> str:
+        """Who holds a lock on ``table`` now (other sessions), oldest transaction first, as
+        far as this role may see: "pid N (user U, application 'A', in a transaction since
+        T)"; empty if nobody."""
+        rows = self.execute(
+            "SELECT DISTINCT ON (l.pid) l.pid, a.usename, a.application_name, a.xact_start, "
+            "l.mode FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE "
+            "l.locktype = 'relation' AND l.relation = to_regclass(%s) AND l.granted AND "
+            "l.pid <> pg_backend_pid() ORDER BY l.pid", (self._qualified(table),)).fetchall()
+        rows.sort(key=lambda r: (r[3] is None, r[3] or 0, r[0]))
+        return "; ".join(
+            f"pid {pid} (user {user or '?'}, application '{app or ''}'"
+            + (f", in a transaction since {since:%Y-%m-%d %H:%M:%S %Z}" if since else "")
+            + f", {mode})" for pid, user, app, since, mode in rows[:3])
 
     def _not_owner(self, table: str, e: BaseException) -> ConfigError:
         name = self._qualified(table)

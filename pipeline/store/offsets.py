@@ -92,7 +92,7 @@ class Offsets(Archive):
                         "next_offset": row.excluded.next_offset, "updated_at": func.now(),
                         "run_id": row.excluded.run_id, "topic_id": row.excluded.topic_id}))
             self.run(update_(runs).where(runs.c.run_id == run.id).values(
-                status="succeeded", finished_at=func.now(), exit_code=0,
+                status="succeeded", finished_at=func.clock_timestamp(), exit_code=0,
                 details=func.coalesce(runs.c.details, literal({}, JSONB)).op(
                     "||", return_type=JSONB)(
                     literal({"archived": archived} if archived else {}, JSONB))))

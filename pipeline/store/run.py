@@ -45,11 +45,13 @@ class Kind(StrEnum):
 # runs beside the scheduled ingest instead of making it exit 75 for hours. Both write
 # results idempotently; two runs writing the same offsets at once are told apart by the
 # results table's key (one waits, then conflicts and retries: see db_errors). 'offsets'
-# changes take both. A dead-letter replay takes the ingest lock: it writes the results and
-# dead-letter tables the scheduled run writes, so the two take turns (a busy one exits 75),
-# and a replay killed mid-way is marked abandoned by the next ingest, which knows its kind.
+# changes take both. A dead-letter replay takes both too: it writes the results and
+# dead-letter tables the scheduled run and a backfill write (the dead letters of the same old
+# offsets, say), so they take turns (a busy one exits 75), and a replay killed mid-way is
+# marked abandoned by the next run of either family, which knows its kind.
 FAMILIES: dict[str, tuple[Kind, ...]] = {
-    "ingest": (Kind.INGEST, Kind.REPLAY), "backfill": (Kind.BACKFILL, Kind.REPROCESS),
+    "ingest": (Kind.INGEST, Kind.REPLAY), "backfill": (Kind.BACKFILL, Kind.REPROCESS,
+                                                       Kind.REPLAY),
     "offsets": (Kind.OFFSETS,)}
 
 

@@ -37,13 +37,13 @@ class RunRows(Staging):
                     timings: dict) -> int:
         return self.run(insert(runs).values(
             pipeline=self.pipeline, kind=str(Kind(kind)), status="noop",
-            planned=ranges_json(planned), finished_at=func.now(), records_read=0,
+            planned=ranges_json(planned), finished_at=func.clock_timestamp(), records_read=0,
             rows_written=0, dead_letters=0, timings=timings, exit_code=0,
             host=socket.gethostname(), pid=os.getpid()).returning(runs.c.run_id)).scalar_one()
 
     def fail_run(self, run: Run, error: str, exit_code: int, timings: dict) -> None:
         self.run(update_(runs).where(runs.c.run_id == run.id, runs.c.status == "running")
-                 .values(status="failed", finished_at=func.now(), error=mask(error),
+                 .values(status="failed", finished_at=func.clock_timestamp(), error=mask(error),
                          exit_code=exit_code, timings=timings))
 
     def succeed_run(self, run: Run, rows_deleted: int = 0, **counts: Any) -> None:
@@ -55,7 +55,7 @@ class RunRows(Staging):
             extra["details"] = func.coalesce(runs.c.details, literal({}, JSONB)).op(
                 "||", return_type=JSONB)(literal({"rows_deleted": rows_deleted}, JSONB))
         self.run(update_(runs).where(runs.c.run_id == run.id).values(
-            status="succeeded", finished_at=func.now(), exit_code=0, **counts, **extra))
+            status="succeeded", finished_at=func.clock_timestamp(), exit_code=0, **counts, **extra))
 
     def abandon_stale_runs(self, families: Sequence[str] = ("ingest",)) -> list[int]:
         """Runs of the families whose locks we hold, left 'running' by a crash (none of them
@@ -66,7 +66,7 @@ class RunRows(Staging):
         mine = and_(runs.c.pipeline == self.pipeline, runs.c.status == "running")
         stale = list(self.run(
             update_(runs).where(mine, runs.c.kind.in_(kinds))
-            .values(status="abandoned", finished_at=func.now(), error=func.coalesce(
+            .values(status="abandoned", finished_at=func.clock_timestamp(), error=func.coalesce(
                 runs.c.error, "process died before finishing (crash, kill or lost "
                 "connection); nothing was published"))
             .returning(runs.c.run_id)).scalars())

@@ -44,6 +44,8 @@ class Schema(Evolution):
             for table in self.sink_tables:
                 self.session.execute(CreateTable(table, if_not_exists=True))
                 applied.append(f"{self.sink.mode} table {self.settings.schema}.{table.name}")
+            for statement in self.sink.upgrades():
+                conn.execute(statement)
         return applied
 
     def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -80,7 +82,7 @@ class Schema(Evolution):
         read on every run. Extra columns are fine if they may stay NULL or have a default;
         the key must be the mode's (ON CONFLICT needs it). With sink.evolve =
         'add_columns', a declared column the table lacks is no error: it is planned, and
-        added in the publishing transaction (evolve.py)."""
+        added by the run before it reads (evolve.py)."""
         live = self._reflect([t.name for t in self.sink_tables])
         with self.transaction():
             keys = inspect(self.session).get_multi_pk_constraint(
@@ -105,6 +107,12 @@ class Schema(Evolution):
                 f"({', '.join(want_key)}): point sink.table at a new table and run 'pipeline "
                 "init-db', or rebuild this one by hand; nothing was read")
         want = tables.written(table)
+        older = [c.name for c in want if c.info.get("upgrade") and c.name not in have]
+        if have and older:
+            raise ConfigError(
+                f"table {name} was made by an older version of the pipeline (no "
+                f"{', '.join(older)}): run 'pipeline init-db --config {self.settings.source}' "
+                "to upgrade it (keeps all data); nothing was read")
         fixes = []
         for column in want:
             cname, pg_type = column.name, tables.ddl_type(column.type)

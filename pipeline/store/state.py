@@ -16,7 +16,9 @@ from pipeline.store.identifiers import identifiers
 from pipeline.store.session import Session
 
 ROWS, STATE = "_verify_rows", "_verify_state"
+LOST, SKIPPED = "_verify_lost", "_verify_skipped"  # ranges not re-read; the keys they decide
 SHOWN = 10  # differing keys named per direction
+COORDINATES = ("topic", "partition", "offset")
 
 
 class StateVerification(Session):
@@ -34,6 +36,46 @@ class StateVerification(Session):
             if tombstones:
                 copy_in(cur, sql.Identifier(ROWS),
                         identifiers(tables.tombstone_columns(self.sink.settings)), tombstones)
+
+    def forget_records(self, topic: str, partition: int) -> None:
+        """The partition's records re-read so far (to read it again from where Kafka's log
+        starts now: retention deleted records while verify read them)."""
+        self.conn.execute(sql.SQL('DELETE FROM {} WHERE topic = %s AND "partition" = %s')
+                          .format(sql.Identifier(ROWS)), (topic, partition))
+
+    def names_records(self) -> bool:
+        """Whether each state row names the record it is (coordinates): then the rows of
+        records Kafka no longer holds can be left out of the comparison, else (totals) the
+        state cannot be compared without every record."""
+        return set(COORDINATES) <= set(self.sink.state_columns())
+
+    def leave_out(self, lost: list[tuple[str, int, int, int]]) -> int:
+        """The ranges of published records Kafka no longer holds ((topic, partition, from,
+        until)): the table rows they made are not compared, and for a table that is the
+        whole state, neither is any key such a row, or a record the sink keeps of it (an
+        upsert's tombstones), names (it may be newer than every record re-read). Returns the
+        table rows left out."""
+        lost_t, skipped = sql.Identifier(LOST), sql.Identifier(SKIPPED)
+        self.conn.execute(sql.SQL("CREATE TEMP TABLE {} (topic text, \"partition\" int, "
+                                  "from_offset bigint, until_offset bigint) ON COMMIT DROP")
+                          .format(lost_t))
+        with self.conn.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(lost_t),
+                            lost)
+
+        def in_lost(table: str, cols: sql.Composable) -> sql.Composable:
+            return sql.SQL("SELECT {cols} FROM {t} x JOIN {l} l ON x.topic = l.topic AND "
+                           "x.\"partition\" = l.\"partition\" AND x.\"offset\" >= "
+                           "l.from_offset AND x.\"offset\" < l.until_offset").format(
+                               cols=cols, t=self.t(table), l=lost_t)
+        rows = self.conn.execute(in_lost(self.results.name, sql.SQL("count(*)"))).fetchone()[0]
+        if self.sink.state_is_whole_table:
+            key = self.sink.state_key()
+            cols = sql.SQL(", ").join(sql.SQL("x.{}").format(sql.Identifier(k)) for k in key)
+            keeping = [t for t in self.sink_tables if {*COORDINATES, *key} <= set(t.c.keys())]
+            self.conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS {}").format(
+                skipped, sql.SQL(" UNION ").join(in_lost(t.name, cols) for t in keeping)))
+        return rows
 
     def recompute_state(self) -> list[str]:
         """The state the results table should hold, made from the re-read records by the
@@ -57,7 +99,8 @@ class StateVerification(Session):
                 tests.append(sql.SQL("{s} IS DISTINCT FROM {t}").format(s=s_c, t=t_c))
         return sql.SQL(" OR ").join(tests)
 
-    def _joined_differences(self, columns: list[str], inexact: set[str]) -> dict:
+    def _joined_differences(self, columns: list[str], inexact: set[str],
+                            state: sql.Composable, table: sql.Composable) -> dict:
         """State and table joined on the key: a key on one side only, or with a value that
         differs (inexact columns within a relative 1e-9), counts on both sides as EXCEPT ALL
         would count it."""
@@ -73,7 +116,7 @@ class StateVerification(Session):
                     sql.Identifier(k), sql.Identifier(f"t_{k}")) for k in key),
                 k0=sql.Identifier(key[0]),
                 diff=self._different(columns, inexact),
-                state=sql.Identifier(STATE), table=self.t(self.results.name), on=on)
+                state=state, table=table, on=on)
         out = {}
         for name, side, when in (("missing", "s", "no_t OR (NOT no_s AND differs)"),
                                  ("unexpected", "t", "no_s OR (NOT no_t AND differs)")):
@@ -86,39 +129,56 @@ class StateVerification(Session):
             out[f"{name}_keys"] = [list(map(str, k)) for k in first]
         return out
 
-    def state_differences(self, columns: list[str]) -> dict:
+    def state_differences(self, columns: list[str], left_out: bool = False) -> dict:
         """Rows the state holds that the table does not (``missing``: a key gone or a
         value changed) and rows the table holds that the state does not (``unexpected``),
-        counted, with the first keys of each."""
+        counted (per partition too, when rows name their records), with the first keys of
+        each. ``left_out``: ``leave_out`` named keys not to compare."""
         key = identifiers(self.sink.state_key())
         cols = identifiers(columns)
+        state: sql.Composable = sql.Identifier(STATE)
         table: sql.Composable = self.t(self.results.name)
         if not self.sink.state_is_whole_table:
             # Only the rows of the records re-read (a window of the table): rows no record
             # accounts for are the offset check's to find (driver/verify.py).
             table = sql.SQL("(SELECT * FROM {t} WHERE (topic, \"partition\", \"offset\") IN "
-                            "(SELECT topic, \"partition\", \"offset\" FROM {s})) w").format(
-                                t=table, s=sql.Identifier(STATE))
+                            "(SELECT topic, \"partition\", \"offset\" FROM {s}))").format(
+                                t=table, s=state)
+        elif left_out:
+            state, table = (sql.SQL(
+                "(SELECT * FROM {t} x WHERE NOT EXISTS (SELECT FROM {k} k WHERE {on}))").format(
+                    t=t, k=sql.Identifier(SKIPPED), on=sql.SQL(" AND ").join(
+                        sql.SQL("k.{c} = x.{c}").format(c=sql.Identifier(c))
+                        for c in self.sink.state_key())) for t in (state, table))
         if inexact := self.sink.state_inexact():
-            out = self._joined_differences(columns, inexact)
+            out = self._joined_differences(columns, inexact, state, table)
         else:
-            out = self._rows_differences(cols, key, table)
-        out["state_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-            sql.Identifier(STATE))).fetchone()[0]
-        out["table_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            out = self._rows_differences(cols, key, state, table,
+                                         {"topic", "partition"} <= set(columns))
+        out["state_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {} s").format(
+            state)).fetchone()[0]
+        out["table_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {} t").format(
             table)).fetchone()[0]
         return out
 
     def _rows_differences(self, cols: sql.Composable, key: sql.Composable,
-                          table: sql.Composable) -> dict:
-        """Rows on one side only, both ways (EXCEPT ALL: NULLs equal, duplicates count)."""
-        out = {}
-        for name, a, b in (("missing", sql.Identifier(STATE), table),
-                           ("unexpected", table, sql.Identifier(STATE))):
-            diff = sql.SQL("(SELECT {cols} FROM {a} EXCEPT ALL SELECT {cols} FROM {b})").format(
-                cols=cols, a=a, b=b)
-            count = self.conn.execute(sql.SQL("SELECT count(*) FROM {} d").format(diff)
-                                      ).fetchone()[0]
+                          state: sql.Composable, table: sql.Composable,
+                          by_partition: bool) -> dict:
+        """Rows on one side only, both ways (EXCEPT ALL: NULLs equal, duplicates count);
+        ``by_partition``: counted per (topic, partition) of the row, too."""
+        out: dict = {}
+        for name, a, b in (("missing", state, table), ("unexpected", table, state)):
+            diff = sql.SQL("(SELECT {cols} FROM {a} a EXCEPT ALL SELECT {cols} FROM {b} b)"
+                           ).format(cols=cols, a=a, b=b)
+            if by_partition:
+                counts = self.conn.execute(sql.SQL(
+                    "SELECT topic, \"partition\", count(*) FROM {} d GROUP BY 1, 2").format(
+                        diff)).fetchall()
+                out[f"{name}_by_partition"] = {(t, p): n for t, p, n in counts}
+                count = sum(n for _, _, n in counts)
+            else:
+                count = self.conn.execute(sql.SQL("SELECT count(*) FROM {} d").format(diff)
+                                          ).fetchone()[0]
             first = self.conn.execute(sql.SQL("SELECT {key} FROM {} d ORDER BY {key} LIMIT {n}")
                                       .format(diff, key=key, n=sql.Literal(SHOWN))).fetchall()
             out[name] = count

@@ -39,6 +39,7 @@ from pipeline.config import SinkSettings
 from pipeline.formats.types import column_type
 
 SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
+UNAVAILABLE = "_unavailable"  # a staged change event's columns it left out (text[])
 TIMESTAMPTZ = TIMESTAMP(timezone=True)
 _DIALECT = postgresql.dialect()
 
@@ -190,6 +191,8 @@ def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
     else:
         body = [Column("kafka_timestamp", TIMESTAMPTZ)] + [
             Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
+    if sink.envelope == "debezium":  # the columns a change left out (formats/debezium.py)
+        body.append(Column(UNAVAILABLE, postgresql.ARRAY(Text)))
     return Table(
         name, MetaData(schema=SCHEMA),
         _key("topic", Text), _key("partition", Integer), _key("offset", BigInteger), *body,
@@ -226,7 +229,8 @@ def record_batch(sink: SinkSettings, name: str) -> Table:
 
 
 def tombstone_columns(sink: SinkSettings) -> list[str]:
-    """What a tombstone line holds, in order (encode.Encoder)."""
+    """What a tombstone line holds, in order (encode.Encoder); a line whose key fields are
+    all NULL deletes every key (a Debezium truncate, sinks/upsert.py)."""
     return ["topic", "partition", "offset", "kafka_timestamp", *sink.key, "run_id",
             "_tombstone"]
 

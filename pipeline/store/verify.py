@@ -1,6 +1,7 @@
 """What ``pipeline verify`` reads: the ranges succeeded runs published, the runs that
-archived a recreated topic, and the offsets the results and dead-letter tables hold, paged
-by offset (keyset: an index range scan per page, bounded memory, no server-side cursor)."""
+archived a recreated topic, the partitions the results and dead-letter tables hold rows of,
+and the offsets they hold, paged by offset (keyset: an index range scan per page, bounded
+memory, no server-side cursor)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from psycopg import sql
 from sqlalchemy import Table, and_, func, not_, or_, select
 
 from pipeline.plan.offsets import OffsetRange
@@ -17,6 +19,27 @@ from pipeline.store.tables import dead_letters, offsets, runs
 
 PUBLISHING_KINDS = ("ingest", "backfill", "reprocess")
 PAGE = 10_000
+
+# The distinct partitions of a table keyed by (topic, partition, offset): one index probe per
+# partition (a loose index scan), not a scan of every row.
+_PARTITIONS = """
+WITH RECURSIVE tp AS (
+    (SELECT topic, "partition" FROM {table} WHERE {owned} ORDER BY topic, "partition" LIMIT 1)
+  UNION ALL
+    SELECT n.topic, n."partition" FROM tp CROSS JOIN LATERAL (
+        SELECT t.topic, t."partition" FROM {table} t
+         WHERE {owned} AND (t.topic, t."partition") > (tp.topic, tp."partition")
+         ORDER BY t.topic, t."partition" LIMIT 1) n
+)
+SELECT topic, "partition" FROM tp
+"""
+_PARTITION_PLANS = """
+SELECT r.run_id, e.planned FROM {runs} r CROSS JOIN LATERAL jsonb_array_elements(r.planned)
+    AS e(planned)
+ WHERE r.pipeline = %s AND r.status = 'succeeded' AND r.kind = ANY(%s)
+   AND e.planned->>'topic' = %s AND (e.planned->>'partition')::int = %s
+ ORDER BY r.run_id
+"""
 
 
 class Verification(Session):
@@ -28,19 +51,42 @@ class Verification(Session):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
 
-    def published_plans(self) -> list[tuple[int, list[dict[str, Any]]]]:
-        """(run_id, planned ranges) of every succeeded run that wrote rows, oldest first."""
+    def published_plans(self, tp: tuple[str, int] | None = None
+                        ) -> list[tuple[int, list[dict[str, Any]]]]:
+        """(run_id, planned ranges) of every succeeded run that wrote rows, oldest first;
+        given ``tp``, only the runs that planned that partition, with its range only."""
+        if tp is not None:
+            plans: dict[int, list[dict[str, Any]]] = {}
+            for run_id, planned in self.execute(sql.SQL(_PARTITION_PLANS).format(
+                    runs=self.t(runs.name)), (self.pipeline, list(PUBLISHING_KINDS), *tp)):
+                plans.setdefault(run_id, []).append(planned)
+            return list(plans.items())
         return [(row.run_id, row.planned) for row in self.run(
             select(runs.c.run_id, runs.c.planned)
             .where(runs.c.pipeline == self.pipeline, runs.c.status == "succeeded",
                    runs.c.kind.in_(PUBLISHING_KINDS))
             .order_by(runs.c.run_id))]
 
-    def stored_offsets(self) -> dict[tuple[str, int], tuple[int, int | None]]:
-        """Each partition's stored next offset and the run that wrote it."""
+    def stored_offsets(self, tp: tuple[str, int] | None = None
+                       ) -> dict[tuple[str, int], tuple[int, int | None]]:
+        """Each partition's (or only ``tp``'s) stored next offset and the run that wrote
+        it."""
+        where = [offsets.c.pipeline == self.pipeline]
+        if tp is not None:
+            where += [offsets.c.topic == tp[0], offsets.c.partition == tp[1]]
         return {(r.topic, r.partition): (r.next_offset, r.run_id) for r in self.run(
             select(offsets.c.topic, offsets.c.partition, offsets.c.next_offset,
-                   offsets.c.run_id).where(offsets.c.pipeline == self.pipeline))}
+                   offsets.c.run_id).where(*where))}
+
+    def table_partitions(self) -> set[tuple[str, int]]:
+        """Every (topic, partition) the results table or the pipeline's dead letters hold a
+        row of: rows of a partition no run published are verify's to find too."""
+        out: set[tuple[str, int]] = set()
+        for table in (self.results, dead_letters):
+            owned = sql.SQL("pipeline = %(pipeline)s" if table is dead_letters else "true")
+            out.update(map(tuple, self.execute(sql.SQL(_PARTITIONS).format(
+                table=self.t(table.name), owned=owned), {"pipeline": self.pipeline})))
+        return out
 
     def offset_writers(self, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """run id -> its kind, status, planned ranges and details (the runs that wrote the

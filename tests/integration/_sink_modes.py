@@ -79,21 +79,31 @@ def committed(settings, topic: str) -> dict[int, int]:
 
 # ---- the state a sink must hold, recomputed ----------------------------------------------
 
+# Epoch ms of 10000-01-01: a Kafka timestamp from then on orders as none.
+LAST_TIME_MS = 253_402_300_800_000
+
+
 def newest_per_key(records) -> dict:
     """The upsert rule, recomputed apart from pipeline/sinks/upsert.py (docs/reliability.md,
     "Upsert across partitions"): of one key's records, within a partition the higher offset
-    is newer; across partitions the later Kafka timestamp, then the higher partition.
+    is newer; across partitions the later order time (the latest Kafka timestamp of the
+    key's records in that partition, up to the record; one from year 10000 on counts as
+    none), then the higher partition.
     ``records``: (key, partition, offset, timestamp, ...) of one topic -> key -> record."""
     per_partition: dict[tuple, tuple] = {}
+    latest: dict[tuple, int] = {}  # the partition's newest record's order time
     for r in records:
-        k, partition, offset = r[:3]
+        k, partition, offset, ts = r[:4]
         if (k, partition) not in per_partition or offset > per_partition[(k, partition)][2]:
             per_partition[(k, partition)] = r
+        if ts is not None and ts < LAST_TIME_MS:
+            latest[(k, partition)] = max(ts, latest.get((k, partition), ts))
     newest: dict = {}
-    for (k, _), r in per_partition.items():
-        if k not in newest or (r[3], r[1]) > (newest[k][3], newest[k][1]):
-            newest[k] = r
-    return newest
+    for (k, partition), r in per_partition.items():
+        order = (latest.get((k, partition), float("-inf")), partition)
+        if k not in newest or order > newest[k][0]:
+            newest[k] = (order, r)
+    return {k: r for k, (_, r) in newest.items()}
 
 
 def expected_state(settings, topic: str, *, label: bool = False,

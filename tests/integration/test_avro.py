@@ -161,3 +161,33 @@ def test_an_unreachable_registry_is_exit_75_and_nothing_is_committed(spark):
     assert e.value.exit_code == EXIT_TRANSIENT
     assert "schema registry http://127.0.0.1:9 unreachable fetching schema id" in str(e.value)
     assert stored_offsets(name) == {} and query(f"SELECT count(*) FROM {name}") == [(0,)]
+
+
+def test_evolve_adds_a_declared_column_the_writer_schema_gained(schemas_dir, spark):
+    """[sink] evolve = "add_columns" with avro: v2 of the schema adds channel; declared in
+    [sink.columns], the run adds the column, v2 records fill it, older rows stay NULL."""
+    from dataclasses import replace
+
+    from tests.integration.test_evolve import grant_evolve
+
+    name = unique("avro_evolve")
+    topic = create_topic(name, partitions=1)
+    produce(topic, [(b"k", order(i)[0]) for i in range(0, 8, 2)])  # v1
+    s = init_db(settings(name, topic, {"schemas_dir": str(schemas_dir)}))
+    grant_evolve(name)
+    assert run_ingest(s).rows_written == 4
+    produce(topic, [(b"k", order(i)[0]) for i in range(1, 8, 2)])  # v2: channel "app"
+    evolved = parse_settings({
+        "pipeline": {"name": name},
+        "kafka": {"bootstrap_servers": BOOTSTRAP, "topics": [topic], "timeout_seconds": 10},
+        "database": {"url": TEST_DB_URL},
+        "sink": {"format": "avro", "table": name, "max_bad_records": -1, "evolve": "add_columns",
+                 "columns": {**COLUMNS, "channel": "string"}},
+        "schema_registry": {"schemas_dir": str(schemas_dir)},
+        "spark": {"master": "local[2]"}}, source="<test>", environ={})
+
+    result = run_ingest(replace(evolved, database_url=s.database_url))
+
+    assert result.rows_written == 4
+    assert query(f"SELECT order_id, channel FROM {name} ORDER BY 1") == [
+        (i, "app" if i % 2 else None) for i in range(8)]

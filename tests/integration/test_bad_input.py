@@ -626,13 +626,17 @@ def test_reprocess_replaces_what_the_range_held(spark):
     # odd records are results once more and leave the dead letters.
     transformed = make_settings(name, [topic], sink={
         "transform": "tests.integration.transforms.orders:double_amount"})
-    run_backfill(transformed, everything, reprocess=True)
+    again = run_backfill(transformed, everything, reprocess=True)
 
     rows = query(f"SELECT order_id, amount FROM {s.sink.table} ORDER BY 1")
     assert [r[0] for r in rows] == [i for i in range(12) if i % 10 != 0]
     assert {str(r[1]) for r in rows if r[0] % 2 == 0} == {"3.00"}
     assert query("SELECT count(*) FROM pipeline_dead_letters WHERE pipeline = %s",
                  (name,)) == [(0,)]
+    # Moved out as a replay moves them, by the transaction that wrote their rows.
+    assert query('SELECT "offset", replayed_run_id FROM pipeline_dead_letters_replayed WHERE '
+                 "pipeline = %s ORDER BY 1", (name,)) == [(o, again.run_id)
+                                                          for o in range(1, 12, 2)]
     assert stored(name, s.database_url) == {0: 12}  # reprocess never moves offsets
 
 

@@ -22,11 +22,22 @@ from pipeline.cli import main as cli_main
 from pipeline.config import Column
 from pipeline.driver.job import run_ingest
 from pipeline.driver.replay import run_replay
-from pipeline.errors import EXIT_CONFIG, EXIT_OK, ConflictError
+from pipeline.errors import EXIT_CONFIG, EXIT_OK, EXIT_TRANSIENT, ConflictError
 from pipeline.store import Store
 from pipeline.store.dead_letters import DeadLetterFilter
-from tests.helpers import TEST_DB_URL, create_topic, make_settings, produce, query, run_cli, unique
-from tests.integration._reliability import init_db
+from tests.helpers import (
+    BOOTSTRAP,
+    TEST_DB_URL,
+    create_topic,
+    init_cli,
+    job_db_url,
+    make_settings,
+    produce,
+    query,
+    run_cli,
+    unique,
+)
+from tests.integration._reliability import finish, init_db, start_cli
 
 GOOD, DECIMAL, WORDS = 400, 600, 20  # per kind of record, over 2 partitions
 COLUMNS = {"order_id": "long not null", "customer": "string not null", "qty": "long"}
@@ -325,3 +336,187 @@ def test_aggregate_replay_adds_to_the_totals_exactly_once(spark):
     again = run_replay(fixed_settings, DeadLetterFilter())
     assert (again.chosen, again.replayed, again.rows_written) == (words, 0, 0)
     assert query(totals) == expected()
+
+
+# An offset lives in one place whichever path writes it (invariant 8), through the CLI: a
+# backfill after a fix of the config, a replay beside a backfill, a backfill under an older
+# (stricter) config over offsets that have rows.
+
+LONG = {"order_id": "long not null", "customer": "string not null", "amount": "long",
+        "note": "string"}
+DOUBLE = {**LONG, "amount": "double"}
+STRICT = {**DOUBLE, "note": "string not null"}  # the table's note stays nullable
+
+
+def order_doc(i: int) -> bytes:
+    """Odd ids: a decimal amount (a dead letter while amount is long); ids 2, 3, 6, 7, ...:
+    no note (a dead letter under STRICT)."""
+    return json.dumps({"order_id": i, "customer": f"c{i}", "amount": i + 0.5 if i % 2 else i,
+                       **({} if i % 4 in (2, 3) else {"note": f"n{i}"})}).encode()
+
+
+def cli_config(path, name: str, topic: str, columns: dict[str, str]):
+    cols = "".join(f'{k} = "{v}"\n' for k, v in columns.items())
+    path.write_text(
+        f'[pipeline]\nname = "{name}"\n[kafka]\nbootstrap_servers = "{BOOTSTRAP}"\n'
+        f'topics = ["{topic}"]\ntimeout_seconds = 10\n[database]\nurl = "{job_db_url()}"\n'
+        f'[sink]\nformat = "json"\ntable = "{name}"\nmax_bad_records = -1\n'
+        f'[sink.columns]\n{cols}[spark]\nmaster = "local[2]"\n')
+    return str(path)
+
+
+def outcomes(name: str) -> tuple[list, list, list]:
+    """Offsets with a row, offsets with a dead letter, (offset, replayed_run_id) moved."""
+    return ([o for (o,) in query(f'SELECT "offset" FROM {name} ORDER BY 1')],
+            [o for (o,) in query('SELECT "offset" FROM pipeline_dead_letters WHERE pipeline '
+                                 "= %s ORDER BY 1", (name,))],
+            query('SELECT "offset", replayed_run_id FROM pipeline_dead_letters_replayed '
+                  "WHERE pipeline = %s ORDER BY 1, 2", (name,)))
+
+
+def test_an_offset_is_a_row_or_a_dead_letter_whichever_path_writes_it(stack, tmp_path):
+    name = unique("dl_one")
+    topic = create_topic(name, 1)
+    produce(topic, [(b"k%d" % i, order_doc(i)) for i in range(20)])
+    long_, double, strict = (cli_config(tmp_path / f"{n}.toml", name, topic, c) for n, c in
+                             (("long", LONG), ("double", DOUBLE), ("strict", STRICT)))
+    init_cli(long_)
+    ran = run_cli("run", "--config", long_)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    evens, odds = list(range(0, 20, 2)), list(range(1, 20, 2))
+    assert outcomes(name) == (evens, odds, [])
+
+    # The fix (amount double, the ALTER done), then a backfill over the dead letters'
+    # offsets: their rows land and the dead letters move out in the same transaction.
+    as_owner(f"ALTER TABLE {name} ALTER COLUMN amount TYPE double precision")
+    backfill = ["backfill", "--topic", topic, "--from-offset", "0", "--to-offset", "20",
+                "--json"]
+    fixed_run = run_cli(*backfill, "--config", double,
+                        env={"PIPELINE_FAULT": "before_commit:sleep=2"})
+    assert fixed_run.returncode == 0, fixed_run.stderr[-2000:]
+    run_id = json.loads(fixed_run.stdout)["run_id"]
+    assert outcomes(name) == (list(range(20)), [], [(o, run_id) for o in odds])
+    assert query(f"SELECT amount FROM {name} WHERE order_id = 7") == [(7.5,)]
+    [(details, ended_after_start)] = query(
+        "SELECT details, finished_at - (SELECT max(replayed_at) FROM "
+        "pipeline_dead_letters_replayed WHERE pipeline = %s) FROM pipeline_runs WHERE run_id "
+        "= %s", (name, run_id))
+    assert details["dead_letters_replayed"] == len(odds)
+    # The run row ends as its transaction does: after the 2 s slept before COMMIT, not at
+    # the transaction's start (replayed_at: now(), the start).
+    assert ended_after_start.total_seconds() >= 2
+
+    # A backfill under a stricter config (10 of its records fail) is running: a replay
+    # takes turns with it (exit 75), and the backfill's failures, whose offsets have rows,
+    # become no dead letters: the rows stay.
+    go = tmp_path / "go"
+    paused = start_cli(*backfill, "--config", strict,
+                       env={"PIPELINE_FAULT": f"after_stage:wait={go}"})
+    for line in paused.stderr:
+        if "fault injection: waiting at after_stage" in line:
+            break
+    else:
+        raise AssertionError(f"the backfill ended before publishing: {finish(paused)}")
+    replay = run_cli("dead-letters", "replay", "--config", double, "--yes")
+    go.touch()
+    code, out, err = finish(paused)
+    assert replay.returncode == EXIT_TRANSIENT, replay.stderr[-2000:]
+    assert "backfill lock" in replay.stderr
+    assert code == 0, err[-2000:]
+    kept = json.loads(out)
+    assert (kept["rows_written"], kept["dead_letters"]) == (0, 0)
+    assert "10 records failed again but their offsets already have result rows" in err
+    assert outcomes(name) == (list(range(20)), [], [(o, run_id) for o in odds])
+
+    checked = run_cli("verify", "--config", double)
+    assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
+
+
+# A dry run changes nothing and takes no lock another session can wait on (invariant 10).
+
+def upsert_doc(i: int, version: int) -> bytes:
+    """Order i's versions: 1 an int qty, 2 a decimal (a dead letter while qty is long), 3
+    (orders 0, 3, 6, 9) a word (a dead letter either way)."""
+    return json.dumps({"order_id": i, "customer": f"c{i}.{version}",
+                       "qty": [i, i + 0.5, "many"][version - 1]}).encode()
+
+
+def test_a_dry_run_replay_locks_nothing_and_says_what_the_replay_does(stack, tmp_path):
+    from pipeline.sinks.upsert import MERGE_LOCK_CLASS
+    from pipeline.store.dead_letters import DEAD_LETTER_LOCK_CLASS
+    from tests.integration.test_evolve import grant_evolve
+
+    name = unique("dl_dry")
+    topic = create_topic(name, 1)
+    produce(topic, [(str(i).encode(), upsert_doc(i, v)) for v in (1, 2, 3) for i in range(10)
+                    if v < 3 or i % 3 == 0])
+    upsert = 'mode = "upsert"\nkey = ["order_id"]\n'
+
+    def config(file: str, columns: dict[str, str], sink: str = "") -> str:
+        path = tmp_path / file
+        cli_config(path, name, topic, columns)
+        path.write_text(path.read_text().replace("[sink]\n", f"[sink]\n{upsert}{sink}")
+                        .replace("[sink]", "lock_timeout_seconds = 5\n[sink]", 1))
+        return str(path)
+
+    broken = config("long.toml", COLUMNS)
+    init_cli(broken)
+    grant_evolve(name)
+    assert run_cli("run", "--config", broken).returncode == 0
+    as_owner(f"ALTER TABLE {name} ALTER COLUMN qty TYPE double precision")
+    # The fix, and a new column declared: sink.evolve adds it.
+    fixed_config = config("fixed.toml", {**COLUMNS, "qty": "double", "channel": "string"},
+                          'evolve = "add_columns"\n')
+
+    def everything() -> tuple:
+        return (query(f"SELECT * FROM {name} ORDER BY order_id"),
+                query("SELECT * FROM pipeline_dead_letters WHERE pipeline = %s ORDER BY "
+                      '"offset"', (name,)),
+                query("SELECT count(*) FROM pipeline_dead_letters_replayed WHERE pipeline = %s",
+                      (name,)),
+                query("SELECT run_id, status FROM pipeline_runs WHERE pipeline = %s ORDER BY 1",
+                      (name,)))
+
+    before = everything()
+    # Another session holds what a replay takes: the table (ACCESS SHARE, as a long reader
+    # does), a dead letter's row lock, the upsert merge lock and the dead-letter lock. A
+    # dry run that took any of them would wait 5 s (lock_timeout) and exit 75.
+    other = psycopg.connect(TEST_DB_URL, application_name="long-reader")
+    try:
+        other.execute(f"SELECT count(*) FROM {name}").fetchone()
+        other.execute('SELECT 1 FROM pipeline_dead_letters WHERE pipeline = %s ORDER BY '
+                      '"offset" LIMIT 1 FOR UPDATE', (name,)).fetchone()
+        for lock in (MERGE_LOCK_CLASS, DEAD_LETTER_LOCK_CLASS):
+            other.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (lock, name))
+        dry = run_cli("dead-letters", "replay", "--config", fixed_config, "--dry-run",
+                      "--json")
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        assert everything() == before
+        assert "channel" not in [c for (c,) in query(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
+            (name,))]
+        # The real replay must add the column first: it waits for the table only briefly at
+        # a time, and after lock_timeout_seconds it gives up naming who holds the table.
+        busy = run_cli("dead-letters", "replay", "--config", fixed_config, "--yes")
+        assert busy.returncode == EXIT_TRANSIENT, busy.stderr[-2000:]
+        [error] = [x for x in busy.stderr.splitlines() if x.startswith("error: ")]
+        assert f'"public"."{name}"' in error and "application 'long-reader'" in error
+    finally:
+        other.close()
+
+    done = run_cli("dead-letters", "replay", "--config", fixed_config, "--yes", "--json",
+                   env={"PIPELINE_FAULT": "replay_before_commit:sleep=2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    would, did = json.loads(dry.stdout), json.loads(done.stdout)
+    assert would.pop("dry_run") and not did.pop("dry_run")
+    assert would.pop("run_id") is None
+    run_id = did.pop("run_id")
+    assert would == did  # the dry run's counts were the replay's
+    assert (did["chosen"], did["replayed"], did["still_failing"], did["rows_written"],
+            did["columns_added"]) == (14, 10, 4, 10, ["channel"])
+    assert query(f"SELECT order_id, customer, qty FROM {name} ORDER BY 1") == [
+        (i, f"c{i}.2", i + 0.5) for i in range(10)]
+    # The run row ends as its transaction does, after the 2 s slept before COMMIT.
+    [(took,)] = query("SELECT finished_at - started_at FROM pipeline_runs WHERE run_id = %s",
+                      (run_id,))
+    assert took.total_seconds() >= 2

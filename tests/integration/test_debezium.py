@@ -20,6 +20,7 @@ import pytest
 
 from pipeline.driver.backfill import run_backfill
 from pipeline.driver.job import run_ingest
+from pipeline.errors import DataError
 from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (
     create_topic,
@@ -187,3 +188,180 @@ def test_deletes_of_rows_keyed_by_a_date_a_timestamp_and_a_decimal_delete_them(s
     result = run_ingest(settings)
     assert (result.dead_letters, result.rows_deleted) == (0, 4)
     assert query(select) == rows((4, 5))
+
+
+# ---- change events as real sources send them (CLI) ---------------------------------------
+
+UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
+UNAVAILABLE_BYTES = base64.b64encode(UNAVAILABLE.encode()).decode()  # a bytea column's form
+
+
+def dbz_config(tmp_path, name: str, topics: list[str], columns: dict[str, str],
+               sink: str = "") -> str:
+    """A Debezium pipeline keyed by id over ``topics`` (``sink``: more [sink] lines), its
+    tables made through the CLI."""
+    from tests.helpers import init_cli, toml_config
+
+    config = tmp_path / f"{name}.toml"
+    config.write_text(toml_config(name, topics, fmt="raw", extra_sink=(
+        'envelope = "debezium"\nmode = "upsert"\nkey = ["id"]\n' + sink)).replace(
+        'format = "raw"', 'format = "json"') + "[sink.columns]\n" + "".join(
+        f'{k} = "{v}"\n' for k, v in columns.items()))
+    init_cli(config)
+    return str(config)
+
+
+def cli_ok(*args: str) -> str:
+    from tests.helpers import run_cli
+
+    r = run_cli(*args)
+    assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def change_event(k: int, op: str, after: dict | None = None, before: dict | None = None,
+                 schema: dict | None = None) -> tuple[bytes | None, bytes]:
+    """A change event as Debezium's JSON converter writes it (``schema``: in Kafka Connect's
+    schema envelope); a truncate has no Kafka key."""
+    payload = {"before": before, "after": after and {"id": k, **after}, "op": op,
+               "source": {"connector": "postgresql", "table": "docs"}, "ts_ms": 0}
+    value = payload if schema is None else {"schema": schema, "payload": payload}
+    key = None if op == "t" else json.dumps({"id": k}).encode()
+    return key, json.dumps(value).encode()
+
+
+def test_unchanged_toasted_columns_keep_their_stored_values(spark, tmp_path):
+    """Under REPLICA IDENTITY DEFAULT an update leaves an unchanged TOASTed column out and
+    Debezium sends its placeholder instead (the string, a bytea column's bytes as base64,
+    an array's one element). The row keeps the value it had: stored by an earlier run
+    (key 1), or written earlier in the same run (keys 2 and 4, across a delete and a
+    re-create); a key met first through such an update (key 3) has no value to keep: NULL
+    until an update carries one. `verify` recomputes the same. Before: an 8,000-character
+    note was replaced by the placeholder."""
+    name = unique("dbztoast")
+    topic = create_topic(name, 1)
+    config = dbz_config(tmp_path, name, [topic], {
+        "id": "long not null", "name": "string", "note": "string", "blob": "string",
+        "tags": "array<string>"})
+    big = {n: f"{n}:" + "x" * 8000 for n in ("one", "two", "three", "four", "five")}
+    blob = base64.b64encode(b"\x00\x01 bytes").decode()
+    gone = {"note": UNAVAILABLE, "blob": UNAVAILABLE_BYTES, "tags": [UNAVAILABLE]}
+    produce(topic, [
+        change_event(1, "c", {"name": "a", "note": big["one"], "blob": blob, "tags": ["x"]}),
+        change_event(2, "c", {"name": "b", "note": big["two"], "blob": blob, "tags": []}),
+        change_event(2, "u", {"name": "b2", **gone, "note": big["three"]}),
+        change_event(2, "u", {"name": "b3", **gone}),
+        change_event(3, "u", {"name": "c", **gone}),
+    ])
+    cli_ok("run", "--config", config)
+    select = f"SELECT id, name, note, blob, tags FROM {name} ORDER BY id"
+    assert query(select) == [(1, "a", big["one"], blob, ["x"]),
+                             (2, "b3", big["three"], blob, []),
+                             (3, "c", None, None, None)]
+    produce(topic, [
+        change_event(1, "u", {"name": "a2", **gone}),
+        change_event(2, "u", {"name": "b4", "note": UNAVAILABLE, "blob": UNAVAILABLE_BYTES,
+                              "tags": ["y"]}),
+        change_event(3, "u", {"name": "c2", "note": "small", "blob": UNAVAILABLE_BYTES,
+                              "tags": [UNAVAILABLE]}),
+        change_event(4, "c", {"name": "d", "note": big["four"], "blob": blob, "tags": []}),
+        change_event(4, "u", {"name": "d2", **gone}),
+        change_event(4, "d", before={"id": 4}),
+        change_event(4, "c", {"name": "d3", "note": big["five"], "blob": None, "tags": ["z"]}),
+        change_event(4, "u", {"name": "d4", **gone}),
+    ])
+    cli_ok("run", "--config", config)
+    assert query(select) == [(1, "a2", big["one"], blob, ["x"]),
+                             (2, "b4", big["three"], blob, ["y"]),
+                             (3, "c2", "small", None, None),
+                             (4, "d4", big["five"], None, ["z"])]
+    assert "verified:" in cli_ok("verify", "--config", config)
+
+
+def test_variable_scale_decimals_are_decoded_into_the_declared_decimal(spark, tmp_path):
+    """A NUMERIC without precision: Debezium's io.debezium.data.VariableScaleDecimal, a
+    struct {scale, value: the unscaled bytes, base64}, in the schema envelope (keys 1-4) or
+    bare (key 5). Decoded into the declared decimal(20,4) (a finer scale rounded as Postgres
+    rounds); one too large for it (key 4) is a dead letter naming the field. Before: every
+    record a dead letter "expected decimal(20,4), got object"."""
+    name = unique("dbzvsd")
+    topic = create_topic(name, 1)
+    config = dbz_config(tmp_path, name, [topic], {"id": "long not null",
+                                                  "amount": "decimal(20,4)"})
+    vsd = {"field": "amount", "type": "struct", "optional": True,
+           "name": "io.debezium.data.VariableScaleDecimal", "version": 1,
+           "fields": [{"field": "scale", "type": "int32"}, {"field": "value", "type": "bytes"}]}
+    fields = [{"field": "id", "type": "int64"}, vsd]
+    schema = {"type": "struct", "fields": [{"field": i, "type": "struct", "optional": True,
+                                            "fields": fields} for i in ("before", "after")]
+              + [{"field": "op", "type": "string"}]}
+
+    def amount(unscaled: int, scale: int) -> dict:
+        n = (unscaled.bit_length() + 8) // 8
+        return {"scale": scale,
+                "value": base64.b64encode(unscaled.to_bytes(n, "big", signed=True)).decode()}
+
+    produce(topic, [change_event(1, "c", {"amount": amount(12345, 2)}, schema=schema),
+                    change_event(2, "c", {"amount": amount(-7, 0)}, schema=schema),
+                    change_event(3, "c", {"amount": amount(1234567, 6)}, schema=schema),
+                    change_event(4, "c", {"amount": amount(10**17, 0)}, schema=schema),
+                    change_event(5, "c", {"amount": amount(5, 1)})])
+    cli_ok("run", "--config", config)
+    assert query(f"SELECT id, amount FROM {name} ORDER BY id") == [
+        (1, Decimal("123.4500")), (2, Decimal("-7.0000")), (3, Decimal("1.2346")),
+        (5, Decimal("0.5000"))]
+    assert query("SELECT \"offset\", error_type, error_message FROM pipeline_dead_letters "
+                 "WHERE pipeline = %s", (name,)) == [
+        (3, "wrong_type", "field 'amount': expected decimal(20,4), got bigint")]
+
+
+def test_a_truncate_empties_the_table_in_order_with_the_changes_around_it(spark, tmp_path):
+    """`[sink] truncate = "apply"`: a truncate (op `t`) deletes every row whose change is
+    older than it by the upsert's ordering rule, in the run's transaction. Partition 0:
+    keys 1 and 2 (an earlier run) and 3 (this run) come before the truncate and go, 4 comes
+    after it and stays; partition 1: key 5 (an earlier run) and 6 are stamped before the
+    truncate and go, 7 after it stays. A replay of every range changes nothing, and
+    `verify` agrees. Before: `truncate` was an unknown key (exit 2), and a truncate a dead
+    letter while every row stayed."""
+    from tests.integration.test_partition_growth import BASE, at, produce_at
+
+    name = unique("dbztrunc")
+    topic = create_topic(name, 2)
+    config = dbz_config(tmp_path, name, [topic], {"id": "long not null", "name": "string"},
+                        sink='truncate = "apply"\n')
+
+    def c(k: int, ts: int):
+        return at(change_event(k, "c", {"name": f"n{k}"}), BASE + ts)
+
+    produce_at(topic, 0, [c(1, 0), c(2, 100)])
+    produce_at(topic, 1, [c(5, 50)])
+    cli_ok("run", "--config", config)
+    produce_at(topic, 0, [c(3, 200), at(change_event(0, "t"), BASE + 1000), c(4, 1100)])
+    produce_at(topic, 1, [c(6, 900), c(7, 1500)])
+    cli_ok("run", "--config", config)
+    select = f"SELECT id FROM {name} ORDER BY id"
+    assert query(select) == [(4,), (7,)]
+    before = query(f"SELECT *, xmin::text FROM {name} ORDER BY id")
+    cli_ok("backfill", "--config", config, "--topic", topic, "--partition", "0",
+           "--from-offset", "0", "--to-offset", "5")
+    assert query(f"SELECT *, xmin::text FROM {name} ORDER BY id") == before
+    assert "verified:" in cli_ok("verify", "--config", config)
+
+
+def test_an_unavailable_not_null_value_with_nothing_stored_is_exit_3_naming_it(spark):
+    """Key 1 is first met through an update that left its `not null` note out: no value to
+    keep and none to write, so the run stops (exit 3) naming the change, the key and the
+    column, nothing committed. Key 2's placeholder follows its create in the same run: fine."""
+    name = unique("dbztoastnn")
+    topic = create_topic(name, 1)
+    settings = init_db(make_settings(name, [topic], sink={
+        "envelope": "debezium", "mode": "upsert", "key": ["id"],
+        "columns": {"id": "long not null", "note": "string not null", "n": "long"}}))
+    produce(topic, [change_event(2, "c", {"note": "kept", "n": 1}),
+                    change_event(2, "u", {"note": UNAVAILABLE, "n": 2}),
+                    change_event(1, "u", {"note": UNAVAILABLE, "n": 3})])
+    with pytest.raises(DataError) as e:
+        run_ingest(settings)
+    assert f"the change at {topic}[0] offset 2 of key (id=1) leaves the not-null column(s) " \
+           "note out" in e.value.message
+    assert stored_offsets(name) == {} and query(f"SELECT count(*) FROM {name}") == [(0,)]

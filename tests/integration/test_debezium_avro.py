@@ -144,3 +144,55 @@ def test_an_avro_debezium_stream_lands_as_the_source_tables_final_state_and_a_re
     assert (replay.rows_written, replay.rows_deleted, replay.dead_letters) == (0, 0, 0)
     assert snapshot() == before
     assert query(select) == expected(state)
+
+
+def test_avro_unavailable_values_keep_the_stored_ones_and_variable_scale_decimals_land(
+        registry, spark, tmp_path):
+    """Through the CLI and the registry: key 1's update leaves its 8,000-character note out
+    (Debezium's placeholder string, as the AvroConverter writes it) and keeps it, in a later
+    run and within one; its NUMERIC without precision (the VariableScaleDecimal record
+    {scale, value}) lands in a decimal(20,4) column. Before: the note was replaced by the
+    placeholder, and every record with an amount was a dead letter."""
+    from tests.helpers import init_cli, toml_config
+    from tests.integration.test_debezium import UNAVAILABLE, cli_ok
+
+    name = unique("dbzavrotoast")
+    topic = create_topic(name, 1)
+    ns = f"dbz.{name}"
+    vsd = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+           "connect.name": "io.debezium.data.VariableScaleDecimal",
+           "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}
+    value = {"type": "record", "name": "Value", "namespace": ns, "fields": [
+        {"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"]},
+        {"name": "amount", "type": ["null", vsd]}]}
+    client = registry_client(registry)
+    ser = AvroSerializer(client, json.dumps(envelope_schema(ns, value)))
+    keys = AvroSerializer(client, json.dumps(key_schema(ns)))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    key_ctx = SerializationContext(topic, MessageField.KEY)
+
+    def change(k: int, op: str, note: str, unscaled: int, scale: int) -> tuple[bytes, bytes]:
+        after = {"id": k, "note": note, "amount": {
+            "scale": scale, "value": unscaled.to_bytes(8, "big", signed=True)}}
+        return keys({"id": k}, key_ctx), ser({
+            "before": None, "after": after, "source": SOURCE, "transaction": None, "op": op,
+            "ts_ms": 0}, ctx)
+
+    config = tmp_path / f"{name}.toml"
+    config.write_text(toml_config(name, [topic], fmt="raw", extra_sink=(
+        'envelope = "debezium"\nmode = "upsert"\nkey = ["id"]\n')).replace(
+        'format = "raw"', 'format = "avro"') + (
+        '[sink.columns]\nid = "long not null"\nnote = "string"\namount = "decimal(20,4)"\n'
+        f'[schema_registry]\nurl = "{registry}"\n'))
+    init_cli(config)
+    big = "toasted:" + "x" * 8000
+    produce(topic, [change(1, "c", big, 12345, 2), change(2, "c", "two", -7, 0),
+                    change(2, "u", UNAVAILABLE, 1234567, 6)])
+    cli_ok("run", "--config", str(config))
+    produce(topic, [change(1, "u", UNAVAILABLE, 5, 1)])
+    cli_ok("run", "--config", str(config))
+    assert query(f"SELECT id, note, amount FROM {name} ORDER BY id") == [
+        (1, big, Decimal("0.5000")), (2, "two", Decimal("1.2346"))]
+    assert query("SELECT count(*) FROM pipeline_dead_letters WHERE pipeline = %s",
+                 (name,)) == [(0,)]
+    assert "verified:" in cli_ok("verify", "--config", str(config))

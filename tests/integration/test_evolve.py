@@ -8,9 +8,11 @@ test_bad_input.py::test_a_results_table_that_drifted_from_the_config_is_exit_2_b
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 
+import psycopg
 import pytest
 
 from pipeline.driver.job import run_ingest
@@ -30,7 +32,7 @@ from tests.helpers import (
     toml_config,
     unique,
 )
-from tests.integration._reliability import finish, start_cli, stored
+from tests.integration._reliability import finish, start_cli, stored, wait_for
 
 OWNERS = "pipeline_evolve_test"  # the group role owning evolving tables (cluster-wide)
 WITH_CHANNEL = {**JSON_COLUMNS, "channel": "string"}
@@ -147,7 +149,10 @@ def test_a_new_not_null_column_on_a_table_with_rows_is_refused_before_reading(sp
     assert "channel" not in columns_of(v2.sink.table)
 
 
-def test_sigkill_before_commit_leaves_neither_the_column_nor_the_rows(spark, tmp_path):
+def test_sigkill_before_commit_leaves_the_column_but_none_of_the_rows(spark, tmp_path):
+    """The column is added in a short transaction of its own before the read (readers never
+    queue behind a publishing transaction); the rows commit with the offsets or not at all,
+    and the rerun fills the column."""
     v1, v2, topic = pipeline_v1("evolve_kill")
     produce(topic, [with_channel(i) for i in range(50, 80)])
     before = stored(v1.name, TEST_DB_URL)
@@ -162,10 +167,10 @@ def test_sigkill_before_commit_leaves_neither_the_column_nor_the_rows(spark, tmp
     code, _, err = finish(proc)
 
     assert code == -signal.SIGKILL, err[-3000:]
-    assert "channel" not in columns_of(v2.sink.table)
-    assert len(order_ids(v2.sink.table)) == 50
+    assert columns_of(v2.sink.table)["channel"] == ("text", "YES")
+    assert channels(v2.sink.table) == {i: None for i in range(50)}  # none of the run's rows
     assert stored(v1.name, TEST_DB_URL) == before
-    # The rerun adds both.
+    # The rerun writes the rows, with their channel.
     result = run_ingest(v2)
     assert (result.status, result.rows_written) == ("succeeded", 30)
     assert channels(v2.sink.table) == {**{i: None for i in range(50)},
@@ -184,3 +189,41 @@ def test_upsert_evolves_through_its_merge(spark):
     got = channels(v2.sink.table)
     assert len(got) == 58
     assert got[7] == "web1" and got[6] is None and got[57] == "web0"
+
+
+def test_readers_never_queue_long_behind_an_evolving_run(spark, tmp_path):
+    """A long reader holds the table (ACCESS SHARE, its transaction open) while a run that
+    adds a column starts: the run's ALTER TABLE waits for it only briefly at a time, so a
+    new SELECT is not stuck behind the queued ALTER; once the reader is done the run adds
+    the column and its rows."""
+    v1, v2, topic = pipeline_v1("evolve_reader")
+    produce(topic, [with_channel(i) for i in range(50, 80)])
+    config = tmp_path / "v2.toml"
+    config.write_text(toml_config(v2.name, [topic], extra_sink='evolve = "add_columns"')
+                      .replace("[spark]", 'channel = "string"\n[spark]'))
+    table = v2.sink.table
+    reader = psycopg.connect(TEST_DB_URL, application_name="long-reader")
+    proc = None
+    try:
+        reader.execute(f"SELECT count(*) FROM {table}").fetchone()  # transaction stays open
+        proc = start_cli("run", "--config", str(config))
+        wait_for(lambda: query(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+            "%s", (f'ALTER TABLE "public"."{table}"%',)), 180, "the run's ALTER TABLE", proc)
+        # A new reader, while the ALTER is queued: served within a few seconds (a generous
+        # bound; behind an ALTER that waits for the long reader it would be stuck as long).
+        with psycopg.connect(TEST_DB_URL, autocommit=True) as probe:
+            probe.execute("SET statement_timeout = '10s'")
+            assert probe.execute(f"SELECT count(*) FROM {table}").fetchone() == (50,)
+    except BaseException:
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    finally:
+        reader.close()  # the long reader ends: its transaction rolls back
+    code, _, err = finish(proc)
+
+    assert code == 0, err[-3000:]
+    assert "application 'long-reader'" in err, err[-3000:]  # who held the table
+    assert channels(table) == {**{i: None for i in range(50)},
+                               **{i: f"web{i % 3}" for i in range(50, 80)}}

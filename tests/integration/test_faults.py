@@ -358,3 +358,41 @@ def test_a_table_lock_held_elsewhere_fails_the_publish_after_lock_timeout(spark,
     assert "database.lock_timeout_seconds" in e.value.message
     assert_nothing_committed(settings)
     rerun_is_exact(settings, topic)
+
+
+def test_a_deadlock_postgres_reports_is_named_a_deadlock_and_transient(stack):
+    """Two sessions waiting for each other: Postgres ends one (SQLSTATE 40P01). That is no
+    run publishing the same offsets first: it is named as what it is, exit 75."""
+    import threading
+
+    import psycopg
+
+    from pipeline.driver.database import sort_error
+    from pipeline.errors import EXIT_TRANSIENT, ConflictError
+
+    caught: list[BaseException] = []
+    first, second = (psycopg.connect(TEST_DB_URL) for _ in range(2))
+    try:
+        first.execute("SELECT pg_advisory_xact_lock(7400099, 1)")
+        second.execute("SELECT pg_advisory_xact_lock(7400099, 2)")
+
+        def cross(conn, key: int) -> None:
+            try:
+                conn.execute("SELECT pg_advisory_xact_lock(7400099, %s)", (key,))
+            except psycopg.errors.DeadlockDetected as e:
+                caught.append(e)
+                conn.rollback()  # frees the other
+
+        threads = [threading.Thread(target=cross, args=a) for a in ((first, 2), (second, 1))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        first.close()
+        second.close()
+
+    [deadlock] = caught
+    error = sort_error(TEST_DB_URL, deadlock)
+    assert error.exit_code == EXIT_TRANSIENT and not isinstance(error, ConflictError)
+    assert "deadlock" in error.message and "published rows" not in error.message

@@ -96,32 +96,39 @@ def snapshot(name: str) -> tuple:
             query(f"SELECT *, xmin::text FROM {name}_deleted ORDER BY order_id"))
 
 
-# (name, topic, partition, offset, Kafka timestamp in ms or None)
-RECORDS = [("a", "t", 0, 5, 100), ("b", "t", 0, 6, 50), ("c", "t", 1, 0, 100),
-           ("d", "t", 1, 1, None), ("e", "u", 0, 0, 100), ("f", "t", 2, 0, 99)]
+# (name, topic, partition, offset, Kafka timestamp in ms or None, order time in ms or None:
+# the stored one; None for an older table's row, whose own timestamp counts)
+RECORDS = [("a", "t", 0, 5, 100, None), ("b", "t", 0, 6, 50, 100), ("c", "t", 1, 0, 100, None),
+           ("d", "t", 1, 1, None, 100), ("e", "u", 0, 0, 100, None), ("f", "t", 2, 0, 99, None),
+           ("g", "t", 3, 0, 253_402_300_800_000, None), ("h", "t", 4, 0, 98, 98)]
 
 
 def test_the_rule_orders_any_two_records_of_a_key_in_postgres():
     """upsert.newer evaluated by Postgres on every pair: within a partition the offset (b
     after a, though stamped earlier; d after c, though it has no timestamp), across
-    partitions the timestamp (a after f), equal timestamps the higher partition (c after
-    a), then the topic (e after a); no timestamp is older than any (a after d). Of any two
-    records exactly one is newer, so nothing is left undecided."""
+    partitions the order time (a after f; b carries a's, so b after f too), equal order
+    times the higher partition (c after a and b, d after a), then the topic (e after a); a
+    timestamp in year 10000 orders as none (a after g). Of any two records exactly one is
+    newer, and the order is total: transitive over every triple."""
+    def ts(ms):
+        return "NULL" if ms is None else f"to_timestamp({ms} / 1000.0)"
+
     values = ", ".join(
-        f"('{n}', '{t}', {p}, {o}::bigint, "
-        f"{'NULL' if ts is None else f'to_timestamp({ts} / 1000.0)'}::timestamptz)"
-        for n, t, p, o, ts in RECORDS)
-    cols = '(name, topic, "partition", "offset", kafka_timestamp)'
+        f"('{n}', '{t}', {p}, {o}::bigint, {ts(k)}::timestamptz, {ts(ot)}::timestamptz)"
+        for n, t, p, o, k, ot in RECORDS)
+    cols = '(name, topic, "partition", "offset", kafka_timestamp, _order_time)'
     pairs = {(x, y): is_newer for x, y, is_newer in query(
         f"SELECT l.name, r.name, {upsert.newer('l', 'r').as_string(None)} "
         f"FROM (VALUES {values}) AS l{cols}, (VALUES {values}) AS r{cols} "
         "WHERE l.name <> r.name")}
-    assert {x + y for (x, y), is_newer in pairs.items() if is_newer} >= {
-        "ba", "dc", "af", "ca", "ea", "ad"}
-    assert not {x + y for (x, y), is_newer in pairs.items() if is_newer} & {
-        "ab", "cd", "fa", "ac", "ae", "da"}
+    newer = {x + y for (x, y), is_newer in pairs.items() if is_newer}
+    assert newer >= {"ba", "dc", "af", "bf", "ca", "cb", "ea", "da", "ag", "fh"}, newer
+    assert not newer & {"ab", "cd", "fa", "fb", "ac", "bc", "ae", "ad", "ga", "hf"}, newer
     assert None not in pairs.values(), pairs
     assert all(pairs[(x, y)] != pairs[(y, x)] for x, y in pairs), pairs
+    names = [r[0] for r in RECORDS]
+    assert all(not (pairs[(x, y)] and pairs[(y, z)]) or pairs[(x, z)]
+               for x in names for y in names for z in names if len({x, y, z}) == 3)
 
 
 def test_a_key_in_both_partitions_of_one_run_keeps_the_newer_by_the_rule(spark, tmp_path):
@@ -201,8 +208,8 @@ def assert_reread_changed_nothing(g: dict) -> None:
     assert (r.records_read, r.rows_written, r.rows_deleted) == (2, 0, 0), r
     # Detected, though nothing depends on it.
     assert f"topic {g['topic']} grew: partitions [1] are new to the pipeline (it had read " \
-           "[0]); an upsert key found in two partitions keeps its record with the latest " \
-           "Kafka timestamp" in g["grew"], g["grew"][-3000:]
+           "[0]); an upsert key found in two partitions keeps the record the ordering rule " \
+           "puts last" in g["grew"], g["grew"][-3000:]
 
 
 def test_rereading_the_old_partition_after_growth_keeps_the_newer_row(spark, tmp_path):

@@ -272,3 +272,104 @@ def test_sigkill_at_every_fault_point_then_rerun_is_exact(spark, tmp_path, mode)
 
     for n, point in enumerate(faults.POINTS):
         killed_then_rerun(settings, topic, config, point, n, mode == "upsert", assert_exact)
+
+
+# ---- the newest-wins rule, whatever the runs ---------------------------------------------
+
+def _two_topic_config(tmp_path, name: str, topics: list[str]) -> str:
+    """An upsert pipeline keyed by order_id over ``topics``, set up through the CLI."""
+    from tests.helpers import init_cli, toml_config
+
+    config = tmp_path / f"{name}.toml"
+    config.write_text(toml_config(name, topics, extra_sink=(
+        'mode = "upsert"\nkey = ["order_id"]')).replace(
+        'order_id = "long not null"', 'order_id = "long"\nstatus = "string"'))
+    init_cli(config)
+    return str(config)
+
+
+def _cli_ok(*args: str) -> str:
+    r = run_cli(*args)
+    assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def test_records_of_two_topics_end_in_the_same_row_however_runs_split_them(spark, tmp_path):
+    """Key 1: `vA` in topic X, then `vC` in topic Y stamped a second earlier, then `vB` in X
+    stamped two seconds earlier still (X's clock went back). Pipeline `split` reads A and
+    C, then B; pipeline `whole` reads all three at once; both must hold the same row, and
+    `verify` (which recomputes the state in one go) must find each table exact. Before:
+    `split` held B (offsets, X's own order, after A won by its timestamp), `whole` held C
+    (B's own timestamp lost to C's), and `verify` of `split` exited 3."""
+    from tests.integration.test_partition_growth import BASE, at, produce_at
+
+    name = unique("upso")
+    x, y = create_topic(f"{name}_x", 1), create_topic(f"{name}_y", 1)
+    split = _two_topic_config(tmp_path, f"{name}_s", [x, y])
+    whole = _two_topic_config(tmp_path, f"{name}_w", [x, y])
+    produce_at(x, 0, [at(event(1, 0), BASE + 3000)])  # vA
+    produce_at(y, 0, [at(event(1, 2), BASE + 2000)])  # vC
+    _cli_ok("run", "--config", split)
+    assert table_state(f"{name}_s")[1][0] == "v0"
+    produce_at(x, 0, [at(event(1, 1), BASE + 1000)])  # vB: X's later record
+    _cli_ok("run", "--config", split)
+    _cli_ok("run", "--config", whole)
+    held = {table_state(f"{name}_{p}")[1][0] for p in "sw"}
+    # B is X's newest record, and X's order time is still A's (3 s), later than C's.
+    assert held == {"v1"}, held
+    for config in (split, whole):
+        assert "verified:" in _cli_ok("verify", "--config", config)
+
+
+def test_a_microseconds_as_milliseconds_timestamp_does_not_pin_a_key(spark, tmp_path):
+    """A producer wrote microseconds as milliseconds (a timestamp in the year ~55,000, which
+    a topic with message.timestamp.after.max.ms raised, or a broker before Kafka 4, takes).
+    Key 1's record `v0` with it in topic X, run; then `v1` in topic Y, stamped now, run:
+    `v1` wins (a timestamp past year 9999 orders as none), and `verify` agrees. Within X the
+    offsets still order (key 2: `v1` after the far-future `v0`). Before: the far-future
+    record beat every record of every other partition or topic, forever."""
+    import time
+
+    from tests.integration.test_partition_growth import at, produce_at
+
+    name = unique("upsf")
+    x = create_topic(f"{name}_x", 1, **{"message.timestamp.after.max.ms": str(2**63 - 1)})
+    y = create_topic(f"{name}_y", 1)
+    config = _two_topic_config(tmp_path, name, [x, y])
+    now_ms = int(time.time() * 1000)
+    produce_at(x, 0, [at(event(1, 0), now_ms * 1000), at(event(2, 0), now_ms * 1000),
+                      at(event(2, 1), now_ms)])
+    _cli_ok("run", "--config", config)
+    produce_at(y, 0, [at(event(1, 1), now_ms + 1000)])
+    _cli_ok("run", "--config", config)
+    state = table_state(name)
+    assert (state[1][0], state[2][0]) == ("v1", "v1"), state
+    assert "verified:" in _cli_ok("verify", "--config", config)
+
+
+def test_an_upsert_table_of_an_older_version_is_upgraded_by_init_db(spark):
+    """A table made before the order time was stored (no `_order_time` in it or in its
+    `_deleted`): the run stops before reading (exit 2) naming init-db, which adds the
+    columns and keeps the rows; a row without an order time is ordered by its own
+    timestamp, so the next run's newer record replaces it."""
+    name = unique("upsold")
+    topic = create_topic(name, 1)
+    settings = upsert_settings(name, topic)
+    produce(topic, [event(1, 0), event(2, 0)])
+    run_ingest(settings)
+    from tests.integration._verify import execute
+
+    for table in (name, f"{name}_deleted"):
+        execute(f"ALTER TABLE {table} DROP COLUMN _order_time")
+    produce(topic, [event(1, 1), tombstone(2)])
+    with pytest.raises(ConfigError) as e:
+        run_ingest(settings)
+    assert f'table "public"."{name}" was made by an older version of the pipeline (no ' \
+           f"_order_time): run 'pipeline init-db --config {settings.source}' to upgrade it " \
+           "(keeps all data); nothing was read" in e.value.message
+    init_db(settings)
+    assert query(f"SELECT order_id, _order_time FROM {name} ORDER BY 1") == [(1, None),
+                                                                              (2, None)]
+    result = run_ingest(settings)
+    assert (result.rows_written, result.rows_deleted) == (1, 1), result
+    assert_upsert_exact(settings, topic)

@@ -1,7 +1,8 @@
 """pipeline verify of upsert and aggregate sinks on the real stack: the state recomputed
 from every published record (newest per key, tombstones deleting; totals per group) is
 compared with the table. Exact -> exit 0; a changed value or a deleted key -> named, exit
-3; records deleted by retention -> nothing compared, said so."""
+3; records deleted by retention -> the rows they made not compared, the rest compared,
+exit 4 (an aggregate's totals: nothing compared)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from pipeline.commands.verify import cmd_verify
 from pipeline.driver.job import run_ingest
 from pipeline.driver.verify_state import run_state_verify
-from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK, PipelineError
+from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_INCOMPLETE, EXIT_OK, PipelineError
 from tests.helpers import create_topic, make_settings, produce, query, unique
 from tests.integration._reliability import init_db
 from tests.integration._sink_modes import AGGREGATE, event, tombstone, upsert_settings
@@ -26,7 +27,7 @@ def verify(settings, capsys, **filters) -> tuple[int | str, dict]:
     message; the report)."""
     args = argparse.Namespace(**{"topic": None, "partition": None, "from_offset": None,
                                  "to_offset": None, "json": True, "values": False,
-                                 **filters})
+                                 "skip_lost": False, **filters})
     try:
         code: int | str = cmd_verify(args, settings)
     except PipelineError as e:
@@ -56,7 +57,7 @@ def test_an_exact_upsert_table_verifies_clean(upsert, capsys):
     assert report.ok and report.compared
     assert (report.records, report.state_rows, report.table_rows) == (64, 18, 18)
     args = argparse.Namespace(topic=None, partition=None, from_offset=None, to_offset=None,
-                              json=False, values=False)
+                              json=False, values=False, skip_lost=False)
     assert cmd_verify(args, s) == EXIT_OK
     assert (f"verified: {s.sink.table} holds exactly the state of 64 records (18 keys)"
             in capsys.readouterr().out)
@@ -107,15 +108,25 @@ def test_aggregate_totals_are_recomputed_and_a_changed_total_is_named(spark, cap
     assert report["missing_keys"] == report["unexpected_keys"] == [["c3"]]
     code, _ = verify(s, capsys, partition=0)
     assert str(code).startswith(f"{EXIT_CONFIG}: ") and "apply to append sinks only" in code
+    # A total includes every record: one Kafka no longer holds, and nothing is compared,
+    # whatever the scope.
+    execute(f"UPDATE {s.sink.table} SET total = total - 1 WHERE customer = 'c3'")
+    delete_records(topic, 0, 1)
+    code, report = verify(s, capsys, skip_lost=True)
+    assert str(code).startswith(f"{EXIT_INCOMPLETE}: ") and "nothing compared" in code
+    assert report["verdict"] == "incomplete" and report["nothing_compared"]
 
 
-def test_records_deleted_by_retention_make_the_state_not_verifiable(spark):
+def test_records_deleted_by_retention_are_not_compared_and_the_rest_is(spark):
     topic = create_topic(unique("vstate_ret"), 1)
     s = upsert_settings(unique("vstate_ret"), topic)
     produce(topic, [event(i, 1) for i in range(10)], partition=0)
     run_ingest(s)
     delete_records(topic, 0, 3)
     report = run_state_verify(s)
-    assert report.ok and not report.compared and report.records == 0
-    assert report.not_verifiable == [{"topic": topic, "partition": 0, "why":
-                                      "records before offset 3 deleted by retention"}]
+    # Orders 0-2's rows were made by the records retention took: left out.
+    assert report.verdict == "incomplete" and not report.compared
+    assert (report.records, report.table_rows, report.rows_not_compared) == (7, 7, 3)
+    assert report.not_compared == [{"topic": topic, "partition": 0, "from": 0, "until": 3,
+                                    "why": "deleted by retention"}]
+    assert run_state_verify(s, skip_lost=True).ok

@@ -41,8 +41,9 @@ def test_creates_reads_and_updates_are_rows_of_the_after_image_deletes_delete_th
         # A before image with the key: it names the row (the image the create wrote).
         Record(7, event("d", None, {"id": 8}), k=b'{"id":9}'),
     ])
+    # Then the columns the change left out: none (NULL).
     assert [line.split("\t")[4:-1] for line in out.rows] == [
-        ["1", "a", "X"], ["2", "b", "\\N"], ["1", "a2", "\\N"]]
+        ["1", "a", "X", "\\N"], ["2", "b", "\\N", "\\N"], ["1", "a2", "\\N", "\\N"]]
     assert [(line.split("\t")[2], line.split("\t")[4]) for line in out.tombstones] == [
         ("3", "2"), ("4", "2"), ("5", "7"), ("6", "9"), ("7", "8")]
     assert out.dead == []
@@ -60,7 +61,7 @@ def test_bad_events_are_dead_letters_naming_why():
     dead = {int(f[2]): (f[7], f[8].rstrip("\n")) for f in (d.split("\t") for d in out.dead)}
     assert dead == {
         0: ("unsupported_op", "op 't' is not a row change this sink applies (c, r, u upsert; d "
-                              "deletes)"),
+                              "deletes; t empties the table with [sink] truncate = \"apply\")"),
         1: ("not_a_change_event", "value is not a Debezium change event (no 'op'; with the "
                                   "schema envelope, no 'payload.op')"),
         2: ("wrong_type", "field 'id': expected long, got string"),
@@ -89,7 +90,7 @@ def test_the_schema_envelope_decodes_debeziums_dates_timestamps_and_decimals():
                ("price", "decimal(8,2)", False))
     out = encode([Record(0, event("c", after, schema=schema), k=b"1")], columns)
     assert out.dead == []
-    assert out.rows[0].split("\t")[4:-1] == [
+    assert out.rows[0].split("\t")[4:-2] == [
         "1", "2023-11-14T22:13:20.123000+00:00", "1969-12-31T23:59:59.999999+00:00",
         "2022-01-08", "-123.45"]
 
@@ -156,3 +157,74 @@ def test_deletes_and_tombstones_of_a_schema_enveloped_key_name_the_row_its_creat
     assert out.dead == []
     assert out.rows[0].split("\t")[4] == decoded
     assert [line.split("\t")[4] for line in out.tombstones] == [decoded] * 3
+
+
+# ---- change events as real sources send them ---------------------------------------------
+UNAVAILABLE = "__debezium_unavailable_value"
+
+
+def test_a_placeholder_of_an_unchanged_toasted_value_is_null_and_named():
+    """The string, a bytea column's bytes (base64), an array's one element, a column read
+    under one: NULL in the row, named in its last field but run_id (``_unavailable``: the
+    merge keeps the stored values), even for a 'not null' column; a key column is never
+    unavailable (its placeholder is a wrong type)."""
+    columns = (("id", "long", True), ("note", "string", True), ("blob", "string", False),
+               ("tags", "array<string>", False), ("city", "string", False,
+                                                   ("address", "city")),
+               ("name", "string", False))
+    blob = base64.b64encode(UNAVAILABLE.encode()).decode()
+    out = encode([
+        Record(0, event("u", {"id": 1, "note": UNAVAILABLE, "blob": blob, "tags": [UNAVAILABLE],
+                              "address": UNAVAILABLE, "name": "a"}), k=b"1"),
+        Record(1, event("u", {"id": 2, "note": "n", "blob": blob, "name": "b"}), k=b"2"),
+        Record(2, event("u", {"id": 3, "note": "n", "name": UNAVAILABLE + "!"}), k=b"3"),
+        Record(3, event("u", {"id": UNAVAILABLE, "note": "n"}), k=b"4"),
+    ], columns)
+    assert sorted(line.split("\t")[4:-1] for line in out.rows) == [
+        ["1", "\\N", "\\N", "\\N", "\\N", "a", "{note,blob,tags,city}"],
+        ["2", "n", "\\N", "\\N", "\\N", "b", "{blob}"],
+        ["3", "n", "\\N", "\\N", "\\N", f"{UNAVAILABLE}!", "\\N"]]
+    assert [d.split("\t")[7] for d in out.dead] == ["wrong_type"]
+
+
+def test_a_truncate_deletes_every_key_when_applied_else_is_a_dead_letter():
+    truncate = event("t")
+    applied = Encoder("debezium", COLUMNS, 1, tombstone_key=("id",), truncate=True).encode(
+        "t", 0, [Record(5, truncate, k=None)])
+    assert applied.rows == [] and applied.dead == []
+    assert [line.split("\t")[2:] for line in applied.tombstones] == [
+        ["5", "2023-11-14 22:13:20.123000+00", "\\N", "1", "t\n"]]
+    assert [d.split("\t")[7] for d in encode([Record(5, truncate, k=None)]).dead] == [
+        "unsupported_op"]
+
+
+def test_variable_scale_decimals_are_decoded_by_their_schema_or_their_shape():
+    vsd = {"field": "amount", "type": "struct", "name": "io.debezium.data.VariableScaleDecimal",
+           "fields": [{"field": "scale", "type": "int32"}, {"field": "value", "type": "bytes"}]}
+    fields = [{"field": "id", "type": "int64"}, vsd]
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct",
+                                            "fields": fields}]}
+
+    def amount(unscaled: int, scale: int) -> dict:
+        return {"scale": scale, "value": base64.b64encode(
+            unscaled.to_bytes(8, "big", signed=True)).decode()}
+
+    columns = (("id", "long", True), ("amount", "decimal(20,4)", False))
+    out = encode([
+        Record(0, event("c", {"id": 1, "amount": amount(-12345, 2)}, schema=schema), k=b"1"),
+        Record(1, event("c", {"id": 2, "amount": amount(5, 1)}), k=b"2"),  # no schema
+        Record(2, event("c", {"id": 3, "amount": amount(123456789, 7)}), k=b"3"),
+        Record(3, event("c", {"id": 4, "amount": amount(10**17, 0)}, schema=schema), k=b"4"),
+    ], columns)
+    assert [line.split("\t")[4:6] for line in out.rows] == [
+        ["1", "-123.4500"], ["2", "0.5000"], ["3", "12.3457"]]
+    assert [d.split("\t")[7:9] for d in out.dead] == [
+        ["wrong_type", "field 'amount': expected decimal(20,4), got bigint\n"]]
+
+
+def test_truncate_is_only_for_the_debezium_envelope():
+    dbz = {"envelope": "debezium", "mode": "upsert", "key": ["id"]}
+    assert settings(**dbz, truncate="apply").sink.truncate == "apply"
+    assert settings(**dbz).sink.truncate == "dead_letter"
+    with pytest.raises(ConfigError, match="'sink.truncate' is only for sink.envelope"):
+        settings(mode="upsert", key=["id"], truncate="apply")

@@ -140,7 +140,8 @@ def test_creates_reads_and_updates_upsert_the_after_image_deletes_and_tombstones
         Record(6, wire(ENVELOPE, env, change("d", row(8), None)), k=None),  # no key
     ])
     assert out.dead == []
-    assert [line.split("\t")[4:-1] for line in out.rows] == [
+    assert {line.split("\t")[-2] for line in out.rows} == {"\\N"}  # no column left out
+    assert [line.split("\t")[4:-2] for line in out.rows] == [
         ["1", "a", "2023-11-14 22:13:20.123457+00:00", "2022-01-09", "13.34",
          "2026-03-01 10:00:00+00:00"],
         ["2", "\\N", "2023-11-14 22:13:20.123458+00:00", "2022-01-10", "14.34",
@@ -224,3 +225,33 @@ def test_the_envelope_takes_avro_and_refuses_protobuf():
     assert (s.format, s.envelope, s.record_format) == ("avro", "debezium", "debezium_avro")
     with pytest.raises(ConfigError, match="needs sink.format = 'json' or 'avro'"):
         settings(format="protobuf")
+
+
+def test_unavailable_values_variable_scale_decimals_and_truncates(tmp_path):
+    """An unchanged TOASTed value's placeholder (a string; a bytea column's bytes) is NULL
+    and named in ``_unavailable``; Debezium's VariableScaleDecimal record {scale, value} is
+    decoded into a decimal column; a truncate deletes every key with [sink] truncate =
+    "apply" (a tombstone line with NULL key fields)."""
+    vsd = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+           "connect.name": "io.debezium.data.VariableScaleDecimal",
+           "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}
+    v_schema = {"type": "record", "name": "Value", "namespace": "v", "fields": [
+        {"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"]},
+        {"name": "blob", "type": ["null", "bytes"]}, {"name": "amount", "type": ["null", vsd]}]}
+    env = envelope_schema("v", v_schema)
+    (tmp_path / "1.avsc").write_text(json.dumps(env))
+    placeholder = "__debezium_unavailable_value"
+    out = Encoder("debezium_avro", (("id", "long", True), ("note", "string", True),
+                                    ("blob", "string", False),
+                                    ("amount", "decimal(20,4)", False)), 1,
+                  tombstone_key=("id",), schemas=SchemaSource(schemas_dir=str(tmp_path)),
+                  truncate=True).encode("t", 0, [
+        Record(0, wire(1, env, change("u", None, {
+            "id": 1, "note": placeholder, "blob": placeholder.encode(),
+            "amount": {"scale": 3, "value": (-1234567).to_bytes(4, "big", signed=True)}}))),
+        Record(1, wire(1, env, change("t", None, None)), k=None)])
+    assert out.dead == []
+    assert [line.split("\t")[4:-1] for line in out.rows] == [
+        ["1", "\\N", "\\N", "-1234.5670", "{note,blob}"]]
+    assert [line.split("\t")[2:] for line in out.tombstones] == [
+        ["1", "2023-11-14 22:13:20.123000+00", "\\N", "1", "t\n"]]

@@ -33,7 +33,7 @@ def test_evolve_is_off_unless_asked():
     ({"evolve": "add_columns", "mode": "aggregate", "group_by": ["channel"],
       "aggregates": {"n": "count(*)"}}, "is refused for sink.mode = 'aggregate'"),
     ({"evolve": "add_columns", "format": "raw", "columns": {}},
-     "it is for sink.format = 'json' or 'avro'"),
+     "it is for sink.format = 'json', 'avro' or 'protobuf'"),
 ])
 def test_a_bad_evolve_is_one_line_error(sink, message):
     with pytest.raises(ConfigError) as e:

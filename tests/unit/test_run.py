@@ -5,10 +5,10 @@ import pytest
 from pipeline.store.run import FAMILIES, Kind, Run, kinds_of, lock_key, staging_table
 
 
-def test_a_backfill_or_reprocess_has_its_own_lock_an_offsets_change_may_hold_both():
+def test_a_backfill_or_reprocess_has_its_own_lock_an_offsets_change_or_replay_holds_both():
     assert [k.family for k in Kind] == ["ingest", "backfill", "backfill", "ingest", "ingest"]
     assert kinds_of("ingest") == (Kind.INGEST, Kind.REPLAY, Kind.OFFSETS)
-    assert kinds_of("backfill") == (Kind.BACKFILL, Kind.REPROCESS, Kind.OFFSETS)
+    assert kinds_of("backfill") == (Kind.BACKFILL, Kind.REPROCESS, Kind.REPLAY, Kind.OFFSETS)
     assert set(FAMILIES) == {"ingest", "backfill", "offsets"}
     assert lock_key("p", "ingest") == "p" and lock_key("p", "backfill") == "p:backfill"
 

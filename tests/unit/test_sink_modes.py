@@ -145,7 +145,10 @@ def test_count_forms_and_sums_of_numbers_are_accepted_in_declared_order():
      {"mode": "aggregate", "group_by": ["updated_at"], "aggregates": {"n": "count"}}),
     ({"deleted_at": "timestamp"}, {"mode": "upsert", "key": ["deleted_at"]}),
     ({"_tombstone": "boolean", "order_id": "long"}, {"mode": "upsert", "key": ["order_id"]}),
-], ids=["group_by-updated_at", "upsert-key-deleted_at", "upsert-column-_tombstone"])
+    ({"_order_time": "timestamp", "order_id": "long"}, {"mode": "upsert", "key": ["order_id"]}),
+    ({"_unavailable": "string", "order_id": "long"}, {"mode": "upsert", "key": ["order_id"]}),
+], ids=["group_by-updated_at", "upsert-key-deleted_at", "upsert-column-_tombstone",
+        "upsert-column-_order_time", "upsert-column-_unavailable"])
 def test_a_column_named_like_a_mode_column_is_a_config_error(columns, sink):
     clash = next(iter(columns))
     with pytest.raises(ConfigError, match=f"{clash}.*(clashes|reserved)"):
@@ -200,7 +203,8 @@ def test_the_deleted_table_holds_the_key_and_the_deleting_record():
     deleted = sink_of(mode="upsert", key=["region", "order_id"]).deleted
     assert [c.name for c in deleted.primary_key] == ["region", "order_id"]
     assert [c.name for c in tables.written(deleted)] == [
-        "region", "order_id", "topic", "partition", "offset", "kafka_timestamp", "run_id"]
+        "region", "order_id", "topic", "partition", "offset", "kafka_timestamp", "run_id",
+        "_order_time"]
 
 
 def test_tombstone_columns_and_the_batch_flag_follow_the_key():
@@ -291,15 +295,21 @@ def test_without_deleting_tombstones_a_null_value_is_a_null_value_dead_letter(si
 
 
 # ---- merge SQL ---------------------------------------------------------------------------
-def test_newer_is_the_offset_within_a_partition_and_the_timestamp_across():
+def test_newer_is_the_offset_within_a_partition_and_the_order_time_across():
     """One rule for every kind of run (before: an ingest took any record of another
-    partition, a backfill none); across partitions the later timestamp, then the higher
-    partition, then the topic, so two partitions never tie; a NULL timestamp is oldest."""
+    partition, a backfill none): within a partition the offsets; across partitions the
+    order_key, a row value (the order time, NULL oldest, then the partition, the topic),
+    so two partitions never tie. The order time is the stored one (NULL: an older table's
+    row, its own timestamp), a timestamp from year 10000 on none."""
+    time = ('coalesce(coalesce("{t}"."_order_time", (CASE WHEN "{t}".kafka_timestamp < '
+            "'10000-01-01 00:00:00+00'::timestamptz THEN \"{t}\".kafka_timestamp END)), "
+            "'-infinity')")
+    key = f'({time}, "{{t}}"."partition", "{{t}}".topic, "{{t}}"."offset")'
+    assert upsert_sink.order_key("r").as_string(None) == key.format(t="r")
     assert upsert_sink.newer("l", "r").as_string(None) == (
         '(CASE WHEN "l".topic = "r".topic AND "l".partition = "r".partition '
         'THEN "l"."offset" > "r"."offset" '
-        'ELSE (coalesce("l".kafka_timestamp, \'-infinity\'), "l".partition, "l".topic) > '
-        '(coalesce("r".kafka_timestamp, \'-infinity\'), "r".partition, "r".topic) END)')
+        f'ELSE {key.format(t="l")} > {key.format(t="r")} END)')
 
 
 def test_partitions_added_names_the_topics_that_grew():
