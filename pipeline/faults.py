@@ -3,10 +3,11 @@
 Off unless PIPELINE_FAULT is set (read once at import: no cost when off). Format:
 ``PIPELINE_FAULT=<point>:<action>`` with action ``kill`` (SIGKILL our whole process
 group, like an OOM killer or a pulled plug), ``raise`` (an exception at that point),
-``crash`` (SIGSEGV of this process alone: inside a Spark task, a Python worker that dies)
-``sleep=<seconds>`` (to let a test send a signal at that moment) or ``wait=<path>`` (block
+``crash`` (SIGSEGV of this process alone: inside a Spark task, a Python worker that dies),
+``sleep=<seconds>`` (to let a test send a signal at that moment), ``wait=<path>`` (block
 until that file exists, at most WAIT_SECONDS: lets a test act at that moment however slow
-the machine, and go on at once when it is done).
+the machine, and go on at once when it is done) or ``skip`` (inject() returns True: the
+caller skips the work at that point, as a bug that lost it would).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ POINTS = (
 REPLAY_POINTS = (
     "replay_before_commit",  # inside the replay's one transaction, before COMMIT
 )
+# Points whose work a test makes the code skip (action ``skip``): a loss no real failure
+# produces, that the run must still notice.
+LOSS_POINTS = (
+    "writer_piece",  # a transform's writer: one piece of rows (a partition's read range)
+)
 # ``pipeline verify``'s points (driver/verify.py; tests/integration/test_verify_scope.py).
 VERIFY_POINTS = (
     "verify_chunk",  # before a partition's (next) offsets are verified
@@ -49,12 +55,15 @@ class InjectedFault(RuntimeError):
     pass
 
 
-def inject(point: str) -> None:
+def inject(point: str) -> bool:
+    """Act at ``point`` as PIPELINE_FAULT says; True when the action is ``skip``."""
     if not _SPEC:
-        return
+        return False
     name, _, action = _SPEC.partition(":")
     if name != point:
-        return
+        return False
+    if action == "skip":
+        return True
     if action == "kill":
         # The whole run: the driver's group (driver and JVM) and, inside a Spark task, the
         # workers' group too; our own group last, as it ends this process.
@@ -76,3 +85,4 @@ def inject(point: str) -> None:
             time.sleep(0.05)
     else:
         raise InjectedFault(f"injected fault at {point}")
+    return False

@@ -107,9 +107,9 @@ def make_settings(name: str, topics: list[str], *, fmt: str = "json", table: str
 
 def stack_env() -> dict[str, str]:
     """What 'scripts/stack env' prints for the stack the tests use (its ports, its secrets),
-    less the job's own overrides (product_env): its PIPELINE__DATABASE__URL, the owner on
-    the plain listener, would replace a test config's URL wherever this is passed to the
-    job (tests/security); a test sets the overrides it means."""
+    less any of the job's own overrides (product_env; the script prints none: one would
+    replace a test config's value wherever this is passed to the job); a test sets the
+    overrides it means."""
     out = subprocess.run([str(ROOT / "scripts" / "stack"), "env"], check=True,
                          capture_output=True, text=True).stdout
     return without_product_env(dict(re.findall(r"^export (\w+)=(.*)$", out, re.M)))

@@ -5,6 +5,7 @@ times, and the optional mirror of our offsets to a consumer group. confluent-kaf
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import wait
@@ -33,17 +34,47 @@ _REFUSED = {KafkaError._AUTHENTICATION: "authentication failed",
             KafkaError._SSL: "the TLS handshake failed"}
 
 
+# What librdkafka says when the client's security.protocol is not its listener's: TLS
+# spoken to a PLAINTEXT listener fails its handshake with this hint; plain text spoken to
+# a TLS listener is answered by nothing, the connection closed before the first response
+# (librdkafka may add its own hint). A broker that is down refuses the connection instead.
+_TLS_TO_PLAINTEXT = "connecting to a PLAINTEXT broker listener"
+_PLAINTEXT_TO_TLS = "connecting to a SSL listener"
+_CLOSED_BEFORE_ANSWER = re.compile(r"Disconnected\b.*\bin state APIVERSION_QUERY")
+# Connections closed so before the run calls it a listener that wants TLS (one could be a
+# broker restarting).
+CLOSED_CONNECTIONS = 3
+
+
+def protocol_mismatch(protocol: str, said: Iterable[str]) -> str | None:
+    """Why the client's ``protocol`` (security.protocol) is not its listener's, from what
+    librdkafka said (its errors and log lines), or None."""
+    said = list(said)
+    if "SSL" in protocol:
+        hint = next((s for s in said if _TLS_TO_PLAINTEXT in s), None)
+        return (f"it speaks TLS to a PLAINTEXT listener ({hint.split(': ', 1)[-1][:200]})"
+                if hint else None)
+    closed = [s for s in said if _PLAINTEXT_TO_TLS in s or _CLOSED_BEFORE_ANSWER.search(s)]
+    if any(_PLAINTEXT_TO_TLS in s for s in closed) or len(closed) >= CLOSED_CONNECTIONS:
+        return ("the listener closed every connection before answering, as a TLS (SSL or "
+                "SASL_SSL) listener does to plain text")
+    return None
+
+
 class KafkaMeta:
     def __init__(self, settings: KafkaSettings):
         self.settings = settings
         self.client_errors: list[KafkaError] = []
+        # librdkafka's log lines, kept to tell a protocol mismatch (protocol_mismatch);
+        # never shown: it logs every failed connect, our one-line error says it once.
+        self.client_log: list[str] = []
         timeout_ms = int(settings.timeout_seconds * 1000)
         try:
             self.admin = AdminClient({
                 **settings.client_config(),
                 "socket.connection.setup.timeout.ms": str(min(timeout_ms, 10000)),
-                # librdkafka logs every failed connect; our one-line error says it once.
-                "log_level": "0",
+                "log_level": "6",
+                "logger": _KeptLog(self.client_log),
                 "error_cb": self.client_errors.append,
             })
         except KafkaException as e:
@@ -74,6 +105,16 @@ class KafkaMeta:
         err = next((e for e in self.client_errors if e.code() in _REFUSED), None)
         if err is not None:
             raise refused_error(self.settings, _REFUSED[err.code()], err.str())
+        protocol = self.settings.client_config().get("security.protocol", "PLAINTEXT")
+        why = protocol_mismatch(protocol.upper(),
+                                [*(e.str() for e in self.client_errors), *self.client_log])
+        if why:
+            raise ConfigError(
+                f"Kafka at {self.settings.bootstrap_servers} is not a {protocol.upper()} "
+                f"listener: {why}; set security.protocol in [kafka.consumer] to the "
+                "listener's, or point kafka.bootstrap_servers (or "
+                "PIPELINE__KAFKA__BOOTSTRAP_SERVERS, which replaces it) at a "
+                f"{protocol.upper()} listener; not retried")
 
     def _unreachable(self, what: str, err: object) -> TransientError:
         return TransientError(
@@ -227,6 +268,19 @@ def sasl_user(settings: KafkaSettings) -> str:
     user = settings.client_config().get("sasl.username")
     mechanism = settings.client_config().get("sasl.mechanism", "")
     return f"user '{user}' ({mechanism})" if user else "no SASL user"
+
+
+class _KeptLog(logging.Logger):
+    """A logger (confluent-kafka's ``logger`` setting) that keeps librdkafka's lines in a
+    list and shows none: not registered with logging, so no handler sees them."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("librdkafka", logging.DEBUG)
+        self.lines = lines
+
+    def log(self, level, msg, *args, **kwargs) -> None:
+        if len(self.lines) < 1000:  # a run that retries for long keeps its first lines
+            self.lines.append(msg % args if args else str(msg))
 
 
 def refused_error(settings: KafkaSettings, what: str, detail: str) -> ConfigError:

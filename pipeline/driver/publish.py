@@ -38,8 +38,8 @@ from sqlalchemy.schema import CreateTable
 
 from pipeline import faults
 from pipeline.driver.database import db_errors
-from pipeline.errors import ConfigError
-from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
+from pipeline.errors import ConfigError, PipelineError
+from pipeline.executor.stage import DEAD, HASH, RECEIVED, ROW, TOMBSTONE
 from pipeline.formats import copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.store import Store, tables
@@ -200,26 +200,43 @@ class Publisher:
         out: dict[tuple[str, int], dict[str, int]] = {}
         with db_errors(self.store.url), self._reader.begin():
             for topic, partition, kind, n in self._read.execute(sql.SQL(
-                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE kind <> %s AND '
-                    "(part, task) IN (SELECT * FROM unnest(%s::int[], %s::bigint[])) "
+                    'SELECT topic, "partition", kind, sum(n) FROM {} WHERE kind <> ALL(%s) '
+                    "AND (part, task) IN (SELECT * FROM unnest(%s::int[], %s::bigint[])) "
                     "GROUP BY 1, 2, 3 "
                     "ORDER BY 1, 2, 3").format(self.staging),
-                    (HASH, list(self.parts), list(self.parts.values()))).fetchall():
+                    ([HASH, RECEIVED], list(self.parts), list(self.parts.values()))
+            ).fetchall():
                 item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})
                 name = {ROW: "rows", DEAD: "dead", TOMBSTONE: "deletes"}[kind]
                 item[name] = item.get(name, 0) + int(n)
         return out
 
-    def read_counts(self) -> dict[tuple[str, int], int]:
+    def read_counts(self, kind: str = HASH) -> dict[tuple[str, int], int]:
         """Per (topic, partition): the Kafka records the published attempts read, from
         their range summaries (HASH blobs; a transform may filter some out, so its rows
-        and dead letters do not count them)."""
+        and dead letters do not count them); with ``kind`` RECEIVED, the rows a
+        transform's writers received (its output)."""
         with db_errors(self.store.url), self._reader.begin():
             return {(t, p): int(n) for t, p, n in self._read.execute(sql.SQL(
                 'SELECT topic, "partition", sum(n) FROM {} WHERE kind = %s AND (part, task) '
                 "IN (SELECT * FROM unnest(%s::int[], %s::bigint[])) GROUP BY 1, 2").format(
-                    self.staging), (HASH, list(self.parts), list(self.parts.values()))
+                    self.staging), (kind, list(self.parts), list(self.parts.values()))
             ).fetchall()}
+
+    def _check_no_row_lost(self, staged: dict[tuple[str, int], dict[str, int]]) -> None:
+        """A transform's run: every row its writers received (the transform's output) was
+        staged by the same attempt. A row lost on the way (a writer's bug) would otherwise
+        count as ``filtered`` (records read less rows and dead letters) and commit."""
+        received = self.read_counts(RECEIVED)
+        for tp in sorted(set(received) | {tp for tp, v in staged.items() if v.get("rows")}):
+            got, rows = received.get(tp, 0), staged.get(tp, {}).get("rows", 0)
+            if got != rows:
+                what = (f"lost {got - rows} of the {got} rows" if rows < got else
+                        f"staged {rows - got} rows more than the {got}")
+                raise PipelineError(
+                    f"run {self.run.id}: the transform's writers received {got} rows of "
+                    f"{tp[0]}[{tp[1]}] and staged {rows}: {what} of {tp[0]}[{tp[1]}]; "
+                    "rolled back, nothing committed - a bug: rerun with -v and report it")
 
     def records_read(self, staged: dict[tuple[str, int], dict[str, int]]) -> int:
         """All records the published attempts read: a transform's from the read tasks'
@@ -255,6 +272,8 @@ class Publisher:
         self.take()
         self._check_readers()
         staged = self.staged()
+        if self.readers:
+            self._check_no_row_lost(staged)
         with db_errors(store.url):
             if self.binary is None:  # a transform's run that staged nothing: no wire chosen
                 self.binary = False

@@ -31,8 +31,14 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     from pyspark.sql import SparkSession
 
     from pipeline.executor.task import EncoderSettings, StagingTarget
+    from pipeline.executor.task_errors import Kind, decode
     from pipeline.plan.split import pack_ranges, split_ranges
-    from pipeline.spark.arrow_settings import writer_sql_conf
+    from pipeline.spark.arrow_settings import (
+        MAX_BYTES_PER_BATCH,
+        bounded_sql_conf,
+        row_bytes_limit,
+        writer_sql_conf,
+    )
     from pipeline.spark.transform import session_settings
     from pipeline.spark.warm_workers import start_python_workers
 
@@ -57,15 +63,33 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
                     "ranges": [r.as_dict() for r in ranges]})
     # Spark's per-row batch-size check off for this job (spark/arrow_settings.py), set
     # before the transform builds its plan: its own Arrow UDFs get the same. A cap in
-    # [spark.conf], spark-submit's --conf or spark-defaults.conf wins.
+    # [spark.conf], spark-submit's --conf or spark-defaults.conf wins. Its batches are then
+    # bounded by rows alone: records too big for that stop it at their first batch
+    # (executor/feed.too_big), and it runs again with the check on.
     users = {**dict(sc.getConf().getAll()), **settings.spark.conf}
-    with session_settings(spark, writer_sql_conf(users)):
+    fast = writer_sql_conf(users)
+    with session_settings(spark, fast):
+        try:
+            return _transformed(sc, spark, settings, run, tasks, target, encoding, topic,
+                                choose_wire, row_bytes_limit(users, fast))
+        except Exception as e:  # noqa: BLE001 - only a resize is handled here
+            if (task := decode(str(e))) is None or task.kind != Kind.RESIZE:
+                raise
+            why = task.message
+    # The parts the first job committed hold what this job's hold (the same read tasks;
+    # a writer's part is a read task's, or after a shuffle no writer ran), so the
+    # publisher takes each part once, from whichever job staged it first.
+    log.info("run %s: %s; the transform's job runs again with its Arrow batches bounded by "
+             "bytes (%s)", run.id, why, MAX_BYTES_PER_BATCH,
+             extra={"event": "read.resize", "reason": why})
+    with session_settings(spark, bounded_sql_conf(users)):
         return _transformed(sc, spark, settings, run, tasks, target, encoding, topic,
-                            choose_wire)
+                            lambda binary: None, None)  # the wire is the first job's
 
 
 def _transformed(sc, spark, settings: Settings, run: Run, tasks, target, encoding,
-                 topic: str | None, choose_wire: Callable[[bool], None]) -> int:
+                 topic: str | None, choose_wire: Callable[[bool], None],
+                 row_bytes: int | None) -> int:
     from pyspark.sql import functions as F
 
     from pipeline.executor.feed import feed_schema, feeder
@@ -80,7 +104,7 @@ def _transformed(sc, spark, settings: Settings, run: Run, tasks, target, encodin
     sink = settings.sink
     # One read task per Spark partition: range(n) in n slices is one index per slice.
     records = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
-        feeder(feed_task(settings, target, encoding, tasks, topic)),
+        feeder(feed_task(settings, target, encoding, tasks, topic, row_bytes)),
         feed_schema(encoding.format, encoding.columns, topic is None))
     results = apply(records if topic is None else with_topic(records, topic), sink)
     columns = tables.typed(tables.from_record(tables.record_rows(sink)))
@@ -115,15 +139,17 @@ def _transformed(sc, spark, settings: Settings, run: Run, tasks, target, encodin
     return len(tasks)
 
 
-def feed_task(settings: Settings, target, encoding, tasks, topic: str | None = None):
+def feed_task(settings: Settings, target, encoding, tasks, topic: str | None = None,
+              row_bytes: int | None = None):
     """The spec of a transform's read tasks (executor/feed.py): the built-in path's reader
     with smaller batches and queue (consume.FEED_BATCH: memory); a queued.min.messages of
     the user's [kafka.consumer] still wins. ``topic``: the run's one topic, left out of the
-    batches (FeedTask.topic)."""
+    batches (FeedTask.topic); ``row_bytes``: FeedTask.row_bytes_limit."""
     from pipeline.executor.consume import FEED_BATCH, FEED_QUEUED_MESSAGES, reader_config
     from pipeline.executor.task import FeedTask
 
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader",
                            FEED_QUEUED_MESSAGES)
-    return FeedTask(target, reader, k.timeout_seconds, encoding, tasks, topic, FEED_BATCH)
+    return FeedTask(target, reader, k.timeout_seconds, encoding, tasks, topic, FEED_BATCH,
+                    row_bytes)

@@ -16,7 +16,7 @@ truncation. Retention that deletes records after they were read changes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pipeline.executor.group_lookup import look_up_group
 from pipeline.executor.read_errors import RangeReadError, refusal, refused
@@ -36,6 +36,10 @@ QUEUED_MESSAGES = 20_000
 # run) at the same CPU (docs/benchmarks.md, "Memory of the transform path, round three").
 FEED_BATCH = 5_000
 FEED_QUEUED_MESSAGES = 5_000
+# ... and at most this many bytes of records a batch (executor/feed.py asks each consume()
+# for fewer messages once it has seen the records' size, and cuts its Arrow batches at it):
+# 5,000 records of 150 KB made 750 MB batches, which the JVM could not hold.
+FEED_BATCH_BYTES = 16 * 2**20
 
 
 def reader_config(client_config: dict[str, str], isolation_level: str, group: str,
@@ -110,12 +114,14 @@ class _Open:
 
 
 def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
-                batch: int = BATCH) -> Iterator[tuple[OffsetRange, list]]:
+                batch: int | Callable[[], int] = BATCH) -> Iterator[tuple[OffsetRange, list]]:
     """Reads every range with ONE consumer (one Spark task's ranges: a client, its broker
     connections and metadata per task, not per partition), all of them assigned at once so
     that their fetches share requests. Yields (range, records): records of that range only,
     ``from_offset <= offset < until_offset``, each range's in offset order (the ranges'
-    batches interleave). Ranges must be of distinct partitions. Raises RangeReadError."""
+    batches interleave). Ranges must be of distinct partitions. ``batch``: messages per
+    consume() call, or a function saying it before each call (a reader that bounds its
+    batches' bytes). Raises RangeReadError."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     ranges = [r for r in ranges if r.count > 0]
@@ -140,12 +146,13 @@ def read_ranges(config: dict, ranges: list[OffsetRange], timeout_seconds: float,
         reading = {r.tp: _Open(r) for r in ranges}
         alone = len(ranges) == 1
         consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset) for r in ranges])
-        held = look_up_group(consumer, ranges, config, timeout_seconds, batch)
+        asks = batch if callable(batch) else lambda: batch
+        held = look_up_group(consumer, ranges, config, timeout_seconds, asks())
         progress_at = time.monotonic()
         while reading:
             remaining = sum(o.range.until_offset - o.next_offset for o in reading.values())
             try:
-                messages = held or consumer.consume(num_messages=asked(remaining, batch),
+                messages = held or consumer.consume(num_messages=asked(remaining, asks()),
                                                     timeout=POLL_SECONDS)
                 held = []
             except KafkaException as e:

@@ -84,7 +84,7 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     from pyspark import TaskContext
 
     from pipeline.executor.blobs import line_chunks
-    from pipeline.executor.consume import read_ranges
+    from pipeline.executor.consume import FEED_BATCH_BYTES, read_ranges
     from pipeline.executor.content_hash import ContentHash
     from pipeline.executor.stage import DEAD, HASH, Blob, attempt_writer
     from pipeline.formats import typed_rows
@@ -99,8 +99,9 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     attempt = ctx.attemptNumber() if ctx is not None else 0
     # SystemRandom: forked Python workers would share a seeded generator's sequence.
     task = random.SystemRandom().getrandbits(63)
+    asks = ByteBound(spec.batch, FEED_BATCH_BYTES)
     with attempt_writer(spec.target, reader_part(index), attempt, task) as put:
-        for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds, spec.batch):
+        for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds, asks):
             hashes[r].add(records)
             batch, dead = to_arrow(r.topic, r.partition, records)
             lo, hi = records[0].offset(), records[-1].offset()
@@ -109,8 +110,54 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
             if len(batch):
                 # One topic: the driver adds it as a literal, so no string column crosses
                 # the JVM (~0.5 JVM CPU-s per 2M records each way).
-                yield batch if spec.topic is None else pa.RecordBatch.from_arrays(
-                    batch.columns[1:], schema=batch.schema.remove(0))  # topic is first
+                if spec.topic is not None:
+                    batch = pa.RecordBatch.from_arrays(
+                        batch.columns[1:], schema=batch.schema.remove(0))  # topic is first
+                too_big(spec, r, batch)
+                yield from asks.cut(batch)
         for r, h in hashes.items():
             put(Blob(r.topic, r.partition, HASH, h.records, r.from_offset, r.until_offset,
                      h.digest()))
+
+
+def too_big(spec: FeedTask, r, batch) -> None:
+    """Raise a TaskError of kind RESIZE when ``batch``'s rows average more bytes than the
+    job's row-bounded Arrow batches hold (spec.row_bytes_limit): before the batch reaches
+    the JVM, so the job stops before it allocates them; the driver runs it again bounded
+    by bytes (driver/transform_job.py)."""
+    limit = spec.row_bytes_limit
+    if limit is None or batch.nbytes <= limit * len(batch):
+        return
+    from pipeline.executor.task_errors import Kind, TaskError, Where
+
+    raise TaskError(Kind.RESIZE, f"{r}: records of {batch.nbytes // len(batch)} bytes a row "
+                    f"on average, over the {limit} a row-bounded Arrow batch holds",
+                    Where(r.topic, r.partition, r.from_offset, r.until_offset))
+
+
+class ByteBound:
+    """A read task's batches bounded by bytes as well as by records: the JVM holds each
+    Arrow batch whole (and a Python worker its records and their batch), so records of up
+    to Kafka's largest message (~1 MB by default) must not come 5,000 at a time. The next
+    consume() asks for as many records as ``max_bytes`` holds at the size seen so far
+    (never more than ``batch``), and a batch over ``max_bytes`` (the first one, or records
+    growing) goes to the JVM in slices (zero-copy). Records of the usual size (5,000 of
+    them in a few MB) are never cut: one size check a batch."""
+
+    def __init__(self, batch: int, max_bytes: int):
+        self.batch, self.max_bytes = batch, max_bytes
+        self.asked = batch
+
+    def __call__(self) -> int:
+        return self.asked
+
+    def cut(self, batch) -> Iterator:
+        size = batch.nbytes
+        per_record = max(1, size // max(1, len(batch)))
+        self.asked = max(1, min(self.batch, self.max_bytes // per_record))
+        if size <= self.max_bytes:
+            yield batch
+            return
+        rows = max(1, self.max_bytes // per_record)
+        for start in range(0, len(batch), rows):
+            yield batch.slice(start, rows)

@@ -38,6 +38,10 @@ TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones
 # A read range's summary, no rows: n = its Kafka records, min_offset/max_offset = the range's
 # from/until offsets, blob = their content hash (content_hash.py; the ledger's row).
 HASH = "h"
+# A transform writer attempt's input, no rows: n = the rows of one partition it received
+# (the transform's output), min_offset/max_offset = -1, no blob. The publisher holds them
+# to the ROW blobs of the same attempt: a row lost on the way is never "filtered".
+RECEIVED = "i"
 
 
 
@@ -104,7 +108,7 @@ def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
             for blob in blobs:
                 put(blob)
                 staged = True
-                if blob.kind != HASH:  # a range's summary: no lines
+                if blob.kind in totals:  # a summary (HASH, RECEIVED): no lines
                     totals[blob.kind] += blob.rows
             if staged and not injected:  # once per task, inside its open COPY
                 injected = True
@@ -126,6 +130,7 @@ def blob_writer(spec: LineStageTask):
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from pipeline import faults
         from pipeline.executor import zip_imports
         from pipeline.executor.worker_imports import allowed, without_pandas
         if spec.binary:
@@ -155,13 +160,23 @@ def blob_writer(spec: LineStageTask):
                 topic = group.column("topic")[0].as_py()
                 partition = group.column("partition")[0].as_py()
                 for piece in _by_range(group, starts.get((topic, partition), [0]), pa, pc):
+                    if faults.inject("writer_piece"):  # a test's loss (faults.LOSS_POINTS)
+                        continue
                     lo, hi = (v.as_py() for v in pc.min_max(piece.column("offset")).values())
                     for rows in arrow_chunks(piece.column("row_line"), max_bytes, pa):
                         yield Blob(topic, partition, ROW, len(rows), lo, hi,
                                    contiguous(rows, pa))
 
+        received: dict[tuple[str, int], int] = {}
+
+        def staged(batches) -> Iterator[Iterator[Blob]]:
+            for batch in batches:
+                _count_received(batch, spec.topic, received, pa, pc)
+                yield blobs_of(batch)
+            yield (Blob(t, p, RECEIVED, n, -1, -1, b"") for (t, p), n in received.items())
+
         with without_pandas(allowed()):  # pyarrow's probe for pandas, ~40 MB a worker
-            part, attempt, totals = stage_attempt(spec.target, map(blobs_of, batches))
+            part, attempt, totals = stage_attempt(spec.target, staged(batches))
         yield pa.RecordBatch.from_pydict(
             {"part": [part], "attempt": [attempt], "rows": [totals[ROW]]},
             schema=pa.schema([("part", pa.int32()), ("attempt", pa.int32()),
@@ -174,6 +189,23 @@ WRITER_SCHEMA = "part int, attempt int, rows long"
 # What blob_writer cuts into blobs: coordinates and a result row (a COPY text line or
 # binary tuple).
 LINE_COLUMNS = ["topic", "partition", "offset", "row_line"]
+
+
+def _count_received(batch, topic: str | None, received: dict, pa, pc) -> None:
+    """Add a writer's input batch to its rows received per (topic, partition), counted
+    before anything is done with them (``topic``: the run's one topic, not in the rows)."""
+    if len(batch) == 0:
+        return
+    if topic is not None:
+        for item in pc.value_counts(batch.column("partition")).to_pylist():
+            key = (topic, item["values"])
+            received[key] = received.get(key, 0) + item["counts"]
+        return
+    counts = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate(
+        [("offset", "count")])  # an offset is never null
+    for row in counts.to_pylist():
+        key = (row["topic"], row["partition"])
+        received[key] = received.get(key, 0) + row["offset_count"]
 
 
 def _by_range(group, starts: list[int], pa, pc):

@@ -91,7 +91,9 @@ class FeedTask:
     its dead letters and range summaries in ``target``. ``topic``: the run's one topic,
     left out of the batches (the driver adds it to the DataFrame as a literal: one string
     column less through the JVM); None: every batch has its ``topic`` column. ``batch``:
-    messages per consume() call (consume.FEED_BATCH)."""
+    messages per consume() call (consume.FEED_BATCH). ``row_bytes_limit``: records whose
+    rows average more bytes than this stop the job (a TaskError of kind RESIZE), whose
+    Arrow batches are bounded by rows alone (spark/arrow_settings.row_bytes_limit)."""
 
     target: StagingTarget
     reader: dict[str, Any]
@@ -100,6 +102,7 @@ class FeedTask:
     tasks: tuple[tuple, ...]
     topic: str | None = None
     batch: int = 10_000  # consume.BATCH
+    row_bytes_limit: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(tuple(t) for t in self.tasks))

@@ -21,6 +21,9 @@ class Kind(StrEnum):
     TRANSIENT = "transient"  # probably pass later: a broker unreachable, records deleted
     PERMANENT = "permanent"  # fail again until someone looks: a truncated log
     CONFIG = "config"  # refused by the broker (credentials, certificate, ACLs)
+    # Not the run's failure: a transform's job met records too big for its row-bounded
+    # Arrow batches and runs again bounded by bytes (driver/transform_job.py).
+    RESIZE = "resize"
 
 
 # The tag that starts the encoded line; JSON keeps the line one line whatever the message.

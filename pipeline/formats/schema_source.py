@@ -58,12 +58,16 @@ class SchemaSourceError(TaskError):
 class SchemaKind:
     """What a format reads: the registry's schemaType ('AVRO', 'PROTOBUF'), the suffix of
     its files in a schemas_dir, the format's name (for messages) and its parser, which
-    turns the schema text into what the format decodes with (raises SchemaSourceError)."""
+    turns the schema text into what the format decodes with (raises SchemaSourceError).
+    ``references``: the parser resolves schema references (the files a schema imports,
+    registered under subjects of their own); it is then also given every schema the
+    writer schema reaches, by the name it is referenced as."""
 
     registry_type: str
     suffix: str
     format: str
-    parse: Callable[[SchemaSource, int, str], object] = field(compare=False)
+    parse: Callable[..., object] = field(compare=False)
+    references: bool = False
 
 
 # Process-wide: fetched once per (source, kind, id) by every task this worker runs. An
@@ -80,7 +84,9 @@ def cached_schema(source: SchemaSource, kind: SchemaKind, schema_id: int):
     found = _SCHEMAS.get(key)
     if found is None:
         try:
-            found = kind.parse(source, schema_id, _fetch(source, kind, schema_id))
+            text, references = _fetch(source, kind, schema_id)
+            found = (kind.parse(source, schema_id, text, references) if kind.references
+                     else kind.parse(source, schema_id, text))
         except UnknownSchema as e:
             found = e
         _SCHEMAS[key] = found
@@ -89,9 +95,11 @@ def cached_schema(source: SchemaSource, kind: SchemaKind, schema_id: int):
     return found
 
 
-def _fetch(source: SchemaSource, kind: SchemaKind, schema_id: int) -> str:
+def _fetch(source: SchemaSource, kind: SchemaKind, schema_id: int
+           ) -> tuple[str, dict[str, str]]:
+    """The schema's text and, for a kind that resolves them, its references' texts."""
     if source.url is None:
-        return _from_dir(source, kind, schema_id)
+        return _from_dir(source, kind, schema_id), {}
     return _from_registry(source, kind, schema_id)
 
 
@@ -123,36 +131,55 @@ def _client(source: SchemaSource):
     return client
 
 
-def _from_registry(source: SchemaSource, kind: SchemaKind, schema_id: int) -> str:
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
+def _from_registry(source: SchemaSource, kind: SchemaKind, schema_id: int
+                   ) -> tuple[str, dict[str, str]]:
     where = source.describe()
-    try:
-        schema = _client(source).get_schema(schema_id)
-    except SchemaRegistryError as e:
-        status = e.http_status_code
-        if status == 404:
-            raise UnknownSchema("unknown_schema", f"{where} has no schema id {schema_id} "
-                                f"({e.error_message}); register it and replay the dead "
-                                "letters") from None
-        if status in (401, 403):
-            raise SchemaSourceError(Kind.CONFIG, f"{where} refused fetching schema id "
-                                    f"{schema_id} (HTTP {status}: {e.error_message}); check "
-                                    "[schema_registry] user and password; nothing "
-                                    "committed") from None
-        raise SchemaSourceError(Kind.TRANSIENT, f"{where} failed fetching schema id "
-                                f"{schema_id} (HTTP {status}: {e.error_message}); nothing "
-                                "committed, rerun when the registry is healthy") from None
-    except Exception as e:  # noqa: BLE001 - connection refused, DNS, TLS, timeout
-        raise SchemaSourceError(Kind.TRANSIENT, f"{where} unreachable fetching schema id "
-                                f"{schema_id} ({type(e).__name__}: {e}); nothing committed, "
-                                "rerun when the registry is reachable") from None
+    what = f"schema id {schema_id}"
+    schema = _registry_call(source, what, lambda c: c.get_schema(schema_id))
     got = (schema.schema_type or "AVRO").upper()
     if got != kind.registry_type:
         raise UnknownSchema(f"not_{kind.format}", f"schema id {schema_id} in {where} is a "
                             f"{got} schema, not {kind.registry_type.capitalize()}; this sink "
                             f"has format = '{kind.format}'")
-    if schema.references:
+    if schema.references and not kind.references:
         raise UnknownSchema("unknown_schema", f"schema id {schema_id} in {where} uses schema "
                             "references, which this pipeline does not resolve yet")
-    return schema.schema_str
+    references: dict[str, str] = {}
+    todo = list(schema.references or ())
+    while todo:  # every schema the writer schema reaches, each fetched once
+        ref = todo.pop()
+        if ref.name in references:
+            continue
+        found = _registry_call(source, f"{what}'s reference {ref.name!r} (subject "
+                               f"{ref.subject} version {ref.version})",
+                               lambda c, r=ref: c.get_version(r.subject, r.version))
+        references[ref.name] = found.schema.schema_str
+        todo += found.schema.references or ()
+    return schema.schema_str, references
+
+
+def _registry_call(source: SchemaSource, what: str, call: Callable):
+    """``call(client)``, its failure told apart by who can fix it (the module docstring)."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    where = source.describe()
+    try:
+        return call(_client(source))
+    except SchemaRegistryError as e:
+        status = e.http_status_code
+        if status == 404:
+            raise UnknownSchema("unknown_schema", f"{where} has no {what} "
+                                f"({e.error_message}); register it and replay the dead "
+                                "letters") from None
+        if status in (401, 403):
+            raise SchemaSourceError(Kind.CONFIG, f"{where} refused fetching {what} "
+                                    f"(HTTP {status}: {e.error_message}); check "
+                                    "[schema_registry] user and password; nothing "
+                                    "committed") from None
+        raise SchemaSourceError(Kind.TRANSIENT, f"{where} failed fetching {what} "
+                                f"(HTTP {status}: {e.error_message}); nothing "
+                                "committed, rerun when the registry is healthy") from None
+    except Exception as e:  # noqa: BLE001 - connection refused, DNS, TLS, timeout
+        raise SchemaSourceError(Kind.TRANSIENT, f"{where} unreachable fetching {what} "
+                                f"({type(e).__name__}: {e}); nothing committed, "
+                                "rerun when the registry is reachable") from None

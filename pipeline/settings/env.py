@@ -102,6 +102,19 @@ def apply(doc: dict[str, Any], found: list[Override]) -> dict[str, Any]:
     return out
 
 
+def replaced(doc: dict[str, Any], found: list[Override]) -> list[Override]:
+    """The overrides that replace a value the file holds (another one): worth a log line,
+    since a variable exported for one pipeline silently redirects every other."""
+    out = []
+    for o in found:
+        table: Any = doc
+        for segment in o.path:
+            table = table.get(segment) if isinstance(table, dict) else None
+        if table is not None and table != o.value:
+            out.append(o)
+    return out
+
+
 def blame(error: ConfigError, found: list[Override]) -> ConfigError:
     """``error`` naming the variable its key came from, if an override set that key."""
     text = str(error)

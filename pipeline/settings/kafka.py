@@ -88,7 +88,9 @@ class KafkaTable(Table):
         clients = {name: _client_settings(getattr(self, name), name, env)
                    for name in ("consumer", "spark_consumer", "admin_client")}
         return KafkaSettings(
-            bootstrap_servers=self.bootstrap_servers, topics=tuple(self.topics),
+            # ${VAR} as in the client tables: a stack's or a deployment's listener address.
+            bootstrap_servers=expand_env(self.bootstrap_servers, "kafka.bootstrap_servers",
+                                         env), topics=tuple(self.topics),
             starting_offsets=self.starting_offsets, isolation_level=self.isolation_level,
             max_records_per_partition=self.max_records_per_partition,
             max_records_per_run=self.max_records_per_run, on_data_loss=self.on_data_loss,

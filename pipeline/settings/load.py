@@ -5,6 +5,7 @@ when the environment set it)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tomllib
@@ -20,6 +21,7 @@ from pipeline.settings.document import ConfigFile, Settings
 from pipeline.settings.messages import config_error
 
 _WARNED: set[str] = set()  # a process loads its config more than once: warn once
+log = logging.getLogger("pipeline")
 
 
 def parse_settings(doc: dict[str, Any], source: str = "<dict>",
@@ -28,6 +30,12 @@ def parse_settings(doc: dict[str, Any], source: str = "<dict>",
     an error names the variable a key came from."""
     env = os.environ if environ is None else environ
     found = env_overrides.overrides(env)
+    for o in env_overrides.replaced(doc, found):  # the key and variable, never the value
+        line = f"{o.key} is set by the environment ({o.variable}), not by {source}"
+        if line not in _WARNED:
+            _WARNED.add(line)
+            log.info("config: %s", line, extra={"event": "config.override", "key": o.key,
+                                                "variable": o.variable, "source": source})
     doc = env_overrides.apply(doc, found)
     old, warnings = env_overrides.legacy(doc, env, found, source)
     for line in warnings:

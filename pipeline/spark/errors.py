@@ -46,11 +46,16 @@ SHIP_ENVIRONMENT = (
     '"spark.archives" = "<repo>/dist/pipeline-env.tar.gz#job" and "spark.pyspark.python" = '
     '"./job/bin/python" (spark-submit: --archives dist/pipeline-env.tar.gz#job --conf '
     "spark.pyspark.python=./job/bin/python); see docs/cluster.md; nothing committed")
+# Out of memory inside a task: Arrow Java's allocator (the JVM's direct memory: a batch to
+# or from a Python worker), the JVM's heap, or a Python worker's MemoryError.
+_OUT_OF_MEMORY = re.compile(
+    r"(org\.apache\.arrow\.memory\.OutOfMemoryException|io\.netty\.util\.internal\."
+    r"OutOfDirectMemoryError|java\.lang\.OutOfMemoryError|^MemoryError\b)[^\n]*", re.M)
 _POSTGRES_UNREACHABLE = re.compile(r"psycopg\.(?:errors\.)?(?:OperationalError|AdminShutdown)"
                                    r": [^\n]*")
 # What a TaskError's kind makes of the run: its class, so its exit code.
 _TASK_ERROR_CLASS = {Kind.TRANSIENT: TransientError, Kind.PERMANENT: DataError,
-                     Kind.CONFIG: ConfigError}
+                     Kind.CONFIG: ConfigError, Kind.RESIZE: TransientError}
 
 
 def classify_spark_error(e: Exception, settings: Settings, ranges: Sequence[OffsetRange] = (),
@@ -79,6 +84,8 @@ def classify_spark_error(e: Exception, settings: Settings, ranges: Sequence[Offs
     if m := _NO_MODULE.search(text):
         return ConfigError(f"Spark's executors lack the Python module '{m.group(1)}' the job "
                            f"needs; {SHIP_ENVIRONMENT}")
+    if m := _OUT_OF_MEMORY.search(text):
+        return out_of_memory(settings, ranges, m.group(0))
     if _WORKER_DIED.search(text):
         fatal = _FATAL_PYTHON.search(text)
         how = (f"crashed: Fatal Python error: {fatal.group(1).strip()[:200]}" if fatal else
@@ -109,6 +116,23 @@ def classify_spark_error(e: Exception, settings: Settings, ranges: Sequence[Offs
     if "InjectedFault" in text:
         return RuntimeError(f"injected fault in a Spark task: {first[:300]}")
     return e
+
+
+def out_of_memory(settings: Settings, ranges: Sequence[OffsetRange], seen: str
+                  ) -> ConfigError:
+    """A task ran out of memory (not the kernel's OOM killer: that is a dead worker): the
+    run's memory settings are the operator's to change; retrying the same would fail the
+    same way."""
+    from pipeline.spark.arrow_settings import MAX_BYTES_PER_BATCH
+
+    read = ", ".join(str(r) for r in ranges) or "nothing"
+    arrow = (f"lower {MAX_BYTES_PER_BATCH} in [spark.conf] (e.g. \"16777216\"), "
+             if settings.sink.transform else "")
+    return ConfigError(
+        f"a Spark task ran out of memory while the run read {read[:300]} ({seen[:200]}); "
+        f"nothing committed - {arrow}give the driver and executors more memory "
+        "(spark.driver.memory, spark.executor.memory, spark.executor.memoryOverhead) or "
+        "lower kafka.max_records_per_partition, then rerun")
 
 
 def task_error(task: TaskError) -> PipelineError:

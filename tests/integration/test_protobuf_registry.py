@@ -11,6 +11,9 @@ pipeline with ``[schema_registry] url``.
 - an incompatible v3 (quantity int32 -> string), registered once the subject's
   compatibility is NONE: its records are dead letters naming the field and schema id, the
   v1 records around them land.
+- records of confluent-kafka's own ProtobufSerializer (its default settings: schemas
+  registered as base64 serialized descriptors, an imported file as a schema reference),
+  run through the CLI, land without a dead letter.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import socket
 import struct
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from confluent_kafka.schema_registry import Schema
@@ -27,9 +31,12 @@ from pipeline.errors import EXIT_TRANSIENT, TransientError
 from pipeline.formats.protobuf_schemas import compile_proto
 from tests.helpers import (
     create_topic,
+    init_cli,
     produce,
     query,
+    run_cli,
     stored_offsets,
+    toml_config,
     unique,
 )
 from tests.integration._registry import (
@@ -193,3 +200,88 @@ def test_an_incompatible_writer_schema_makes_its_records_dead_letters_naming_fie
     assert {(t, m) for t, m, _ in dead.values()} == {(
         "wrong_type", f"field 'quantity' (writer schema id {id3}): expected long, got string")}
     assert stored_offsets(name) == log_ends(topic)
+
+
+# A producer's own files, as protoc would compile them: Order imports a file of shared
+# types (a schema reference) and a well-known type (no reference: the registry's built-in).
+COMMON = """syntax = "proto3";
+package {pkg};
+message Money {{ string currency = 1; double amount = 2; }}
+"""
+WITH_MONEY = """syntax = "proto3";
+package {pkg};
+import "google/protobuf/timestamp.proto";
+import "{common}";
+message Order {{
+  int64 order_id = 1;
+  string customer = 2;
+  Money total = 3;
+  google.protobuf.Timestamp placed_at = 4;
+}}
+"""
+
+
+def serializer_classes(pkg: str, common: str, tmp):
+    """The Order class as generated code has it: its file and its dependency's in one pool
+    (the serializer registers the dependency as a reference from the file's descriptor)."""
+    import grpc_tools
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message_factory import GetMessageClass
+    from grpc_tools import protoc
+
+    (tmp / common).parent.mkdir(parents=True)
+    (tmp / common).write_text(COMMON.format(pkg=pkg))
+    (tmp / "order.proto").write_text(WITH_MONEY.format(pkg=pkg, common=common))
+    includes = Path(grpc_tools.__file__).parent / "_proto"
+    assert protoc.main(["protoc", f"-I{tmp}", f"-I{includes}", "--include_imports",
+                        f"--descriptor_set_out={tmp / 'set.pb'}", "order.proto"]) == 0
+    pool = descriptor_pool.DescriptorPool()
+    for f in descriptor_pb2.FileDescriptorSet.FromString((tmp / "set.pb").read_bytes()).file:
+        pool.Add(f)
+    return GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.Order"))
+
+
+def test_records_of_confluent_kafkas_own_protobuf_serializer_land_through_the_cli(
+        registry, tmp_path):
+    # confluent-kafka's ProtobufSerializer, default settings: it registers each file as a
+    # base64 serialized FileDescriptorProto, the imported one under its own subject as a
+    # schema reference; the registry hands both back as registered.
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    name = unique("protoser")
+    topic = create_topic(name, partitions=1)
+    pkg, common = f"test.{name}", f"{name}/common.proto"
+    cls = serializer_classes(pkg, common, tmp_path)
+    serialize = ProtobufSerializer(cls, registry_client(registry))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    want = {}
+    records = []
+    for i in range(20):
+        msg = cls(order_id=i, customer=f"c{i}")
+        msg.total.currency, msg.total.amount = "EUR", i + 0.5
+        msg.placed_at.FromDatetime(T0 + timedelta(seconds=i))
+        records.append((str(i).encode(), serialize(msg, ctx)))
+        want[i] = (i, f"c{i}", "EUR", i + 0.5, T0 + timedelta(seconds=i))
+    produce(topic, records)
+    config = tmp_path / "p.toml"
+    config.write_text(toml_config(name, [name], fmt="protobuf") + f"""
+[sink.columns]
+order_id = "long not null"
+customer = "string not null"
+currency = {{ type = "string", from = "total.currency" }}
+total = {{ type = "double", from = "total.amount" }}
+placed_at = "timestamp"
+[schema_registry]
+url = "{registry}"
+""")
+    init_cli(config)
+
+    proc = run_cli("run", "--config", str(config))
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert query("SELECT error_type, error_message FROM pipeline_dead_letters WHERE "
+                 "pipeline = %s LIMIT 1", (name,)) == []
+    got = query(f"SELECT order_id, customer, currency, total, placed_at FROM {name} "
+                "ORDER BY order_id")
+    assert got == [want[i] for i in range(20)]

@@ -1,7 +1,8 @@
 """A run with a transform runs its job without Spark's per-row Arrow batch-size check and
 its JVM without Arrow Java's bounds and null checks (spark/arrow_settings.py, issue 25);
-a user's own byte cap wins, the session gets its settings back after the run, and records
-of 1-2 MB each, whose batches are then bounded by rows alone, still arrive exactly."""
+a user's own byte cap wins, the session gets its settings back after the run; records too
+big for batches bounded by rows alone (1-2 MB each, or as big as Kafka's default largest
+message in a small driver) make the job run again bounded by bytes, and arrive exactly."""
 
 from __future__ import annotations
 
@@ -134,3 +135,36 @@ def test_records_of_one_to_two_mb_arrive_exactly_through_row_bounded_batches(spa
     assert [(a, b, c, float(d)) for a, b, c, d in got] == want
     assert query("SELECT sum(records), sum(rows_written) FROM pipeline_ranges WHERE "
                  "pipeline = %s", (settings.name,)) == [(n, n)]
+
+
+@pytest.mark.slow
+def test_records_of_kafkas_largest_default_size_go_through_a_transform_in_a_small_driver(
+        stack, tmp_path):
+    # Records just under Kafka's default largest message (message.max.bytes, ~1 MB), all on
+    # one partition, through an identity transform in a 512 MB driver JVM: with batches
+    # bounded by rows alone, the writer's one batch of all 300 outgrew the JVM's direct
+    # memory (Arrow's OutOfMemoryException, exit 1 on every run, nothing committed). The
+    # read tasks stop the row-bounded job at their first batch; it runs again by bytes.
+    n, size = 300, 990_000
+    name = unique("arrow_max_message")
+    create_topic(name, partitions=1)
+    p = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True,
+                  "linger.ms": 5})
+    for i in range(n):
+        customer = f"{i}:" + chr(97 + i % 26) * size
+        p.produce(name, key=f"k{i}".encode(), value=json.dumps(
+            {"order_id": i, "customer": customer, "amount": i}).encode())
+        p.poll(0)
+    assert p.flush(60) == 0
+    config = write_config(tmp_path / "p.toml", toml_config(
+        name, [name], extra_sink=f'transform = "{IDENTITY}"')
+        + '[spark.conf]\n"spark.driver.memory" = "512m"\n')
+    init_cli(config)
+
+    proc = run_cli("run", "--config", str(config))
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "runs again with its Arrow batches bounded by bytes" in proc.stderr
+    assert query(f"SELECT count(*), sum(order_id), sum(length(customer)), "
+                 f"count(DISTINCT left(customer, 6)) FROM {name}") == [
+        (n, sum(range(n)), sum(len(f"{i}:") + size for i in range(n)), n)]

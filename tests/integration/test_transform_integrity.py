@@ -126,6 +126,23 @@ def test_a_transform_returning_two_rows_for_one_record_is_exit_2_naming_it(stack
                  "AND kind = 'ingest'", (name,)) == [("failed", 2)]
 
 
+def test_rows_a_writer_lost_are_never_counted_as_filtered_nothing_commits(stack, tmp_path):
+    # The identity transform filters nothing; its writer drops its pieces of rows (a
+    # fault: a loss no real failure makes). The run must not publish the records as
+    # "filtered": the writers' received rows are held to what they staged.
+    transform = f"{TRANSFORMS}:identity"
+    topic, name, config = transform_pipeline(tmp_path, transform)
+
+    r = run_cli("run", "--config", config, env={"PIPELINE_FAULT": "writer_piece:skip"})
+
+    assert r.returncode == 1, r.stderr[-3000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"lost 10 of the 10 rows of {topic}[0]" in errors[0], \
+        r.stderr[-3000:]
+    assert result_keys(name) == [] and stored_offsets(name) == {}
+    assert query("SELECT count(*) FROM pipeline_ranges WHERE pipeline = %s", (name,)) == [(0,)]
+
+
 def test_two_rows_per_record_over_rows_already_there_are_refused_not_dropped(stack, tmp_path):
     # Rows already in the planned range: the run's rows are merged (ON CONFLICT DO NOTHING),
     # where a second row for an offset used to vanish without a word.

@@ -46,10 +46,17 @@ class Secure:
         return [self.env["KAFKA_SASL_PASSWORD"], self.env["PIPELINE_DB_PASSWORD"]]
 
     def config(self, name: str, *, topics: list[str] | None = None,
-               transform: str | None = None) -> str:
-        """conf/secure.toml for pipeline ``name`` on this stack, with Spark's event log on."""
+               transform: str | None = None, addresses_from_env: bool = False) -> str:
+        """conf/secure.toml for pipeline ``name`` on this stack, with Spark's event log on.
+        ``addresses_from_env``: its listener and database port stay the ${VAR}s the file
+        has ('scripts/stack env' sets them), as a user runs it; else this stack's, written."""
         text = (ROOT / "conf" / "secure.toml").read_text()
         db_host = TEST_DB_URL.split("@", 1)[1].split("/", 1)[0]
+        addresses = ((("@127.0.0.1:${PG_PORT}/pipeline?", "@127.0.0.1:${PG_PORT}/pipeline_test?"),)
+                     if addresses_from_env else
+                     (("@127.0.0.1:${PG_PORT}/pipeline?", f"@{db_host}/pipeline_test?"),
+                      ('bootstrap_servers = "${KAFKA_SECURE_BOOTSTRAP_SERVERS}"',
+                       f'bootstrap_servers = "{self.bootstrap}"')))
         for old, new in (('name = "pipeline_demo"', f'name = "{name}"'),
                          ('topics = ["pipeline_orders"]',
                           f"topics = {topics or [self.topic]}".replace("'", '"')),
@@ -57,9 +64,7 @@ class Secure:
                          ('mirror_group = "pipeline_demo-mirror"',
                           f'mirror_group = "{name}-mirror"'),
                          ('schema = "public"', f'schema = "{SCHEMA}"'),
-                         ("@127.0.0.1:5433/pipeline?", f"@{db_host}/pipeline_test?"),
-                         ('bootstrap_servers = "127.0.0.1:9094"',
-                          f'bootstrap_servers = "{self.bootstrap}"')):
+                         *addresses):
             assert old in text, f"conf/secure.toml no longer has {old!r}"
             text = text.replace(old, new)
         if transform:

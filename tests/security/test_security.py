@@ -243,3 +243,59 @@ def test_a_reader_whose_group_the_acls_forbid_is_refused_before_it_takes_a_recor
         assert refused.value.kind == Kind.CONFIG, refused.value
         assert f"consumer group '{group}'" in refused.value.message
         assert "Group authorization" in refused.value.message
+
+
+def test_the_documented_flow_runs_as_the_role_over_sasl_ssl_in_a_shell_that_sourced_the_env(
+        secure):
+    # docs/security.md, as a user types it: 'source <(scripts/stack env)', then run
+    # conf/secure.toml (its names and database made the test's; its listener and port are
+    # the file's ${VAR}s). Paused in the publishing transaction: its connections to
+    # Postgres are the role's, over TLS.
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT, without_product_env
+
+    name = unique("pipeline_doc")
+    secure.init(name)
+    config = secure.config(name, addresses_from_env=True)
+    shell = (f"source <({shlex.quote(str(ROOT / 'scripts' / 'stack'))} env) && exec "
+             f"{shlex.quote(sys.executable)} -m pipeline run --config {shlex.quote(config)}")
+    env = {**without_product_env(os.environ), "PIPELINE_FAULT": "after_stage:sleep=15"}
+    run = subprocess.Popen(["bash", "-c", shell], cwd=ROOT, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    said = []
+    for line in run.stderr:
+        said.append(line)
+        if "fault injection: sleeping at after_stage" in line:
+            break
+    sessions = query("SELECT a.usename, s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s "
+                     "USING (pid) WHERE a.datname = 'pipeline_test' AND a.application_name "
+                     "LIKE 'kafka-offset-pipeline%%'")
+    out, err = run.communicate(timeout=180)
+    said.append(err)
+
+    assert run.returncode == 0, "".join(said)[-3000:]
+    assert sessions and set(sessions) == {("pipeline", True)}, sessions
+    assert "is set by the environment" not in "".join(said), "".join(said)
+    assert query(f"SELECT count(*) FROM {SCHEMA}.{name}") == [(RECORDS,)]
+
+
+def test_sasl_ssl_sent_to_the_plaintext_listener_by_an_override_fails_at_once_saying_so(
+        secure):
+    # The trap the documented flow fell into: a PIPELINE__KAFKA__BOOTSTRAP_SERVERS of the
+    # PLAINTEXT listener replacing the file's. Exit 2 naming the mismatch (not 75, "Kafka
+    # unreachable", after kafka.timeout_seconds of retries), and the log names the key.
+    name = unique("pipeline_mismatch")
+    secure.init(name)
+    config = secure.config(name)
+
+    result = secure.run(config, PIPELINE__KAFKA__BOOTSTRAP_SERVERS=admin_bootstrap())
+
+    error = one_error(result)
+    assert f"Kafka at {admin_bootstrap()} is not a SASL_SSL listener: it speaks TLS to a " \
+           "PLAINTEXT listener" in error, error
+    assert ("config: kafka.bootstrap_servers is set by the environment "
+            "(PIPELINE__KAFKA__BOOTSTRAP_SERVERS)") in result.stderr, result.stderr[-2000:]

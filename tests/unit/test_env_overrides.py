@@ -130,7 +130,8 @@ def test_kafka_bootstrap_servers_is_not_read_and_says_so_once(capsys):
 ])
 def test_an_old_name_that_changes_nothing_is_not_mentioned(env, capsys):
     parse_settings(doc(), environ=env)
-    assert capsys.readouterr().err == ""
+    # (a PIPELINE__ variable that replaces the file's value is logged: not a warning)
+    assert "warning:" not in capsys.readouterr().err
 
 
 def test_pipeline_database_url_is_still_read_with_a_deprecation_warning(capsys):
@@ -157,3 +158,28 @@ def test_a_bad_old_database_url_names_the_old_variable():
 def test_override_key_is_its_dotted_path():
     assert Override("PIPELINE__A__B__C", ("a", "b", "c"), 1).key == "a.b.c"
     assert env_overrides.PREFIX == "PIPELINE__"
+
+
+def test_a_variable_replacing_the_files_value_is_logged_by_key_and_name_never_value(caplog):
+    import logging
+
+    env = {"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": "plain:9092",
+           "PIPELINE__DATABASE__URL": "postgresql://owner:hunter2@h/db",
+           "PIPELINE__KAFKA__TIMEOUT_SECONDS": "30"}  # the file holds no timeout: not logged
+    with caplog.at_level(logging.INFO, logger="pipeline"):
+        parse_settings(doc(), "conf/secure.toml", env)
+    said = [r.getMessage() for r in caplog.records if getattr(r, "event", "") ==
+            "config.override"]
+    assert said == [
+        "config: database.url is set by the environment (PIPELINE__DATABASE__URL), not by "
+        "conf/secure.toml",
+        "config: kafka.bootstrap_servers is set by the environment "
+        "(PIPELINE__KAFKA__BOOTSTRAP_SERVERS), not by conf/secure.toml"]
+    assert "hunter2" not in caplog.text and "plain:9092" not in caplog.text
+
+
+def test_bootstrap_servers_read_a_variable_as_the_client_settings_do():
+    d = doc()
+    d["kafka"]["bootstrap_servers"] = "${SECURE_LISTENER}"
+    s = parse_settings(d, environ={"SECURE_LISTENER": "127.0.0.1:9094"})
+    assert s.kafka.bootstrap_servers == "127.0.0.1:9094"

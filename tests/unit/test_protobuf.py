@@ -154,6 +154,38 @@ def test_a_schema_that_does_not_compile_stops_the_run_as_a_config_error(tmp_path
     assert 'schema_4.proto:1:44: Expected ";"' in said and "pipeline-proto-" not in said
 
 
+def test_a_serialized_descriptor_is_a_writer_schema_as_the_proto_text_is(schemas, tmp_path):
+    # What confluent-kafka's ProtobufSerializer registers by default: the file's
+    # FileDescriptorProto, base64 (it imports well-known files without a reference).
+    import base64
+
+    text_schema = writer_schema(schemas, 1)
+    (tmp_path / "7.proto").write_text(base64.b64encode(
+        text_schema.file.SerializeToString()).decode())
+
+    order = message(schemas, 7, order_id=5, qty=2, tags=["a"])
+    order.placed_at.FromDatetime(datetime(2026, 1, 2, tzinfo=UTC))
+
+    encoded = Encoder("protobuf", COLUMNS, 1, schemas=schemas).encode(
+        "t", 0, [Record(0, wire(7, order))])
+    assert encoded.dead == []
+    assert [fields(r) for r in encoded.rows] == [
+        ["5", "2", "0.0", "\\N", "2026-01-02 00:00:00+00:00", "WEB", "\\N", "1"]]
+
+
+def test_protocs_error_is_one_line_without_absl_log_noise(tmp_path):
+    (tmp_path / "6.proto").write_text("message X { int64 a = 1 }")  # no syntax line
+    (tmp_path / "8.proto").write_text("bWVzc2FnZQ==")  # base64, not a descriptor
+    for schema_id in (6, 8):
+        encoder = Encoder("protobuf", COLUMNS, 1,
+                          schemas=SchemaSource(schemas_dir=str(tmp_path)))
+        with pytest.raises(TaskError) as e:
+            encoder.encode("t", 0, [Record(0, encode_header(schema_id) + b"")])
+        said = e.value.message
+        assert f"writer schema id {schema_id} is not a valid .proto" in said, said
+        assert "absl" not in said and "W0000" not in said and "\n" not in said, said
+
+
 def test_the_example_config_reads_its_schemas_dir():
     s = load_settings("conf/examples/protobuf.toml", environ={})
     assert s.sink.format == "protobuf"

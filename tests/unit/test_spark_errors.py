@@ -225,3 +225,36 @@ def test_an_unknown_failure_stays_itself_an_internal_error():
 def test_a_pipeline_error_passes_unchanged():
     e = ConfigError("already classified")
     assert classify(e) is e
+
+
+TRANSFORM_SETTINGS = parse_settings({
+    "pipeline": {"name": "orders"},
+    "kafka": {"bootstrap_servers": "kafka-1:9092", "topics": ["orders"]},
+    "database": {"url": "postgresql://job@db.internal:5432/warehouse"},
+    "sink": {"format": "raw", "table": "orders_raw", "transform": "mine:transform"},
+}, source="<test>", environ={})
+
+
+@pytest.mark.parametrize("cause", [
+    # Arrow Java's allocator, the JVM's side of a batch to or from a Python worker
+    "org.apache.arrow.memory.OutOfMemoryException: Failure allocating buffer.\n\tat org."
+    "apache.arrow.memory.netty.NettyAllocationManager.<init>(NettyAllocationManager.java:74)"
+    "\nCaused by: io.netty.util.internal.OutOfDirectMemoryError: failed to allocate "
+    "1073741824 byte(s) of direct memory (used: 634395848, max: 1037959168)",
+    "java.lang.OutOfMemoryError: Java heap space",
+])
+def test_a_task_out_of_memory_names_the_settings_to_change_not_an_internal_error(cause):
+    got = classify_spark_error(job_failed(cause), TRANSFORM_SETTINGS, RANGES)
+    assert type(got) is ConfigError and exit_code(got) == EXIT_CONFIG
+    assert "ran out of memory while the run read orders[0] [100, 200)" in got.message
+    assert "spark.sql.execution.arrow.maxBytesPerBatch" in got.message
+    assert "spark.executor.memory" in got.message and "\n" not in got.message
+
+
+def test_a_python_workers_memory_error_names_the_settings_to_change():
+    got = classify(job_failed("", "  File \"/opt/job/pipeline/executor/feed.py\", line 99, "
+                                  "in _read_task\nMemoryError"))
+    assert type(got) is ConfigError and exit_code(got) == EXIT_CONFIG
+    assert "ran out of memory" in got.message and "MemoryError" in got.message
+    assert "spark.executor.memory" in got.message
+    assert "maxBytesPerBatch" not in got.message  # no transform: no Arrow batches
