@@ -61,20 +61,14 @@ def registry() -> str:
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from pyspark import SparkContext
+    """The test session's one Spark, started as a run starts it (spark/session.py), with
+    Spark SQL on it; an in-process run before this fixture shares its JVM."""
+    from pyspark.sql import SparkSession
 
-    from pipeline.spark.session import get_spark
+    from pipeline.spark.session import get_context
 
-    # An in-process run before this fixture (a test without it) leaves a JVM started for
-    # the built-in sinks, without Spark's Kafka source on its classpath: the transform tests
-    # would then fail "Failed to find data source: kafka" depending on test order. Jars join
-    # the classpath only when the JVM starts, so start a new one.
-    if SparkContext._active_spark_context is not None:
-        SparkContext._active_spark_context.stop()
-    if SparkContext._gateway is not None:
-        SparkContext._gateway.shutdown()
-        SparkContext._gateway = SparkContext._jvm = None
-    session = get_spark("local[2]")
+    get_context("local[2]")
+    session = SparkSession.builder.getOrCreate()
     yield session
     session.stop()
 

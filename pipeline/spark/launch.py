@@ -17,8 +17,7 @@ log = logging.getLogger(__name__)
 def start_spark(settings: Settings, records: int = 0):
     """The SparkContext; Spark SQL's session is only built when a transform needs it.
     ``records``: how many the run plans to read (not used: the JVM's flags depend on the
-    kind of run only, session.JVM_FLAGS: a transform's also turn Arrow Java's checks off,
-    spark/arrow_settings.py)."""
+    kind of run only, session.JVM_FLAGS)."""
     from pipeline.spark.driver_jvm import import_while_starting, release_at_exit
     from pipeline.spark.session import JVM_FLAGS, get_context, spark_active, submitted
 
