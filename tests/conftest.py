@@ -33,11 +33,11 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _no_class_archive_dump_in_process(request, monkeypatch):
-    """An in-process run of an integration test never writes the driver JVM's class
-    archive (spark/class_archive.py); it maps one that exists. Its JVM would live for the
-    whole session: the claim would keep every CLI run of the suite from writing or mapping
-    one, and the dump would run only as pytest exits. CLI runs (subprocesses) do as a
-    user's do: the first writes it, the later ones map it."""
+    """An in-process run of an integration test never claims the driver JVM's class
+    archive (spark/class_archive.py); it maps one that exists. Its dumping process would
+    start only as pytest exits, and the claim would keep the suite's CLI runs from
+    writing one meanwhile. CLI runs (subprocesses) do as a user's do: the first one's
+    exit starts the process that writes it, the later ones map it."""
     if request.node.get_closest_marker("integration"):
         from pipeline.spark import class_archive
 

@@ -41,7 +41,7 @@ KEEP = 4  # archives kept in the cache directory (old keys: another JDK, Spark, 
 STALE_SECONDS = 3600
 DUMP_WAIT_SECONDS = 300.0  # how long the dumping process waits for its JVM to write it
 PARENT_WAIT_SECONDS = 600.0  # how long it waits for the run's process to exit first
-DUMP_FAULT = "class_archive_dump"  # pipeline/faults.py: the dump process, before its JVM
+DUMP_FAULT = "class_archive_dump"  # a pipeline/faults.py point: the dump process, before its JVM
 _NAME = re.compile(r"^(?P<key>[0-9a-f]{20})-(?P<size>[0-9]+)\.jsa$")
 
 
