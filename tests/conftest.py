@@ -33,11 +33,11 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _no_class_archive_dump_in_process(request, monkeypatch):
-    """An in-process run of an integration test never writes the driver JVM's class
-    archive (spark/class_archive.py); it maps one that exists. Its JVM would live for the
-    whole session: the claim would keep every CLI run of the suite from writing or mapping
-    one, and the dump would run only as pytest exits. CLI runs (subprocesses) do as a
-    user's do: the first writes it, the later ones map it."""
+    """An in-process run of an integration test never claims the driver JVM's class
+    archive (spark/class_archive.py); it maps one that exists. Its dumping process would
+    start only as pytest exits, and the claim would keep the suite's CLI runs from
+    writing one meanwhile. CLI runs (subprocesses) do as a user's do: the first one's
+    exit starts the process that writes it, the later ones map it."""
     if request.node.get_closest_marker("integration"):
         from pipeline.spark import class_archive
 
@@ -61,20 +61,14 @@ def registry() -> str:
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from pyspark import SparkContext
+    """The test session's one Spark, started as a run starts it (spark/session.py), with
+    Spark SQL on it; an in-process run before this fixture shares its JVM."""
+    from pyspark.sql import SparkSession
 
-    from pipeline.spark.session import get_spark
+    from pipeline.spark.session import get_context
 
-    # An in-process run before this fixture (a test without it) leaves a JVM started for
-    # the built-in sinks, without Spark's Kafka source on its classpath: the transform tests
-    # would then fail "Failed to find data source: kafka" depending on test order. Jars join
-    # the classpath only when the JVM starts, so start a new one.
-    if SparkContext._active_spark_context is not None:
-        SparkContext._active_spark_context.stop()
-    if SparkContext._gateway is not None:
-        SparkContext._gateway.shutdown()
-        SparkContext._gateway = SparkContext._jvm = None
-    session = get_spark("local[2]")
+    get_context("local[2]")
+    session = SparkSession.builder.getOrCreate()
     yield session
     session.stop()
 

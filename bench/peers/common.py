@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TABLE_DDL = ('CREATE TABLE {table} (topic text NOT NULL, "partition" integer NOT NULL, '
              '"offset" bigint NOT NULL, kafka_timestamp timestamptz, order_id bigint NOT NULL, '
@@ -54,14 +58,44 @@ def main(run) -> None:
     print(json.dumps({"rows": rows, "seconds": round(time.perf_counter() - t0, 3)}))
 
 
-def spark_session(extra_jars: list[str] | None = None):
-    """A local[2] session with the connector jars (and the same JVM flags the pipeline
-    uses, so the comparison is of designs, not of JVM settings)."""
-    from pipeline.spark.session import connector_jars, get_spark
+# The Structured Streaming peers' driver JVM: Spark SQL per record (the Kafka source,
+# from_json), so the parallel collector and JIT of Spark's huge generated methods.
+SQL_JVM_FLAGS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
 
-    return get_spark("local[2]", {"spark.jars": ",".join(connector_jars() + (extra_jars or [])),
-                                  "spark.sql.shuffle.partitions": "4"},
-                     app_name="bench-peer")
+
+def jar_dir() -> Path:
+    """Where scripts/stack fetches the jars of the running pyspark's line (.jars/spark-4.0;
+    PIPELINE_JARS_DIR overrides): Spark's Kafka connector, which only these peers use."""
+    import pyspark
+
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    return Path(os.environ.get("PIPELINE_JARS_DIR") or ROOT / ".jars" / f"spark-{line}")
+
+
+def connector_jars() -> list[str]:
+    """Spark's Kafka connector and its dependencies, built for exactly this pyspark."""
+    import pyspark
+
+    scala = "2.13" if int(pyspark.__version__.split(".")[0]) >= 4 else "2.12"
+    want = f"spark-sql-kafka-0-10_{scala}-{pyspark.__version__}.jar"
+    jars = sorted(glob.glob(str(jar_dir() / "*.jar")))
+    if want not in {os.path.basename(j) for j in jars}:
+        raise SystemExit(f"bench peer: no {want} in {jar_dir()}: run scripts/stack install")
+    return jars
+
+
+def spark_session(extra_jars: list[str] | None = None):
+    """A local[2] session with the connector jars, built as the pipeline builds its Spark
+    (spark/session.py) but for Spark SQL per record (SQL_JVM_FLAGS)."""
+    from pyspark.sql import SparkSession
+
+    from pipeline.spark.session import get_context
+
+    get_context("local[2]", {"spark.jars": ",".join(connector_jars() + (extra_jars or [])),
+                             "spark.sql.shuffle.partitions": "4",
+                             "spark.driver.extraJavaOptions": SQL_JVM_FLAGS},
+                app_name="bench-peer")
+    return SparkSession.builder.getOrCreate()
 
 
 def kafka_stream(spark, bootstrap: str, topic: str):

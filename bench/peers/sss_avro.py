@@ -12,6 +12,7 @@ from bench.avro_orders import writer_schema
 from bench.peers.common import (
     COLUMNS,
     create_table,
+    jar_dir,
     kafka_stream,
     main,
     spark_session,
@@ -21,11 +22,7 @@ from bench.peers.sss_arrow import arrow_copy
 
 
 def avro_jars() -> list[str]:
-    import pyspark
-
-    from pipeline.spark.session import default_jar_dir
-
-    jars = sorted(glob.glob(str(default_jar_dir(pyspark.__version__) / "bench-avro" / "*.jar")))
+    jars = sorted(glob.glob(str(jar_dir() / "bench-avro" / "*.jar")))
     if not jars:
         raise SystemExit("sss_avro: no spark-avro jar in .jars/spark-<line>/bench-avro: run "
                          "scripts/stack install")

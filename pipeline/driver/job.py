@@ -193,7 +193,7 @@ def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange],
         stage_ranges(sc, settings, run, ranges)
         return 0
     except Exception as e:
-        raise classify_spark_error(e, settings, ranges) from None
+        raise spark_errors.classify_spark_error(e, settings, ranges) from None
 
 
 def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
@@ -219,11 +219,3 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
     # One group per Spark partition: parallelize slices a list of n items into n partitions
     # of one item each.
     sc.parallelize(tasks, len(tasks)).mapPartitions(stager).collect()
-
-
-def classify_spark_error(e: Exception, settings: Settings,
-                         ranges: Sequence[OffsetRange] = ()) -> Exception:
-    """The run's error for a failed Spark job (pipeline/spark/errors.py), asking Kafka,
-    when Spark could not read planned offsets, which end of the range moved."""
-    return spark_errors.classify_spark_error(
-        e, settings, ranges, lambda tps: KafkaMeta(settings.kafka).offsets(tps))

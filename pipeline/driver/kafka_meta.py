@@ -80,7 +80,8 @@ class KafkaMeta:
         except KafkaException as e:
             raise ConfigError(
                 f"Kafka client settings rejected by confluent-kafka: {e.args[0].str()}; fix "
-                "[kafka.consumer], or put Java-only settings under [kafka.spark_consumer]"
+                "it in [kafka.consumer] or [kafka.admin_client] in librdkafka's names (every "
+                "client of a run is confluent-kafka)"
             ) from None
 
     @property
@@ -286,12 +287,11 @@ class _KeptLog(logging.Logger):
 def refused_error(settings: KafkaSettings, what: str, detail: str) -> ConfigError:
     """Kafka refused the login or the TLS handshake: permanent until someone fixes the
     credentials or the trusted CA (exit 2, not retried)."""
-    fix = ("fix sasl.username / sasl.password in [kafka.admin_client] and the JAAS "
-           "password in [kafka.spark_consumer] (or the user's SCRAM credentials on the broker)"
+    fix = ("fix sasl.username / sasl.password in [kafka.consumer] (or [kafka.admin_client]; "
+           "or the user's SCRAM credentials on the broker)"
            if "auth" in what else
-           "point ssl.ca.location in [kafka.admin_client] and ssl.truststore.location in "
-           "[kafka.spark_consumer] at the CA that signed the broker's certificate, and check "
-           "security.protocol")
+           "point ssl.ca.location in [kafka.consumer] (or [kafka.admin_client]) at the CA that "
+           "signed the broker's certificate, and check security.protocol")
     return ConfigError(f"Kafka at {settings.bootstrap_servers} refused {sasl_user(settings)}: "
                        f"{what} ({detail.split(': ', 1)[-1][:300]}); {fix}; not retried")
 

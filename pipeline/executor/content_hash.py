@@ -58,7 +58,8 @@ _MOD = 1 << (8 * DIGEST_BYTES)
 
 class RecordSum:
     """The ``md5sum`` kind, as ``pipeline verify`` recomputes it from Messages (the same
-    interface as ContentHash; spark/record_hash.py computes it where a transform reads)."""
+    interface as ContentHash): the ledger rows of transform runs from before a transform's
+    input was the built-in read, which Spark SQL hashed."""
 
     __slots__ = ("_sum", "records")
 

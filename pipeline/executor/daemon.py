@@ -9,9 +9,11 @@ daemon holds at a fork counts again in each worker's RSS, so it holds no more th
 workers need: no registry client for a run without one, no directory of spark-core's
 jar, and pyspark compiled once (its installed .pyc) rather than from pyspark.zip.
 
-Every import here is optional: a module missing from an environment (fastavro, the
-registry client's httpx, an older pyarrow) leaves it to the worker that needs it, as
-before. pipeline.faults is NOT imported here: it reads PIPELINE_FAULT at import, which a
+Every step here is optional: a module missing from an environment (fastavro, the
+registry client's httpx, an older pyarrow) leaves it to the worker that needs it, and a
+step that fails (they touch CPython's zipimport caches and Spark's zips) leaves the daemon
+as pyspark's own would be; pyspark's daemon itself is run as ``python -m pyspark.daemon``
+runs it. pipeline.faults is NOT imported here: it reads PIPELINE_FAULT at import, which a
 worker must do itself.
 """
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-import re
 import sys
 
 # What the read/decode/COPY tasks import (executor/, formats/) and their dependencies.
@@ -81,7 +82,8 @@ def drop_jars(path: list[str] | None = None, cache: dict | None = None) -> list[
     (pyspark.zip, first on the path, has all of pyspark), yet every import that misses
     pyspark.zip made a zipimporter read its directory: 5,261 entries, ~3 MB of the daemon's
     heap, copied into each forked worker (docs/benchmarks.md). The finder and the directory
-    zipimport cached for it are dropped too."""
+    zipimport cached for it are dropped too (a private cache: if it is not there, or not a
+    dict, only the path and the finders)."""
     path = sys.path if path is None else path
     cache = sys.path_importer_cache if cache is None else cache
     return _forget([p for p in path if p.endswith(".jar")], path, cache)
@@ -93,10 +95,11 @@ def _forget(entries: list[str], path: list[str], cache: dict) -> list[str]:
     import zipimport
 
     path[:] = [p for p in path if p not in entries]
-    directories = getattr(zipimport, "_zip_directory_cache", {})
+    directories = getattr(zipimport, "_zip_directory_cache", None)
     for entry in entries:
         cache.pop(entry, None)
-        directories.pop(entry, None)
+        if isinstance(directories, dict):
+            directories.pop(entry, None)
     return entries
 
 
@@ -104,23 +107,45 @@ def _forget(entries: list[str], path: list[str], cache: dict) -> list[str]:
 ZIPPED = ("pyspark", "py4j")
 
 
-def _version(text: str) -> str | None:
-    """``__version__`` of a version.py's text (``__version__: str = '4.0.0'``)."""
-    match = re.search(r"^__version__\b[^=]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    return match.group(1) if match else None
+def same_content(archive: str, name: str, installed: str) -> bool:
+    """Every file of package ``name`` in zip ``archive`` is in the ``installed`` package
+    folder with the same bytes (its size and CRC-32 against the zip's directory), except
+    test packages (``tests`` folders: pip's wheels leave them out). A version string says
+    nothing about a vendor's patched copy; the bytes do."""
+    import zipfile
+    import zlib
+
+    prefix = f"{name}/"
+    with zipfile.ZipFile(archive) as z:
+        entries = [i for i in z.infolist()
+                   if i.filename.startswith(prefix) and not i.is_dir()]
+    if not any(i.filename == f"{prefix}__init__.py" for i in entries):
+        return False
+    for info in entries:
+        relative = info.filename[len(prefix):]
+        path = os.path.join(installed, *relative.split("/"))
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            if "tests" in relative.split("/")[:-1]:
+                continue
+            return False
+        if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
+            return False
+    return True
 
 
 def prefer_installed(path: list[str] | None = None, cache: dict | None = None,
                      modules: dict | None = None) -> list[str]:
     """Take Spark's zips of pyspark and py4j off this process's import path when the very
-    same versions are installed further along it (this interpreter's site-packages, as
-    pip installs pyspark); the zips taken. A zip holds sources only: imported from it,
-    pyspark's worker is compiled in the daemon at every start, which left 11.5 MB more of
-    its heap (56.7 against 45.3 MB anonymous, standalone) than the installed .pyc files,
-    and each forked worker counts those pages again (docs/benchmarks.md). Another version
-    installed (a spark-submit of another Spark), none, or pyspark imported already: the
-    zips stay, as Spark set them."""
-    import zipfile
+    same files are installed further along it (this interpreter's site-packages, as pip
+    installs pyspark: same_content); the zips taken. A zip holds sources only: imported
+    from it, pyspark's worker is compiled in the daemon at every start, which left 11.5 MB
+    more of its heap (56.7 against 45.3 MB anonymous, standalone) than the installed .pyc
+    files, and each forked worker counts those pages again (docs/benchmarks.md). Any
+    difference (another Spark's or a patched pyspark, none installed, pyspark imported
+    already, anything unreadable): the zips stay, as Spark set them. Never raises."""
     from importlib.machinery import PathFinder
 
     path = sys.path if path is None else path
@@ -132,31 +157,40 @@ def prefer_installed(path: list[str] | None = None, cache: dict | None = None,
         rest = [p for p in path if p != entry]
         for name in ZIPPED:
             try:
-                with zipfile.ZipFile(entry) as z:
-                    zipped = _version(z.read(f"{name}/version.py").decode())
                 spec = PathFinder.find_spec(name, rest)
-                if spec is None or not spec.origin or zipped is None:
+                if (spec is None or not spec.origin
+                        or os.path.basename(spec.origin) != "__init__.py"):
                     continue
-                with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
-                    installed = _version(f.read())
-            except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
+                if same_content(entry, name, os.path.dirname(spec.origin)):
+                    taken.append(entry)
+                    break
+            except Exception:  # noqa: BLE001 - unreadable or unexpected: the zip stays
                 continue
-            if installed == zipped:
-                taken.append(entry)
-                break
     return _forget(taken, path, cache)
 
 
+def run_pyspark_daemon() -> None:
+    """pyspark's own daemon, exactly as ``python -m pyspark.daemon`` runs it (its
+    ``__main__`` block, which reads sys.argv[1], the worker module): no private name of
+    the module is called."""
+    import runpy
+
+    runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
+
+
 def main() -> None:
-    drop_jars()
-    prefer_installed()
-    preimport()
+    # Each step only saves memory or time, and may lean on how CPython or pyspark work
+    # inside: one that fails leaves the daemon as pyspark's own would be. (Nothing is
+    # printed: Spark reads this process's stdout.)
+    for step in (drop_jars, prefer_installed, preimport):
+        try:
+            step()
+        except Exception:  # noqa: BLE001, S112 - the plain path
+            continue
     # Move what is imported out of the collector's generations: a worker's collections then
     # never touch (and so copy) those shared pages.
     gc.freeze()
-    from pyspark.daemon import manager  # reads sys.argv[1], the worker module, as it does
-
-    manager()
+    run_pyspark_daemon()
 
 
 if __name__ == "__main__":

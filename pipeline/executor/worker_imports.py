@@ -11,34 +11,89 @@ That answer stays in the worker's pyarrow (it asks again only where it must have
 e.g. ``to_pandas``, and then finds it), and Spark reuses a worker for the next task: a
 user's Python UDF run later in one of our workers would see ``pa.array(series)`` treat a
 pandas Series as a plain sequence. So the driver turns this on (a job-local property)
-only when the transform's plan runs no Python but ours (``python_free``).
+only when the transform's optimized plan is made of nodes known to run no Python but ours
+(``python_free``): an allow-list, so that a node we do not know (a new Spark's, a Python
+data source's) leaves pandas allowed, as does a plan that cannot be read.
 """
 
 from __future__ import annotations
 
-import re
+import logging
 import sys
 from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
 
 # The job-local property the driver sets when workers may keep pandas out.
 NO_PANDAS = "pipeline.workers.no_pandas"
 
-# Plan nodes whose evaluation runs Python or whose input came from Python (a Python RDD):
-# mapInPandas/applyInPandas, Python and pandas UDFs, mapInArrow, a DataFrame of an RDD.
-_PYTHON = re.compile(r"Python|Pandas|Arrow|RDD")
+# Optimized logical plan nodes (Catalyst's class names) that evaluate no Python: the plain
+# relational operators a Spark-SQL-only transform is made of, and the leaves our read and
+# a transform's own tables are. Python shows as nodes of its own (BatchEvalPython,
+# ArrowEvalPython, MapInPandas, FlatMapGroupsInPandas, a Python RDD's LogicalRDD, a Python
+# data source's relation, ...), none of them here, or as an expression inside a plain
+# node (a pandas aggregate UDF is a PythonUDAF inside an Aggregate): any expression whose
+# class names Python or pandas makes the plan not ours either.
+PLAIN_NODES = frozenset({
+    "Project", "Filter", "Join", "Aggregate", "Sort", "Union", "Window", "Expand",
+    "Generate", "Repartition", "RepartitionByExpression", "RebalancePartitions",
+    "Distinct", "Deduplicate", "Intersect", "Except", "GlobalLimit", "LocalLimit", "Offset",
+    "Sample", "Range", "LocalRelation", "OneRowRelation", "LogicalRelation",
+})
+OUR_NODE = "MapInArrow"  # the read tasks' (executor/feed.py), over a Range of task indexes
 
 
-def python_free(plan: str, ours: int = 1) -> bool:
-    """True if the optimized plan (its text) evaluates no Python beyond our own ``ours``
-    mapInArrow nodes (the reader's; the writer's is added after this check). A column
-    named like one of the nodes only makes this answer False: the safe side."""
-    return _PYTHON.findall(plan) == ["Arrow"] * ours
+def _name(node: dict) -> str:
+    return str(node.get("class", "")).rsplit(".", 1)[-1]
+
+
+def _expression_classes(value, out: set[str]) -> set[str]:
+    if isinstance(value, dict):
+        if "class" in value:
+            out.add(_name(value))
+        for v in value.values():
+            _expression_classes(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _expression_classes(v, out)
+    return out
+
+
+def python_free(plan: list[dict], ours: int = 1) -> bool:
+    """True if a plan (Catalyst's JSON of it: its nodes in pre-order, each with its
+    expressions) holds only PLAIN_NODES without Python expressions, and exactly ``ours``
+    MapInArrow nodes, each over a Range: our reader's (the writer's is added after this
+    check). Anything else, or anything unexpected in the JSON, is False."""
+    readers = 0
+    for i, node in enumerate(plan):
+        name = _name(node)
+        fields = {k: v for k, v in node.items() if k not in ("class", "num-children")}
+        if name == OUR_NODE:
+            readers += 1
+            if node.get("num-children") != 1 or _name(plan[i + 1]) != "Range":
+                return False
+            fields.pop("functionExpr", None)  # our reader's function
+        elif name not in PLAIN_NODES:
+            return False
+        if any(("Python" in c or "Pandas" in c)
+               for c in _expression_classes(list(fields.values()), set())):
+            return False
+    return readers == ours
 
 
 def runs_only_ours(df, ours: int = 1) -> bool:
     """python_free of a DataFrame's optimized plan (Python UDFs show there as their
-    evaluation nodes, e.g. BatchEvalPython)."""
-    return python_free(df._jdf.queryExecution().optimizedPlan().toString(), ours)
+    evaluation nodes, e.g. BatchEvalPython). The plan is read through pyspark's private
+    ``_jdf``: anything unexpected there answers False (pandas stays allowed)."""
+    import json
+
+    try:
+        plan = json.loads(df._jdf.queryExecution().optimizedPlan().toJSON())
+        return isinstance(plan, list) and python_free(plan, ours)
+    except Exception:  # noqa: BLE001 - the safe answer: the workers may import pandas
+        log.debug("the transform's plan could not be read: pandas stays allowed",
+                  exc_info=True)
+        return False
 
 
 class _NoPandas:

@@ -83,7 +83,6 @@ class Settings:
                 "topics": list(self.kafka.topics),
                 "isolation_level": self.kafka.isolation_level,
                 "consumer": redact_settings(self.kafka.consumer),
-                "spark_consumer": redact_settings(self.kafka.spark_consumer),
                 "admin_client": redact_settings(self.kafka.admin_client),
             },
             "database_url": redact_url(self.database_url),

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, SecretStr, ValidationInfo
+from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, model_validator
 
 from pipeline.settings.base import Table, about_key, expand_env, whole
 from pipeline.settings.secrets import SECRET_KEY
@@ -20,6 +20,12 @@ DEFAULT_MAX_RECORDS_PER_RUN = 20_000_000
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # What the pipeline sets on every client itself.
 _MANAGED = ("bootstrap.servers", "isolation.level", "group.id", "enable.auto.commit")
+SPARK_CONSUMER_GONE = (
+    "[kafka.spark_consumer] is no longer read: no run uses Spark's Kafka source (its Java "
+    "client); [kafka.consumer] replaced it, read by the driver and by the executors' "
+    "confluent-kafka reader: move the settings there in librdkafka's names (sasl.username "
+    "and sasl.password for sasl.jaas.config, ssl.ca.location for ssl.truststore.location), "
+    "then remove [kafka.spark_consumer]")
 
 
 @dataclass(frozen=True)
@@ -34,17 +40,12 @@ class KafkaSettings:
     timeout_seconds: float = 15.0
     mirror_group: str | None = None
     # The clients' settings may hold secrets (${VAR} read): not in repr.
-    consumer: dict[str, str] = field(default_factory=dict, repr=False)  # both clients
-    spark_consumer: dict[str, str] = field(default_factory=dict, repr=False)  # Java client
+    consumer: dict[str, str] = field(default_factory=dict, repr=False)  # driver and executors
     admin_client: dict[str, str] = field(default_factory=dict, repr=False)  # confluent-kafka
 
     def client_config(self) -> dict[str, str]:
         """confluent-kafka (librdkafka) settings for metadata, offsets and the mirror."""
         return {**self.consumer, **self.admin_client, "bootstrap.servers": self.bootstrap_servers}
-
-    def spark_options(self) -> dict[str, str]:
-        """Settings for Spark's Kafka source (the Java client), without the kafka. prefix."""
-        return {**self.consumer, **self.spark_consumer}
 
 
 def _topics(value: list) -> list:
@@ -81,12 +82,20 @@ class KafkaTable(Table):
     timeout_seconds: float = Field(15.0, gt=0)
     mirror_group: str | None = None
     consumer: ClientTable = {}
-    spark_consumer: ClientTable = {}
     admin_client: ClientTable = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_spark_consumer(cls, data: Any) -> Any:
+        """[kafka.spark_consumer] configured Spark's Kafka source (its Java client), which no
+        run reads through any more: its settings would be silently ignored."""
+        if isinstance(data, dict) and "spark_consumer" in data:
+            raise whole(SPARK_CONSUMER_GONE)
+        return data
 
     def value(self, env: dict[str, str]) -> KafkaSettings:
         clients = {name: _client_settings(getattr(self, name), name, env)
-                   for name in ("consumer", "spark_consumer", "admin_client")}
+                   for name in ("consumer", "admin_client")}
         return KafkaSettings(
             # ${VAR} as in the client tables: a stack's or a deployment's listener address.
             bootstrap_servers=expand_env(self.bootstrap_servers, "kafka.bootstrap_servers",

@@ -1,7 +1,7 @@
 """Spark's Arrow settings for a run with a user transform (issue 25): what the JVM pays per
 row of the Arrow -> rows -> Arrow round trip (executor/feed.py in, executor/stage.py's
 blob_writer out), cut by settings only. Pure planning: the driver applies them
-(spark/launch.py for the JVMs' flags, driver/transform_job.py for the writer's SQL settings).
+(driver/transform_job.py, the writer's SQL settings).
 
 Measured (docs/benchmarks.md, "Transform path: Arrow settings and the JIT"):
 
@@ -20,11 +20,11 @@ Measured (docs/benchmarks.md, "Transform path: Arrow settings and the JIT"):
   ``BYTES_PER_BATCH`` (``bounded_sql_conf``; 64 MB: two tasks' batches, grown by
   doubling, fit a 1 GB driver). Records up to Kafka's largest message go through without
   a setting.
-- Arrow Java checks every buffer access's bounds and every get's null bit unless its
-  system properties say not to (``ARROW_JVM_FLAGS``): ~10-15% of the same thread.
+- Arrow Java's bounds check on every buffer access and null check on every get stay on:
+  its system properties turn them off for ~10-15% of the same thread, but a Spark or
+  Arrow bug would then crash the JVM or corrupt rows silently instead of failing a task.
 
-A user's own value of any key here ([spark.conf], or spark-submit's --conf for the JVM
-options) wins."""
+A user's own value of any key here ([spark.conf]) wins."""
 
 from __future__ import annotations
 
@@ -32,12 +32,6 @@ MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 UNCHECKED_BYTES = str(2**31 - 1)  # Spark skips its per-row size check only for this value
 BYTES_PER_BATCH = str(64 * 2**20)  # a transform's writer batches: records of any size fit
-
-# Arrow Java's bounds checks on every buffer access, and its null check on every vector
-# get (Spark asks isNullAt first): read once, when Arrow's classes load, so they are JVM
-# options. The executors' JVMs of a cluster get them as spark.executor.extraJavaOptions.
-ARROW_JVM_FLAGS = ("-Darrow.enable_unsafe_memory_access=true "
-                   "-Darrow.enable_null_check_for_get=false")
 
 
 def writer_sql_conf(user_conf: dict[str, str]) -> dict[str, str]:
@@ -66,10 +60,3 @@ def row_bytes_limit(user_conf: dict[str, str], sql_conf: dict[str, str]) -> int 
     rows = int(user_conf.get(MAX_RECORDS_PER_BATCH, "10000"))
     return max(1, int(BYTES_PER_BATCH) // max(1, rows))
 
-
-def executor_java_options(user_conf: dict[str, str], local: bool) -> dict[str, str]:
-    """spark.executor.extraJavaOptions for a cluster master's executors (a local master's
-    executors are the driver JVM), unless the user set their own."""
-    if local or "spark.executor.extraJavaOptions" in user_conf:
-        return {}
-    return {"spark.executor.extraJavaOptions": ARROW_JVM_FLAGS}

@@ -6,9 +6,15 @@ path: a class-data-sharing archive for the driver JVM": 1.3-4.5 JVM CPU-s less a
 The JVM accepts an archive only for the JVM build and the classpath that wrote it and
 otherwise starts without it (silently, with QUIET). The file is keyed by both (and by
 Spark's version, the JVM flags and whether the run uses Spark SQL), so an upgrade writes a
-new archive instead of ignoring the old one forever. A run that finds none has its JVM
-write one when it exits, to a name of its own; once that JVM has exited cleanly the run
-renames it into place (a rename is atomic; one run at a time claims the dump). The JVM
+new archive instead of ignoring the old one forever.
+
+A run that finds none runs without one and, as it exits, starts a detached process
+(``spawn_dump``) that waits for the run's process to be gone, then starts a driver JVM of
+the same kind, runs a small job of the run's kind and lets it exit: that JVM writes the
+archive, to a name of its own, and the process renames it into place once the JVM exited
+cleanly (a rename is atomic; one run at a time claims the dump). Writing an archive costs
+~20-25 CPU-s and up to minutes: never a run's, nor its exit's (a fresh machine or
+container only pays it after its first run, in the background, at low priority). The JVM
 crashes (SIGBUS) on a truncated archive, and its checksum check (VerifySharedSpaces) only
 catches corruption of the right size: the final name carries the size the JVM wrote, and a
 file of another size is never used."""
@@ -16,9 +22,12 @@ file of another size is never used."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +39,17 @@ KEEP = 4  # archives kept in the cache directory (old keys: another JDK, Spark, 
 # A dump costs its run ~20-25 CPU-s (docs/benchmarks.md): one run per key claims it, and
 # after a dump that failed or was not renamed in time the next try is this much later.
 STALE_SECONDS = 3600
-DUMP_WAIT_SECONDS = 300.0  # how long a run waits at exit for its JVM to write the archive
+DUMP_WAIT_SECONDS = 300.0  # how long the dumping process waits for its JVM to write it
+PARENT_WAIT_SECONDS = 600.0  # how long it waits for the run's process to exit first
+DUMP_FAULT = "class_archive_dump"  # a pipeline/faults.py point: the dump process, before its JVM
 _NAME = re.compile(r"^(?P<key>[0-9a-f]{20})-(?P<size>[0-9]+)\.jsa$")
 
 
 @dataclass(frozen=True)
 class ArchivePlan:
-    """The driver JVM's extra options; ``dump``: where its JVM writes a new archive at exit
-    (then ``finish_dump`` renames it into ``directory``), else None."""
+    """The driver JVM's extra options (mapping an archive), or, with ``dump`` set, where a
+    dumping process's JVM writes a new archive at its exit (``spawn_dump``; then
+    ``finish_dump`` renames it into ``directory``)."""
     options: str
     directory: Path
     key: str
@@ -218,3 +230,88 @@ def prune(directory: Path, now: float) -> None:
             continue
     for _, path in sorted(archives, reverse=True)[KEEP:]:
         path.unlink(missing_ok=True)
+
+
+def spawn_dump(archive: ArchivePlan, master: str, conf: dict[str, str], jvm: str,
+               sql: bool) -> subprocess.Popen | None:
+    """Start the detached process that writes ``archive`` (``dump_main``) and return at
+    once: nothing of it is tied to this process (its own session, no inherited pipes), so
+    the caller's exit never waits for it. Never raises: without it the next run only
+    starts without an archive."""
+    spec = {"master": master, "conf": conf, "jvm": jvm, "sql": sql, "parent": os.getpid(),
+            "directory": str(archive.directory), "key": archive.key, "dump": str(archive.dump)}
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pipeline.spark.class_archive", json.dumps(spec)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True)
+    except Exception:  # noqa: BLE001 - a missing archive only costs the next run time
+        return None
+
+
+def _nothing(batches):
+    return iter(())
+
+
+def _rows(rows):
+    return rows
+
+
+def warm_up(sc, sql: bool) -> None:
+    """A small job of a run's kind, so that the dumping JVM loads the classes such a run
+    loads: Python tasks over an RDD (the built-in sinks), or a mapInArrow read, SQL over it
+    (a filter, a broadcast join, an aggregate) and a second mapInArrow (a transform)."""
+    if not sql:
+        sc.parallelize(range(2), 2).mapPartitions(_rows).collect()
+        return
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = SparkSession.builder.getOrCreate()
+    small = spark.sql("SELECT * FROM VALUES (0, 'a'), (1, 'b') AS t(id, name)")
+    rows = (spark.range(0, 4, 1, 2).mapInArrow(_rows, "id long")
+            .where(F.col("id") >= 0).join(F.broadcast(small), "id", "left")
+            .withColumn("n", F.upper("name")))
+    rows.groupBy("n").count().collect()
+    rows.mapInArrow(_nothing, "id long").collect()
+
+
+def dump_main(spec: dict) -> Path | None:
+    """The dumping process: wait for the run that started it to exit, then a driver JVM of
+    its kind with -XX:ArchiveClassesAtExit, a small job (``warm_up``), the JVM let go, and
+    the archive renamed into place (``finish_dump``). On any failure the temporary file
+    goes and the claim stays: the next try is STALE_SECONDS later."""
+    archive = ArchivePlan(jvm_options(None, Path(spec["dump"])), Path(spec["directory"]),
+                          spec["key"], Path(spec["dump"]))
+    deadline = time.monotonic() + PARENT_WAIT_SECONDS
+    while os.getppid() == spec["parent"] and time.monotonic() < deadline:
+        time.sleep(0.1)  # the run is still exiting: its CPU and memory first
+    try:
+        from pipeline import faults
+        from pipeline.spark.driver_jvm import release
+        from pipeline.spark.session import JVM_FLAGS, get_context
+
+        faults.inject(DUMP_FAULT)
+        conf = {**spec["conf"], "spark.driver.extraJavaOptions":
+                f"{JVM_FLAGS[spec['jvm']]} {archive.options}"}
+        sc = get_context(spec["master"], conf, app_name="kafka-offset-pipeline-class-archive",
+                         jvm=spec["jvm"])
+        warm_up(sc, spec["sql"])
+        gateway = sc._gateway
+        proc = gateway.proc
+        release(gateway, proc)
+        return finish_dump(archive, proc)
+    except Exception:  # noqa: BLE001 - a missing archive only costs the next run time
+        if archive.dump is not None:
+            archive.dump.unlink(missing_ok=True)
+        return None
+
+
+if __name__ == "__main__":
+    try:
+        os.nice(10)  # whatever runs next on this machine goes first
+    except OSError:
+        pass
+    dump_main(json.loads(sys.argv[1]))
+    # The JVM is gone; skip the interpreter's teardown (pyspark's threads may linger).
+    os._exit(0)

@@ -58,7 +58,7 @@ def release_at_exit(sc) -> bool:
     (atexit runs last registered first): the JVM that writes an archive exits sooner too."""
     gateway = getattr(sc, "_gateway", None)
     proc = getattr(gateway, "proc", None)
-    if proc is None or proc.pid in _released:
+    if proc is None or getattr(proc, "pid", None) is None or proc.pid in _released:
         return False
     _released.add(proc.pid)
     atexit.register(release, gateway, proc)
@@ -68,8 +68,13 @@ def release_at_exit(sc) -> bool:
 def release(gateway, proc) -> None:
     """Let the JVM exit now: py4j's server shut down (its threads leave native code), then
     its stdin closed (pyspark's gateway server exits on EOF, running Spark's shutdown
-    hooks, as it does when this process exits). Never raises: the run is done."""
-    if proc.poll() is not None:
+    hooks, as it does when this process exits). Never raises: the run is done, and the
+    JVM exits on its stdin's end anyway when this process does (the plain path)."""
+    try:
+        if proc.poll() is not None:
+            return
+    except Exception:  # noqa: BLE001 - not the Popen pyspark set: leave it be
+        log.debug("the JVM's process cannot be polled", exc_info=True)
         return
     try:
         quiet_accumulator_server()

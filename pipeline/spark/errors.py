@@ -2,39 +2,22 @@
 
 Spark hands the driver one long text (a Py4JJavaError quoting the JVM's stack and the
 failed task's Python traceback). An executor's own expected failure arrives typed
-(executor/task_errors.TaskError, decoded from that text); everything else is recognised
-here by the root cause the text names: Kafka unreachable or refusing Spark's client,
-offsets Spark's Kafka source could not read, a Kafka setting it rejected, executors without
-the job's Python or modules, a Python worker that died, Postgres unreachable. What is not
-recognised is returned as it is (an internal error: exit 1).
+(executor/task_errors.TaskError, decoded from that text: the executors' Kafka reads report
+theirs so); everything else is recognised here by the root cause the text names: executors
+without the job's Python or modules, a Python worker that died, Postgres unreachable. What
+is not recognised is returned as it is (an internal error: exit 1).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
 from pipeline.config import Settings, redact_url
 from pipeline.errors import ConfigError, DataError, PipelineError, TransientError
 from pipeline.executor.task_errors import Kind, TaskError, decode
-from pipeline.plan.offsets import OffsetRange, PartitionOffsets
+from pipeline.plan.offsets import OffsetRange
 
-# What Kafka holds now for some partitions (driver.kafka_meta.KafkaMeta.offsets): asked only
-# to tell which end of a range Spark could not read moved.
-OffsetsNow = Callable[[Iterable[tuple[str, int]]], list[PartitionOffsets]]
-
-# The root cause inside a failed Spark job's long error text, when a service was unreachable.
-_KAFKA_UNREACHABLE = re.compile(
-    r"org\.apache\.kafka\.common\.errors\.(?:Timeout|Disconnect|Network|LeaderNotAvailable"
-    r"|NotLeaderOrFollower)Exception: [^\n]*")
-# Spark's Java client refused by the broker: credentials, certificate or ACLs (permanent).
-_KAFKA_REFUSED = re.compile(
-    r"org\.apache\.kafka\.common\.errors\.(SaslAuthentication|SslAuthentication"
-    r"|TopicAuthorization|GroupAuthorization|ClusterAuthorization)Exception: [^\n]*")
-_SPARK_DATA_LOSS = re.compile(r"Could not read records in offset \[\d+, \d+\) for topic "
-                              r"partition \S+")
-_KAFKA_CONFIG = re.compile(r"ConfigException: Invalid value (.*?) for configuration "
-                           r"([\w.]+)(?::[ ]?([^\n]*))?")
 # On executors: the job's Python or one of its modules is not there (a cluster whose workers
 # were not sent the packed environment), or a Python worker died.
 _NO_PYTHON = re.compile(r'Cannot run program "([^"]*)": error=2')
@@ -58,8 +41,8 @@ _TASK_ERROR_CLASS = {Kind.TRANSIENT: TransientError, Kind.PERMANENT: DataError,
                      Kind.CONFIG: ConfigError, Kind.RESIZE: TransientError}
 
 
-def classify_spark_error(e: Exception, settings: Settings, ranges: Sequence[OffsetRange] = (),
-                         offsets_now: OffsetsNow | None = None) -> Exception:
+def classify_spark_error(e: Exception, settings: Settings,
+                         ranges: Sequence[OffsetRange] = ()) -> Exception:
     """The run's error for a failed Spark job ``e`` that read or staged ``ranges``."""
     if isinstance(e, PipelineError):
         return e
@@ -67,17 +50,6 @@ def classify_spark_error(e: Exception, settings: Settings, ranges: Sequence[Offs
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
     if (task := decode(text)) is not None:
         return task_error(task)
-    if m := _KAFKA_REFUSED.search(text):
-        return kafka_refused_by_spark(settings, m.group(1), m.group(0))
-    if m := _SPARK_DATA_LOSS.search(text):
-        return explain_data_loss(ranges, m.group(0), offsets_now)
-    if m := _KAFKA_CONFIG.search(text):
-        value, key, why = m.groups()
-        section = next((f"kafka.{name}" for name in ("spark_consumer", "consumer")
-                        if key in getattr(settings.kafka, name)), "kafka.spark_consumer")
-        return ConfigError(f"Spark's Kafka client refused '{section}.{key}' = {value}"
-                           f"{': ' + why.rstrip('.') if why else ''}; fix it in [{section}]; "
-                           "nothing committed")
     if m := _NO_PYTHON.search(text):
         return ConfigError(f"Spark's executors cannot run the job's Python '{m.group(1)}' "
                            f"(not on the workers); {SHIP_ENVIRONMENT}")
@@ -97,11 +69,6 @@ def classify_spark_error(e: Exception, settings: Settings, ranges: Sequence[Offs
             "(spark.executor.memory, spark.executor.memoryOverhead) or lower "
             "kafka.max_records_per_partition, then rerun; otherwise rerun with -v and report "
             "it")
-    if m := _KAFKA_UNREACHABLE.search(text):
-        return TransientError(
-            f"Kafka unreachable at {settings.kafka.bootstrap_servers} while Spark read the "
-            f"planned ranges ({m.group(0)[:300]}); nothing committed - check the broker, "
-            "then retry")
     if m := _POSTGRES_UNREACHABLE.search(text):
         return TransientError(
             f"Postgres unreachable at {redact_url(settings.database_url)} while Spark staged "
@@ -139,45 +106,3 @@ def task_error(task: TaskError) -> PipelineError:
     """An executor's typed failure as the run's error: its kind decides the exit code, its
     message (which names the range and the fix) is the run's."""
     return _TASK_ERROR_CLASS[task.kind](task.message[:600])
-
-
-def kafka_refused_by_spark(settings: Settings, kind: str, seen: str) -> ConfigError:
-    """Spark's Java client (a transform's read) was refused where librdkafka, on the driver,
-    was let in: its own settings ([kafka.spark_consumer]) or the ACLs differ."""
-    fix = {"SaslAuthentication": "fix the username/password of sasl.jaas.config in "
-                                 "[kafka.spark_consumer] (librdkafka's login worked)",
-           "SslAuthentication": "point ssl.truststore.location in [kafka.spark_consumer] at "
-                                "the CA that signed the broker's certificate"}.get(
-        kind, "grant the user Read and Describe on the topics (and Read on the consumer "
-              "group Spark uses) with kafka-acls")
-    return ConfigError(f"Kafka at {settings.kafka.bootstrap_servers} refused Spark's Kafka "
-                       f"client ({seen[:300]}); {fix}; nothing committed, not retried")
-
-
-def explain_data_loss(ranges: Sequence[OffsetRange], seen: str,
-                      offsets_now: OffsetsNow | None = None) -> PipelineError:
-    """Spark's Kafka source could not read an offset of the plan that the log no longer
-    covers. Which end moved decides: the start (retention while the run read: transient,
-    the next run applies kafka.on_data_loss) or the end (the log truncated below the planned
-    end, e.g. an unclean leader election: permanent, someone must look)."""
-    now: dict[tuple[str, int], PartitionOffsets] = {}
-    if offsets_now is not None:
-        try:
-            now = {(k.topic, k.partition): k for k in offsets_now([r.tp for r in ranges])}
-        except PipelineError:
-            now = {}
-    for r in ranges:
-        k = now.get(r.tp)
-        if k is not None and k.latest < r.until_offset:
-            return DataError(
-                f"{r}: the partition now ends at offset {k.latest}, before the planned end "
-                "(log truncated, e.g. by an unclean leader election); nothing committed - "
-                "inspect with 'pipeline lag' and 'pipeline offsets show'")
-    for r in ranges:
-        k = now.get(r.tp)
-        if k is not None and k.earliest > r.from_offset:
-            return TransientError(
-                f"{r}: offsets up to {k.earliest} were deleted by retention while the run "
-                "read them; nothing committed - the next run applies kafka.on_data_loss")
-    return TransientError(f"Spark could not read planned offsets ({seen[:300]}); nothing "
-                          "committed - retry")

@@ -17,8 +17,7 @@ log = logging.getLogger(__name__)
 def start_spark(settings: Settings, records: int = 0):
     """The SparkContext; Spark SQL's session is only built when a transform needs it.
     ``records``: how many the run plans to read (not used: the JVM's flags depend on the
-    kind of run only, session.JVM_FLAGS: a transform's also turn Arrow Java's checks off,
-    spark/arrow_settings.py)."""
+    kind of run only, session.JVM_FLAGS)."""
     from pipeline.spark.driver_jvm import import_while_starting, release_at_exit
     from pipeline.spark.session import JVM_FLAGS, get_context, spark_active, submitted
 
@@ -38,21 +37,23 @@ def start_spark(settings: Settings, records: int = 0):
         conf = settings.spark.conf
         if transform and not submitted() and not spark_active():
             import_while_starting()  # what its mapInArrow imports, while the JVM starts
-        if archive is not None:
+        if archive is not None and archive.dump is None:  # map the one an earlier run made
             conf = {**conf, "spark.driver.extraJavaOptions":
                     f"{JVM_FLAGS[jvm]} {archive.options}"}
         sc = get_context(settings.spark.master, conf, jvm=jvm,
                          schema_registry=settings.schema_registry is not None)
-        # The JVM writes the archive as it exits, after our last line: rename it then.
-        proc = getattr(getattr(sc, "_gateway", None), "proc", None)
-        if archive is not None and archive.dump is not None and proc is not None:
-            from pipeline.spark.class_archive import finish_dump
+        if archive is not None and archive.dump is not None and sc is not None:
+            # None yet: this run goes without, and a detached process writes one after it
+            # exits (spark/class_archive.py): neither the run nor its exit waits for it.
+            from pipeline.spark.class_archive import spawn_dump
 
-            log.info("the driver JVM writes its class archive as it exits (once per JDK and "
-                     "Spark install; later runs start faster): %s", archive.directory,
+            log.info("the driver JVM's class archive is written in the background after this "
+                     "run (once per JDK and Spark install; later runs start faster): %s",
+                     archive.directory,
                      extra={"event": "spark.class_archive", "path": str(archive.directory)})
-            atexit.register(finish_dump, archive, proc)
-        release_at_exit(sc)  # after finish_dump: runs before it
+            master = os.environ.get("PIPELINE_SPARK_MASTER", settings.spark.master)
+            atexit.register(spawn_dump, archive, master, conf, jvm, transform)
+        release_at_exit(sc)  # registered last: runs first at exit
         return sc
     except PipelineError:
         raise

@@ -11,7 +11,8 @@ though the built-in sinks' driver never touches pandas (docs/benchmarks.md).
 An object can only be a numpy value if numpy is imported already, so the wrapper asks
 that first and hands numpy values (a user transform's ``F.lit(np.int64(1))``) to
 pyspark's own converter, as before. If a pyspark release registers no such converter,
-nothing changes.
+nothing changes; if py4j keeps its converters elsewhere, or anything else is unexpected,
+nothing is wrapped (the plain path: slower, the same values).
 """
 
 from __future__ import annotations
@@ -38,14 +39,21 @@ class NumpyOnlyConverter:
 
 def install(converters: list | None = None) -> int:
     """Wrap pyspark's numpy converters in py4j's list (``converters``: that list unless
-    given), once; how many were wrapped now."""
+    given), once; how many were wrapped now. Never raises."""
+    try:
+        return _install(converters)
+    except Exception:  # noqa: BLE001 - py4j's own converters stay, as pyspark set them
+        return 0
+
+
+def _install(converters: list | None) -> int:
     if converters is None:
         import pyspark.sql.types  # noqa: F401 - registers pyspark's converters
         from py4j import protocol
 
         converters = protocol.INPUT_CONVERTER
     wrapped = 0
-    for i, converter in enumerate(converters):
+    for i, converter in enumerate(list(converters)):
         if type(converter).__name__ in CONVERTERS:
             converters[i] = NumpyOnlyConverter(converter)
             wrapped += 1

@@ -1,101 +1,24 @@
-"""The one place that builds a SparkSession: connector jars, loopback binding, the job's
-Python for workers. Imported lazily so that a run with nothing to read never loads it."""
+"""The one place that builds a SparkContext: loopback binding, the job's Python for workers,
+the driver JVM's flags. Imported lazily so that a run with nothing to read never loads it."""
 
 from __future__ import annotations
 
-import glob
 import os
 import socket
 import sys
-from pathlib import Path
 
-from pipeline.errors import ConfigError
 from pipeline.spark import numpy_converter
-from pipeline.spark.arrow_settings import ARROW_JVM_FLAGS, executor_java_options
-
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (pipeline/spark/session.py)
-
-
-def spark_line(version: str) -> str:
-    """The Spark line of a pyspark version ("3.5.7" -> "3.5"): jars and venvs are per line."""
-    return ".".join(version.split(".")[:2])
-
-
-def connector_jar_name(version: str) -> str:
-    """The file name of the Kafka connector built for exactly this pyspark version (Scala 2.13
-    from Spark 4, 2.12 before: what each line's pyspark ships)."""
-    scala = "2.13" if int(version.split(".")[0]) >= 4 else "2.12"
-    return f"spark-sql-kafka-0-10_{scala}-{version}.jar"
-
-
-def default_jar_dir(version: str) -> Path:
-    """Where scripts/stack fetches the connector of this pyspark's line (.jars/spark-4.0,
-    .jars/spark-3.5; .jars/spark points at the default line's)."""
-    return ROOT / ".jars" / f"spark-{spark_line(version)}"
-
-
-def check_connector(jar_dir: str, jars: list[str], version: str) -> None:
-    """The connector in ``jar_dir`` is the one of this pyspark: another Spark line's (Scala
-    2.13 on 3.5) or another version fails much later inside Spark with a linkage error."""
-    names = [os.path.basename(j) for j in jars if "spark-sql-kafka" in os.path.basename(j)]
-    want = connector_jar_name(version)
-    if names and names != [want]:
-        raise ConfigError(
-            f"the Kafka connector in {jar_dir} ({', '.join(names)}) is not the one of this "
-            f"pyspark {version} ({want}): fetch this line's jars ('scripts/stack install' for "
-            "Spark 4.0, 'scripts/stack spark35' for 3.5) or point PIPELINE_JARS_DIR at a folder "
-            f"with {want}; nothing was read")
-
-
-def connector_jars() -> list[str]:
-    """The Kafka connector jars of the running pyspark's line, fetched by scripts/stack
-    (PIPELINE_JARS_DIR overrides); only Spark's Kafka source needs them (spark/read.py: the
-    benchmark's peers and the stack test; no run reads through it)."""
-    import pyspark
-
-    version = pyspark.__version__
-    jar_dir = os.environ.get("PIPELINE_JARS_DIR") or str(default_jar_dir(version))
-    jars = sorted(glob.glob(os.path.join(jar_dir, "*.jar")))
-    if not any("spark-sql-kafka" in j for j in jars):
-        raise ConfigError(
-            f"Spark's Kafka source (spark/read.py) needs Spark's Kafka connector, which is not in "
-            f"{jar_dir}; provide it with one of: [spark.conf] \"spark.jars.packages\" = "
-            f"\"{connector_coordinate()}\" (or spark-submit --packages), PIPELINE_JARS_DIR "
-            "set to a folder of its jars (spark-submit --jars), or 'scripts/stack install' in "
-            "a checkout; nothing was read")
-    check_connector(jar_dir, jars, version)
-    return jars
-
-
-def connector_coordinate() -> str:
-    """The Maven coordinate of the Kafka connector matching this pyspark."""
-    import pyspark
-
-    name = connector_jar_name(pyspark.__version__)
-    artifact, _, version = name.removesuffix(".jar").rpartition("-")
-    return f"org.apache.spark:{artifact}:{version}"
-
-
-def _brings_connector(conf: dict[str, str]) -> bool:
-    """The user's [spark.conf] names the connector itself (packages or jars)."""
-    return any("spark-sql-kafka" in conf.get(key, "")
-               for key in ("spark.jars", "spark.jars.packages"))
-
 
 # The driver JVM's flags when we start it (a user's spark.driver.extraJavaOptions replaces
-# them; under spark-submit the JVM is up already). Measured (docs/benchmarks.md):
-# - "light": every run. Per-record work is in Python (the built-in sinks, and a transform's
-#   input since executor/feed.py): the client compiler alone and the serial collector
-#   start the JVM ~1.5 s sooner, and at 2M records under an identity transform the JVM
-#   spent the same CPU as with C2 and the parallel collector, its peak RSS ~245 MB less;
-# - "sql": Spark SQL per record (Spark's Kafka source, parsing): the parallel collector and
-#   JIT of huge generated methods (the benchmark's Structured Streaming peers, get_spark).
-# - "transform": "light" plus Arrow Java's checks off (spark/arrow_settings.py): a run
-#   with a user transform, whose JVM turns rows to Arrow and back.
+# them; under spark-submit the JVM is up already), for every kind of run ("light": the
+# built-in sinks; "transform": a run with a user transform, whose JVM also turns rows to
+# Arrow and back, with Arrow Java's own bounds and null checks on). Per-record work is in
+# Python on both (a transform's input since executor/feed.py): the client compiler alone
+# and the serial collector start the JVM ~1.5 s sooner, and at 2M records under an
+# identity transform the JVM spent the same CPU as with C2 and the parallel collector, its
+# peak RSS ~245 MB less (docs/benchmarks.md).
 _LIGHT = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xms32m"
-JVM_FLAGS = {"sql": "-XX:+UseParallelGC -XX:-DontCompileHugeMethods",
-             "light": _LIGHT,
-             "transform": f"{_LIGHT} {ARROW_JVM_FLAGS}"}
+JVM_FLAGS = {"light": _LIGHT, "transform": _LIGHT}
 
 
 # Allocator settings for every process Spark starts for a run (the driver JVM and Python
@@ -124,13 +47,11 @@ DAEMON_MODULE = "pipeline.executor.daemon"
 
 
 def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
-               app_name: str = "kafka-offset-pipeline", jvm: str = "sql",
-               kafka_source: bool = True, schema_registry: bool = False):
+               app_name: str = "kafka-offset-pipeline", jvm: str = "light",
+               schema_registry: bool = False):
     """The job's SparkConf: our defaults where nothing set the key (spark-submit's --conf and
     spark-defaults.conf win, so a cluster can turn the UI back on), then the user's
-    ``[spark.conf]`` over it. ``kafka_source``: Spark's Kafka source will be used (no run
-    does: the benchmark's peers and the stack test), so its connector jars are added unless
-    the user names them. ``schema_registry``: the workers read writer schemas from a
+    ``[spark.conf]`` over it. ``schema_registry``: the workers read writer schemas from a
     registry (avro, protobuf), so the daemon preimports its client (executor/daemon.py)."""
     from pyspark import SparkConf
 
@@ -151,18 +72,8 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark_conf = SparkConf().setAppName(app_name)
-    if submitted() and kafka_source and not _brings_connector(
-            {k: spark_conf.get(k, "") for k in ("spark.jars", "spark.jars.packages")}):
-        raise ConfigError(
-            "Spark's Kafka source (spark/read.py) needs Spark's Kafka connector, and this "
-            "spark-submit was given none: add --packages "
-            f"{connector_coordinate()} (or --jars with its jars, e.g. "
-            '"$(ls .jars/spark/*.jar | paste -sd,)" in a checkout); nothing was read')
     if not submitted():
-        # Under spark-submit, --master and --jars decide; otherwise we do.
-        spark_conf.setMaster(master)
-        if kafka_source and not _brings_connector(conf):
-            spark_conf.set("spark.jars", ",".join(connector_jars()))
+        spark_conf.setMaster(master)  # under spark-submit, its --master decides
     defaults = {
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -175,9 +86,8 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         # which is ours (under spark-submit, ours once submit.py pointed it there).
         "spark.ui.showConsoleProgress": "true" if os.isatty(2) else "false",
         # Option values whose keys match are masked in plans, the UI and the event log.
-        # Spark's default matches only "url"; the Kafka source's options carry the JAAS
-        # line with its password. (4.0.0's KafkaRelation prints no options - tested in
-        # tests/security - but a plan that does must not show it.)
+        # Spark's default matches only "url"; a transform's own reads (JDBC, a Kafka source
+        # of its own) may carry a password in their options.
         "spark.sql.redaction.options.regex": "(?i)url|jaas|sasl|password|secret|token",
     }
     if local:
@@ -200,8 +110,7 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
     # Read by the daemon when it starts (after the JVM, whose environment it inherits).
     os.environ[REGISTRY_ENV] = "1" if schema_registry else "0"
     defaults[f"spark.executorEnv.{REGISTRY_ENV}"] = os.environ[REGISTRY_ENV]
-    if jvm == "transform":  # a cluster's executors turn rows to Arrow and back too
-        defaults.update(executor_java_options(conf, local))
+    if jvm == "transform":
         defaults.update(TRANSFORM_PAGE_SIZE)
     for key, value in defaults.items():
         spark_conf.setIfMissing(key, value)
@@ -214,29 +123,16 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
 
 def get_context(master: str = "local[2]", conf: dict[str, str] | None = None,
                 app_name: str = "kafka-offset-pipeline", jvm: str = "light",
-                kafka_source: bool = False, schema_registry: bool = False):
+                schema_registry: bool = False):
     """Get or create the process's SparkContext, without Spark SQL: the built-in sinks
     only schedule Python tasks, and a SparkSession's SQL state costs ~2 s more to start
     (docs/benchmarks.md). A session created later on this context inherits its conf."""
     from pyspark import SparkContext
 
     numpy_converter.install()  # before the first JVM call: no pandas on the driver
-    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, kafka_source,
-                                             schema_registry))
+    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, schema_registry))
     sc.setLogLevel("WARN")
     return sc
-
-
-def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None,
-              app_name: str = "kafka-offset-pipeline", jvm: str = "sql"):
-    """Get or create the process's SparkSession (spark-submit's session is reused)."""
-    from pyspark.sql import SparkSession
-
-    numpy_converter.install()
-    spark = SparkSession.builder.config(
-        conf=spark_conf(master, conf, app_name, jvm)).getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
 
 
 def _submitted_master() -> str:

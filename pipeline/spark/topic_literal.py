@@ -29,8 +29,15 @@ def proven_literal(df, topic: str) -> bool:
     """Does the optimized plan of ``df`` (a py4j Dataset's ``select`` of the staged
     columns) make its ``topic`` column the literal ``topic`` on every row? Only the top
     node's own expressions are read: a Project or an Aggregate whose ``topic`` is an
-    Alias of that Literal."""
-    plan = df._jdf.queryExecution().optimizedPlan()
+    Alias of that Literal. The plan is read through pyspark's private ``_jdf``: anything
+    unexpected answers False (the column stays, as the rows' own values)."""
+    try:
+        return _proven_literal(df._jdf.queryExecution().optimizedPlan(), topic)
+    except Exception:  # noqa: BLE001 - the plain path: the writer takes the column
+        return False
+
+
+def _proven_literal(plan, topic: str) -> bool:
     name = plan.nodeName()
     if name == "Project":
         exprs = plan.projectList()

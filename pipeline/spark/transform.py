@@ -64,8 +64,12 @@ def refuse_partial_reads(results, sink: SinkSettings) -> None:
     """A transform must read all of its input: its read tasks commit their dead letters and
     range summaries only when read to the end (executor/feed.py). A limit or sample over
     the input is refused here, from the plan, before anything is read; the publisher
-    refuses any other read that stopped early (Publisher.finish)."""
-    node = partial_read(results._jdf.queryExecution().analyzed())
+    refuses any other read that stopped early (Publisher.finish), which is also what is
+    left when the plan cannot be read (pyspark's private ``_jdf``)."""
+    try:
+        node = partial_read(results._jdf.queryExecution().analyzed())
+    except Exception:  # noqa: BLE001 - Publisher.finish still refuses a partial read
+        node = None
     if node:
         raise ConfigError(
             f"[sink] transform {sink.transform!r} reads only part of its input (a {node} "

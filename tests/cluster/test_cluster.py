@@ -50,11 +50,6 @@ PER_PARTITION = 150
 VENV_BIN = ROOT / ".venv" / "bin"
 
 
-def jars() -> str:
-    jar_dir = Path(os.environ.get("PIPELINE_JARS_DIR") or ROOT / ".jars" / "spark")
-    return ",".join(sorted(str(p) for p in jar_dir.glob("*.jar")))
-
-
 def driver_env() -> dict[str, str]:
     """The submitting machine's environment as scripts/test leaves it: PYSPARK_PYTHON is
     the repository's venv, which the workers cannot see; nothing on PYTHONPATH."""
@@ -152,7 +147,7 @@ def assert_run_exact(done, name: str, topic: str, ids: dict[int, list[int]],
 
 def run_cli_submit(master: str, archive: Path, config: Path):
     """spark-submit in client mode, the environment shipped with --archives."""
-    cmd = [str(VENV_BIN / "spark-submit"), "--master", master, "--jars", jars(),
+    cmd = [str(VENV_BIN / "spark-submit"), "--master", master,
            "--archives", f"{archive}#job",
            "--conf", "spark.pyspark.python=./job/bin/python",
            # Without it spark-submit also starts the driver with spark.pyspark.python.

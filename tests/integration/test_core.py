@@ -21,7 +21,6 @@ from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import Timer
 from pipeline.errors import ConflictError, DataError
 from pipeline.plan.offsets import plan_ranges
-from pipeline.spark.session import connector_jars
 from pipeline.store import Store
 from pipeline.store.run import staging_table
 from tests.helpers import (
@@ -59,8 +58,7 @@ def cli_pipeline(tmp_path, prefix: str, records: int, partitions: int = 2) -> tu
 def spark_submit(config: str, *args: str, master: str = "local[2]") -> tuple[list, dict]:
     """The spark-submit command line and environment for pipeline/submit.py."""
     venv_bin = os.path.dirname(sys.executable)
-    jars = ",".join(connector_jars())  # of this pyspark's line (.jars/spark-<line>)
-    command = [os.path.join(venv_bin, "spark-submit"), "--master", master, "--jars", jars,
+    command = [os.path.join(venv_bin, "spark-submit"), "--master", master,
                "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
                str(ROOT / "pipeline" / "submit.py"), "run", "--config", config, *args]
     env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",

@@ -54,12 +54,9 @@ def url_for(role: str, port: int | None = None, database: str = "pipeline_test")
     return f"postgresql://{role}:{DB_PASSWORD_IN_URL}@{host}/{database}"
 
 
-# librdkafka's form and the Java client's form of the same SASL secret.
+# A SASL secret as librdkafka (every client of a run) takes it.
 SASL_CONSUMER = ('[kafka.consumer]\n"sasl.username" = "pipeline"\n'
-                 '"sasl.password" = "${TEST_SASL_PASSWORD}"\n'
-                 '[kafka.spark_consumer]\n"sasl.jaas.config" = "org.apache.kafka.common.security'
-                 '.plain.PlainLoginModule required username=\\"pipeline\\" '
-                 'password=\\"${TEST_SASL_PASSWORD}\\";"\n')
+                 '"sasl.password" = "${TEST_SASL_PASSWORD}"\n')
 
 
 def pipeline_with_secrets(tmp_path, role: str, *, bootstrap: str = BOOTSTRAP,
@@ -71,7 +68,7 @@ def pipeline_with_secrets(tmp_path, role: str, *, bootstrap: str = BOOTSTRAP,
     init_db(make_settings(name, [topic]))  # as postgres: the tables exist, the role writes
     config = tmp_path / f"{name}.toml"
     # The SASL password comes from the environment through ${...}, as documented; security
-    # stays PLAINTEXT, so both Kafka clients accept and ignore the credentials.
+    # stays PLAINTEXT, so librdkafka accepts and ignores the credentials.
     config.write_text(toml_config(name, [topic], bootstrap=bootstrap,
                                   db_url=db_url or url_for(role), extra_kafka=SASL_CONSUMER)
                       .replace("timeout_seconds = 10", "timeout_seconds = 3"))

@@ -1,5 +1,5 @@
-"""The local stack is real: Spark reads exact Kafka ranges, read_committed hides aborted
-transactions, Postgres takes COPY, and nothing listens beyond loopback."""
+"""The local stack is real: Postgres takes COPY, the benchmark's peers find their Kafka
+connector, and nothing listens beyond loopback."""
 
 from __future__ import annotations
 
@@ -8,74 +8,16 @@ import socket
 import subprocess
 
 import psycopg
-from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pipeline.plan.offsets import OffsetRange
-from pipeline.spark.read import read_ranges
-from tests.helpers import BOOTSTRAP, ROOT, TEST_DB_URL, create_topic, make_settings, unique
+from bench.peers.common import connector_jars
+from tests.helpers import ROOT, TEST_DB_URL, unique
 
 
-def consume_range(topic: str, partition: int, start: int, until: int) -> list[tuple]:
-    c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": unique("g"),
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, partition, start)])
-    out = []
-    try:
-        while len(out) < until - start:
-            msg = c.poll(10)
-            assert msg is not None and not msg.error(), "timed out reading the reference range"
-            if msg.offset() < until:
-                out.append((msg.offset(), msg.key(), msg.value()))
-    finally:
-        c.close()
-    return out
-
-
-def test_spark_reads_exactly_the_assigned_offset_range(spark):
-    topic = create_topic(unique("stack"), partitions=3)
-    p = Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 5})
-    for i in range(1000):
-        p.produce(topic, key=f"key-{i}".encode(), value=f"value-{i}".encode())
-    assert p.flush(30) == 0
-    settings = make_settings("stack", [topic], fmt="raw")
-
-    df = read_ranges(spark, settings.kafka, [OffsetRange(topic, 1, 100, 300)])
-    got = sorted((r.offset, bytes(r.key), bytes(r.value))
-                 for r in df.select("offset", "key", "value").collect())
-
-    assert {r.partition for r in df.select("partition").collect()} == {1}
-    assert got == consume_range(topic, 1, 100, 300)
-    assert [o for o, _, _ in got] == list(range(100, 300))
-
-
-def test_read_committed_sees_only_committed_transactions(spark):
-    topic = create_topic(unique("txn"), partitions=1)
-    p = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": unique("tx")})
-    p.init_transactions(30)
-    p.begin_transaction()
-    for i in range(5):
-        p.produce(topic, key=b"k", value=f"committed-{i}".encode())
-    p.commit_transaction(30)
-    p.begin_transaction()
-    for i in range(3):
-        p.produce(topic, key=b"k", value=f"aborted-{i}".encode())
-    p.flush(30)
-    p.abort_transaction(30)
-    # 5 records + commit marker + 3 aborted + abort marker = offsets [0, 10).
-    committed = make_settings("txn", [topic], fmt="raw",
-                              kafka={"isolation_level": "read_committed"})
-    uncommitted = make_settings("txn", [topic], fmt="raw",
-                                kafka={"isolation_level": "read_uncommitted"})
-    whole = [OffsetRange(topic, 0, 0, 10)]
-
-    seen = sorted(bytes(r.value).decode() for r in
-                  read_ranges(spark, committed.kafka, whole).select("value").collect())
-    everything = sorted(bytes(r.value).decode() for r in
-                        read_ranges(spark, uncommitted.kafka, whole).select("value").collect())
-
-    assert seen == [f"committed-{i}" for i in range(5)]
-    assert everything == sorted([f"committed-{i}" for i in range(5)] +
-                                [f"aborted-{i}" for i in range(3)])
+def test_the_stack_fetched_the_kafka_connector_the_benchmarks_peers_need():
+    # Spark's Kafka source is read by the Structured Streaming peers alone (bench/peers/),
+    # never by a run: the connector of exactly this pyspark, where the peers look for it.
+    assert any(os.path.basename(j).startswith("spark-sql-kafka-0-10_")
+               for j in connector_jars())
 
 
 def test_postgres_copy_round_trip(stack):

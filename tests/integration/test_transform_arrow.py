@@ -1,5 +1,5 @@
 """A run with a transform runs its job without Spark's per-row Arrow batch-size check and
-its JVM without Arrow Java's bounds and null checks (spark/arrow_settings.py, issue 25);
+its JVM with Arrow Java's bounds and null checks on (spark/arrow_settings.py);
 a user's own byte cap wins, the session gets its settings back after the run; records too
 big for batches bounded by rows alone (1-2 MB each, or as big as Kafka's default largest
 message in a small driver) make the job run again bounded by bytes, and arrive exactly."""
@@ -36,8 +36,8 @@ IDENTITY = "tests.integration.transforms.orders:identity"
 
 
 def sparse_order(i: int) -> bytes:
-    """An order whose nullable columns are null in some records: with Arrow's null check
-    off, a null must still come through as null."""
+    """An order whose nullable columns are null in some records: each must come through as
+    null."""
     return json.dumps({"order_id": i, "customer": f"c{i}",
                        "amount": None if i % 3 == 0 else i * 1.25,
                        **({"placed_at": f"2026-03-08T06:{i:02d}:00Z"} if i % 2 else {})}
@@ -45,7 +45,8 @@ def sparse_order(i: int) -> bytes:
 
 
 @pytest.mark.slow
-def test_a_transform_runs_job_and_jvm_run_without_the_arrow_checks(stack, tmp_path):
+def test_a_transforms_job_runs_without_the_row_check_and_its_jvm_with_arrows_checks(
+        stack, tmp_path):
     name = unique("arrow_cli")
     create_topic(name, partitions=2)
     produce(name, [(f"k{i}".encode(), sparse_order(i)) for i in range(40)])
@@ -58,8 +59,8 @@ def test_a_transform_runs_job_and_jvm_run_without_the_arrow_checks(stack, tmp_pa
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(probe.read_text()) == {
-        "maxBytesPerBatch": UNCHECKED_BYTES, "arrow.enable_unsafe_memory_access": "true",
-        "arrow.enable_null_check_for_get": "false"}
+        "maxBytesPerBatch": UNCHECKED_BYTES, "arrow.enable_unsafe_memory_access": None,
+        "arrow.enable_null_check_for_get": None}
     assert query(f"SELECT count(*), count(amount), sum(amount), count(placed_at), "
                  f"sum(extract(minute FROM placed_at)) FROM {name}") == [
         (40, 26, Decimal(str(sum(i * 1.25 for i in range(40) if i % 3))), 20,

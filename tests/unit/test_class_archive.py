@@ -206,15 +206,18 @@ def test_no_archive_for_a_jvm_that_is_up_already(jdk_env, monkeypatch):
     assert launch.driver_archive(settings(), sql=False) is None
 
 
-def test_a_transform_runs_jvm_keeps_its_archive_under_its_own_flags(jdk_env, monkeypatch):
-    # the Arrow flags (spark/arrow_settings.py) come first, then the archive's options
-    # (the flags are part of the archive's key: key_parts)
+def test_a_first_run_starts_without_dump_options_and_leaves_the_dump_to_after_its_exit(
+        jdk_env, monkeypatch, tmp_path):
+    # Writing an archive costs its JVM ~20-25 CPU-s and up to minutes at exit: never the
+    # run's; the run's exit only starts the detached process that writes it (spawn_dump).
     from pipeline.spark import session
     from pipeline.spark.session import JVM_FLAGS
 
-    seen = []
+    started, at_exit = [], []
     monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
-                        seen.append(conf["spark.driver.extraJavaOptions"]))
+                        started.append(conf.get("spark.driver.extraJavaOptions")) or object())
+    monkeypatch.setattr(launch.atexit, "register", lambda f, *args: at_exit.append(
+        (f.__name__, args)))
     base = settings()
     transform = parse_settings({
         "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "k:9092", "topics": ["t"]},
@@ -223,6 +226,32 @@ def test_a_transform_runs_jvm_keeps_its_archive_under_its_own_flags(jdk_env, mon
                  "transform": "m:f"}}, environ={})
     launch.start_spark(transform)
     launch.start_spark(base)
-    ours, builtin = seen
-    assert ours.startswith(JVM_FLAGS["transform"] + " -XX:ArchiveClassesAtExit=")
-    assert builtin.startswith(JVM_FLAGS["light"] + " -XX:ArchiveClassesAtExit=")
+    assert started == [None, None]  # the pipeline's own flags (spark_conf), nothing to dump
+    dumps = [args for name, args in at_exit if name == "spawn_dump"]
+    assert [(a[3], a[4], a[0].dump is not None) for a in dumps] == [
+        ("transform", True, True), ("light", False, True)]
+    # once written (by the dumping process), the next run of the kind maps it
+    plan = dumps[1][0]
+    (plan.directory / ca.archive_name(plan.key, 4)).write_bytes(b"x" * 4)
+    launch.start_spark(base)
+    assert started[2].startswith(JVM_FLAGS["light"] + " -XX:SharedArchiveFile=")
+
+
+def test_a_dump_that_fails_drops_its_temporary_file_and_keeps_the_claim(tmp_path, monkeypatch):
+    from pipeline.spark import session
+
+    env = {"JAVA_HOME": str(fake_jdk(tmp_path / "jdk")),
+           "PIPELINE_CLASS_ARCHIVE_DIR": str(tmp_path / "cache")}
+    plan = ca.plan(env, "-Xms32m", sql=False)
+    plan.dump.write_bytes(b"part")
+
+    def no_jvm(*args, **kwargs):
+        raise RuntimeError("Java gateway process exited before sending its port number")
+
+    monkeypatch.setattr(session, "get_context", no_jvm)
+    spec = {"master": "local[1]", "conf": {}, "jvm": "light", "sql": False,
+            "parent": -1,  # gone already: no wait
+            "directory": str(plan.directory), "key": plan.key, "dump": str(plan.dump)}
+    assert ca.dump_main(spec) is None
+    # the next try is STALE_SECONDS later (plan's claim), not at every run
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"{plan.key}.dumping"]

@@ -1,11 +1,12 @@
 import re
+from pathlib import Path
 
 import pytest
 
 from pipeline.config import load_settings, mask, parse_settings, redact_url
 from pipeline.errors import ConfigError
-from pipeline.plan.offsets import OffsetRange
-from pipeline.spark.read import reader_options, spark_offsets_options
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def doc(**changes):
@@ -107,37 +108,28 @@ def test_redact_url_hides_only_the_password():
     assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
 
 
-def test_spark_options_are_exactly_the_planned_ranges():
-    opts = spark_offsets_options([OffsetRange("b", 1, 100, 300), OffsetRange("a", 0, 5, 6)])
-    assert opts == {
-        "assign": '{"a": [0], "b": [1]}',
-        "startingOffsets": '{"a": {"0": 5}, "b": {"1": 100}}',
-        "endingOffsets": '{"a": {"0": 6}, "b": {"1": 300}}',
-    }
-    with pytest.raises(ValueError):
-        spark_offsets_options([OffsetRange("a", 0, 5, 5)])
-
-
-def test_spark_reader_does_not_wait_at_the_broker_past_a_range_unless_told_to():
-    ranges = [OffsetRange("a", 0, 5, 6)]
-    opts = reader_options(parse_settings(doc()).kafka, ranges)
-    assert opts["kafka.fetch.max.wait.ms"] == "10"
-    assert opts["endingOffsets"] == '{"a": {"0": 6}}' and opts["failOnDataLoss"] == "true"
-    told = parse_settings(doc(kafka={"spark_consumer": {"fetch.max.wait.ms": "200"}})).kafka
-    assert reader_options(told, ranges)["kafka.fetch.max.wait.ms"] == "200"
-    assert reader_options(told, ranges, 8)["minPartitions"] == "8"
-
-
-def test_client_specific_settings_go_only_to_their_client():
+def test_client_settings_go_to_confluent_kafka():
     s = parse_settings(doc(kafka={
         "consumer": {"security.protocol": "SASL_SSL"},
-        "spark_consumer": {"sasl.jaas.config": "x required password=\"${PW}\";"},
         "admin_client": {"sasl.password": "${PW}"}}), environ={"PW": "hunter2"})
-    assert s.kafka.spark_options() == {"security.protocol": "SASL_SSL",
-                                       "sasl.jaas.config": 'x required password="hunter2";'}
     assert s.kafka.client_config() == {"security.protocol": "SASL_SSL",
                                        "sasl.password": "hunter2", "bootstrap.servers": "h:9092"}
     assert "hunter2" not in str(s.redacted())
+
+
+def test_a_config_that_still_sets_spark_consumer_is_one_error_line_naming_its_replacement(
+        tmp_path, capsys):
+    from pipeline.cli import main
+
+    config = tmp_path / "p.toml"
+    config.write_text((ROOT / "conf" / "local.toml").read_text() + (
+        '[kafka.spark_consumer]\n"sasl.jaas.config" = "x required password=\\"s3cr3t\\";"\n'))
+    code = main(["run", "--config", str(config)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert "[kafka.spark_consumer] is no longer read" in err
+    assert "[kafka.consumer] replaced it" in err and "s3cr3t" not in err
 
 
 def test_settings_confluent_kafka_rejects_are_a_config_error():

@@ -48,44 +48,86 @@ def test_java_archives_leave_the_import_path_and_its_caches(tmp_path):
     assert jar not in zipimport._zip_directory_cache
 
 
-def _zip(path, name, version):
+def _zip(path, name, files):
     import zipfile
 
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{name}/__init__.py", "")
-        z.writestr(f"{name}/version.py", f"__version__: str = '{version}'\n")
+        for relative, text in files.items():
+            z.writestr(f"{name}/{relative}", text)
     return str(path)
 
 
-def _installed(site, name, version):
-    (site / name).mkdir(parents=True)
-    (site / name / "__init__.py").write_text("")
-    (site / name / "version.py").write_text(f'__version__ = "{version}"\n')
+def _installed(site, name, files):
+    for relative, text in files.items():
+        (site / name / relative).parent.mkdir(parents=True, exist_ok=True)
+        (site / name / relative).write_text(text)
 
 
-def test_spark_zips_of_the_installed_versions_leave_the_path(tmp_path):
+PYSPARK = {"__init__.py": "", "version.py": "__version__: str = '4.0.0'\n",
+           "worker.py": "def main(): pass\n", "tests/test_it.py": "def test(): pass\n"}
+PY4J = {"__init__.py": "", "version.py": "__version__ = '0.10.9.9'\n"}
+
+
+def test_spark_zips_of_the_very_same_files_leave_the_path(tmp_path):
     site = tmp_path / "site"
-    _installed(site, "pyspark", "4.0.0")
-    _installed(site, "py4j", "0.10.9.9")
-    pyspark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", "4.0.0")
-    py4j_zip = _zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
+    _installed(site, "pyspark", {k: v for k, v in PYSPARK.items() if "tests" not in k})
+    _installed(site, "py4j", PY4J)
+    pyspark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", PYSPARK)
+    py4j_zip = _zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", PY4J)
     path = [pyspark_zip, py4j_zip, "/checkout", str(site)]
     cache = {pyspark_zip: None, "/checkout": None}
+    # pip's wheel has no tests packages: the zip's tests are no difference
     assert prefer_installed(path, cache, modules={}) == [pyspark_zip, py4j_zip]
     assert path == ["/checkout", str(site)] and cache == {"/checkout": None}
 
 
-def test_spark_zips_stay_for_another_version_none_installed_or_pyspark_loaded(tmp_path):
+def test_a_patched_pyspark_of_the_same_version_keeps_its_zip(tmp_path):
+    # a vendor's Spark: the same version string, one module changed
     site = tmp_path / "site"
-    _installed(site, "pyspark", "3.5.7")  # a spark-submit of another Spark
-    pyspark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", "4.0.0")
-    py4j_zip = _zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")  # none installed
-    path = [pyspark_zip, py4j_zip, str(site)]
-    assert prefer_installed(path, {}, modules={}) == []
-    assert path == [pyspark_zip, py4j_zip, str(site)]
-    _installed(tmp_path / "same", "pyspark", "4.0.0")
+    _installed(site, "pyspark", PYSPARK)
+    patched = _zip(tmp_path / "pyspark.zip", "pyspark",
+                   {**PYSPARK, "worker.py": "def main(): patched()\n"})
+    path = [patched, str(site)]
+    assert prefer_installed(path, {}, modules={}) == [] and path == [patched, str(site)]
+    # a module the installed copy lacks (not a test) keeps it too
+    more = _zip(tmp_path / "more.zip", "pyspark", {**PYSPARK, "extra.py": ""})
+    assert prefer_installed([more, str(site)], {}, modules={}) == []
+
+
+def test_spark_zips_stay_with_none_installed_pyspark_loaded_or_an_unreadable_zip(tmp_path):
+    pyspark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", PYSPARK)
+    assert prefer_installed([pyspark_zip, str(tmp_path / "empty")], {}, modules={}) == []
+    _installed(tmp_path / "same", "pyspark", PYSPARK)
     path = [pyspark_zip, str(tmp_path / "same")]
     assert prefer_installed(list(path), {}, modules={"pyspark": object()}) == []
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(b"not a zip")
+    assert prefer_installed([str(broken), str(tmp_path / "same")], {}, modules={}) == []
+
+
+def test_jars_leave_the_path_without_zipimports_private_cache(tmp_path, monkeypatch):
+    import zipimport
+
+    monkeypatch.delattr(zipimport, "_zip_directory_cache")
+    path, cache = ["/spark/core.jar", "/checkout"], {"/spark/core.jar": None}
+    assert drop_jars(path, cache) == ["/spark/core.jar"]
+    assert path == ["/checkout"] and cache == {}
+
+
+def test_a_failing_step_leaves_pysparks_own_daemon_to_run(monkeypatch):
+    from pipeline.executor import daemon
+
+    ran = []
+
+    def broken(*args, **kwargs):
+        raise AttributeError("a CPython or pyspark without what the step uses")
+
+    for step in ("drop_jars", "prefer_installed", "preimport"):
+        monkeypatch.setattr(daemon, step, broken)
+    monkeypatch.setattr(daemon, "run_pyspark_daemon", lambda: ran.append(True))
+    monkeypatch.setattr(daemon.gc, "freeze", lambda: None)
+    daemon.main()
+    assert ran == [True]
 
 
 def test_preimports_leave_faults_to_each_worker():

@@ -11,7 +11,6 @@ import pytest
 
 from pipeline.config import parse_settings
 from pipeline.spark import launch, session
-from pipeline.spark.arrow_settings import ARROW_JVM_FLAGS
 from pipeline.spark.session import JVM_FLAGS, spark_conf
 
 
@@ -47,12 +46,16 @@ def test_every_run_starts_its_jvm_with_the_light_flags(monkeypatch, transform, j
     assert options.startswith(JVM_FLAGS[jvm])
 
 
-def test_a_transforms_jvm_runs_without_arrows_bounds_and_null_checks():
-    # the JVM's round trip of rows through Arrow (spark/arrow_settings.py)
-    assert JVM_FLAGS["transform"].split() == JVM_FLAGS["light"].split() + [
-        "-Darrow.enable_unsafe_memory_access=true", "-Darrow.enable_null_check_for_get=false"]
-    for kind in ("light", "sql"):
-        assert "arrow" not in JVM_FLAGS[kind]
+def test_no_jvm_runs_without_arrows_bounds_and_null_checks(monkeypatch):
+    # Arrow Java's checks off would turn a Spark or Arrow bug into a crash of the JVM or
+    # silently wrong rows instead of a failed task (spark/arrow_settings.py)
+    monkeypatch.setattr(session, "check_master_reachable", lambda master: None)
+    for master in ("local[2]", "spark://h:7077"):
+        conf = spark_conf(master, {}, jvm="transform")
+        options = " ".join(conf.get(key) or "" for key in (
+            "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"))
+        assert "arrow" not in options and options.split()[:2] == ["-XX:+UseSerialGC",
+                                                                  "-XX:TieredStopAtLevel=1"]
 
 
 def test_an_avro_runs_daemon_preimports_the_schema_registry_client(monkeypatch):
@@ -94,19 +97,6 @@ def test_the_allocator_settings_go_to_the_jvm_and_the_executors(monkeypatch):
     conf = spark_conf("local[2]", mine, jvm="light")
     assert conf.get("spark.executorEnv.MALLOC_ARENA_MAX") == "4"
     assert conf.get("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL") == "jemalloc"
-
-
-def test_a_clusters_executors_get_the_arrow_flags_unless_the_user_set_their_own(monkeypatch):
-    monkeypatch.setattr(session, "check_master_reachable", lambda master: None)
-    key = "spark.executor.extraJavaOptions"
-    cluster = spark_conf("spark://h:7077", {}, jvm="transform")
-    assert cluster.get(key) == ARROW_JVM_FLAGS
-    assert cluster.get("spark.driver.extraJavaOptions") == JVM_FLAGS["transform"]
-    # a local master's executors are the driver JVM; a run without a transform needs none
-    assert spark_conf("local[2]", {}, jvm="transform").get(key) is None
-    assert spark_conf("spark://h:7077", {}, jvm="light").get(key) is None
-    mine = spark_conf("spark://h:7077", {key: "-Xss4m"}, jvm="transform")
-    assert mine.get(key) == "-Xss4m"
 
 
 def test_a_transforms_run_takes_small_memory_pages_unless_the_user_set_them(monkeypatch):

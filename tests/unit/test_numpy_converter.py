@@ -53,3 +53,11 @@ def test_numpy_values_are_converted_by_pysparks_converter():
     assert NumpyOnlyConverter(array).convert(values, "gw") == ("array", [1, 2], "gw")
     assert NumpyOnlyConverter(scalar).can_convert(np.int64(3))
     assert not NumpyOnlyConverter(scalar).can_convert(values)  # its own answer stands
+
+
+def test_a_py4j_without_its_converter_list_leaves_the_plain_path(monkeypatch):
+    from py4j import protocol
+
+    monkeypatch.delattr(protocol, "INPUT_CONVERTER")
+    assert install() == 0  # nothing wrapped, nothing raised: pyspark's converters as set
+    assert install((NumpyArrayConverter(),)) == 0  # a list that cannot be changed

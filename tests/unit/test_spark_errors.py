@@ -18,7 +18,7 @@ from pipeline.errors import (
 )
 from pipeline.executor.consume import RangeReadError
 from pipeline.executor.task_errors import Kind
-from pipeline.plan.offsets import OffsetRange, PartitionOffsets
+from pipeline.plan.offsets import OffsetRange
 from pipeline.spark.errors import SHIP_ENVIRONMENT, classify_spark_error
 
 SETTINGS = parse_settings({
@@ -52,8 +52,8 @@ def job_failed(cause: str, python_traceback: str | None = None) -> Py4JJavaError
     return Py4JJavaError(text)
 
 
-def classify(e: Exception, offsets_now=None) -> Exception:
-    return classify_spark_error(e, SETTINGS, RANGES, offsets_now)
+def classify(e: Exception) -> Exception:
+    return classify_spark_error(e, SETTINGS, RANGES)
 
 
 def exit_code(e: BaseException) -> int:
@@ -77,88 +77,6 @@ def test_a_range_read_error_wins_over_the_words_its_message_quotes():
                            "offset 150 (TimeoutException seen before)", RANGES[0])
     got = classify(job_failed("", f"pipeline.executor.consume.RangeReadError: {error}"))
     assert type(got) is DataError and "ends at offset 150" in got.message
-
-
-def test_unreachable_kafka_is_transient_and_says_to_check_the_broker():
-    got = classify(job_failed(
-        "org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms expired before "
-        "the position for partition orders-0 could be determined"))
-    assert type(got) is TransientError and exit_code(got) == EXIT_TRANSIENT
-    assert "Kafka unreachable at kafka-1:9092" in got.message
-    assert "TimeoutException: Timeout of 60000ms" in got.message
-    assert "check the broker, then retry" in got.message
-
-
-@pytest.mark.parametrize("exception, fix", [
-    ("SaslAuthenticationException: Authentication failed during authentication due to "
-     "invalid credentials with SASL mechanism SCRAM-SHA-512",
-     "fix the username/password of sasl.jaas.config in [kafka.spark_consumer]"),
-    ("SslAuthenticationException: SSL handshake failed",
-     "point ssl.truststore.location in [kafka.spark_consumer]"),
-    ("TopicAuthorizationException: Not authorized to access topics: [orders]",
-     "grant the user Read and Describe on the topics")])
-def test_kafka_refusing_sparks_client_is_a_config_error_naming_the_fix(exception, fix):
-    got = classify(job_failed(f"org.apache.kafka.common.errors.{exception}"))
-    assert type(got) is ConfigError and exit_code(got) == EXIT_CONFIG
-    assert "refused Spark's Kafka client" in got.message and fix in got.message
-    assert "not retried" in got.message
-
-
-DATA_LOSS = ("org.apache.spark.SparkException: [KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE] "
-             "Some data may have been lost because they are not available in Kafka any more; "
-             "either the data was aged out by Kafka or the topic may have been deleted before "
-             "all the data in the topic was processed. If you don't want your streaming query "
-             "to fail on such cases, set the source option failOnDataLoss to false.\nReason: "
-             "Could not read records in offset [100, 200) for topic partition orders-0 with "
-             "consumer group spark-kafka-relation-1f2e3d-executor. SQLSTATE: 22000")
-
-
-def now(earliest: int, latest: int):
-    return lambda tps: [PartitionOffsets(t, p, earliest if p == 0 else 0,
-                                         latest if p == 0 else 1000) for t, p in tps]
-
-
-def test_offsets_deleted_by_retention_while_spark_read_are_transient():
-    got = classify(job_failed(DATA_LOSS), now(earliest=150, latest=900))
-    assert type(got) is TransientError and exit_code(got) == EXIT_TRANSIENT
-    assert got.message.startswith("orders[0] [100, 200): offsets up to 150 were deleted")
-    assert "the next run applies kafka.on_data_loss" in got.message
-
-
-def test_a_log_truncated_below_the_planned_end_is_permanent_data_loss():
-    got = classify(job_failed(DATA_LOSS), now(earliest=0, latest=170))
-    assert type(got) is DataError and exit_code(got) == EXIT_DATA
-    assert "now ends at offset 170, before the planned end" in got.message
-    assert "inspect with 'pipeline lag' and 'pipeline offsets show'" in got.message
-
-
-def test_data_loss_that_kafka_cannot_explain_now_is_transient():
-    def unreachable(tps):
-        raise TransientError("Kafka unreachable")
-
-    for offsets_now in (None, unreachable, now(earliest=0, latest=900)):
-        got = classify(job_failed(DATA_LOSS), offsets_now)
-        assert type(got) is TransientError and "Could not read records in offset [100, 200)" \
-            in got.message and got.message.endswith("nothing committed - retry")
-
-
-@pytest.mark.parametrize("consumer, section", [({}, "kafka.spark_consumer"),
-                                               ({"security.protocol": "SASL_SSL"},
-                                                "kafka.consumer")])
-def test_a_kafka_setting_spark_rejects_is_a_config_error_naming_its_section(consumer, section):
-    settings = parse_settings({
-        "pipeline": {"name": "orders"},
-        "kafka": {"bootstrap_servers": "kafka-1:9092", "topics": ["orders"],
-                  "consumer": consumer},
-        "database": {"url": "postgresql://db/warehouse"},
-        "sink": {"format": "raw", "table": "orders_raw"}}, source="<test>", environ={})
-    got = classify_spark_error(job_failed(
-        "org.apache.kafka.common.config.ConfigException: Invalid value SASL_SLL for "
-        "configuration security.protocol: String must be one of: PLAINTEXT, SSL, "
-        "SASL_PLAINTEXT, SASL_SSL"), settings, RANGES)
-    assert type(got) is ConfigError and exit_code(got) == EXIT_CONFIG
-    assert f"refused '{section}.security.protocol' = SASL_SLL" in got.message
-    assert "String must be one of" in got.message and f"fix it in [{section}]" in got.message
 
 
 def test_executors_without_the_jobs_python_are_told_to_ship_the_environment():

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from pipeline.executor.worker_imports import python_free
+from pipeline.executor.worker_imports import python_free, runs_only_ours
 
 # What a worker does with pyarrow (the reader's typed rows, the writer's COPY lines), then
 # what a later task in the same worker may need of pandas.
@@ -43,20 +43,65 @@ def test_without_the_guard_pyarrow_imports_pandas():
     assert _run(False) == [True, 2, 1]
 
 
-PLAN_OURS = """Project [topic#3, partition#4, offset#5L, order_id#7L]
-+- MapInArrow feed(id#0L)#2, [topic#3, partition#4, offset#5L, order_id#7L], false
-   +- Range (0, 2, step=1, splits=Some(2))"""
+# Plans as Catalyst's toJSON gives them (Spark 4.0, trimmed to what python_free reads):
+# nodes in pre-order, each with its expressions.
+def expr(cls: str, *children: dict) -> dict:
+    return {"class": f"org.apache.spark.sql.catalyst.expressions.{cls}",
+            "num-children": len(children), "children": list(children)}
 
 
-def test_a_plan_with_only_our_reader_is_python_free():
-    assert python_free(PLAN_OURS)
+def node(cls: str, children: int = 1, **fields) -> dict:
+    return {"class": f"org.apache.spark.sql.catalyst.plans.logical.{cls}",
+            "num-children": children, **fields}
 
 
-def test_a_plan_with_user_python_is_not():
-    udf = "Project [pythonUDF0#9L AS f(order_id)#8L]\n+- BatchEvalPython [f(order_id#7L)#6L]\n"
-    assert not python_free(udf + PLAN_OURS)
-    assert not python_free("MapInPandas f(x#1)#2, [x#3], false\n+- " + PLAN_OURS)
-    assert not python_free("MapInArrow g(x#1)#2, [x#3], false\n+- " + PLAN_OURS)
-    assert not python_free("Union\n:- LogicalRDD [id#7L], false\n+- " + PLAN_OURS)
-    assert not python_free("LogicalRDD [id#7L], false")
-    assert not python_free("FlatMapGroupsInPandas [id#2L], f(id#2L)#8\n+- " + PLAN_OURS)
+COLUMN = expr("AttributeReference")
+READER = [node("MapInArrow", functionExpr=[expr("PythonUDF", COLUMN)], output=[[COLUMN]]),
+          node("Range", 0, output=[[COLUMN]])]
+OURS = [node("Project", projectList=[[COLUMN]]), *READER]
+
+
+def test_a_plan_of_our_reader_and_plain_relational_nodes_is_python_free():
+    assert python_free(READER) and python_free(OURS)
+    # the realistic transform's: a filter, a broadcast join with an inline table
+    realistic = [node("Project", projectList=[[expr("Alias", expr("CaseWhen", COLUMN))]]),
+                 node("Join", 2, condition=[expr("EqualTo", COLUMN, COLUMN)]),
+                 node("Filter", condition=[expr("GreaterThan", COLUMN)]), *READER,
+                 node("LocalRelation", 0, output=[[COLUMN]])]
+    assert python_free(realistic)
+    assert python_free([node("Aggregate", aggregateExpressions=[[expr("Sum", COLUMN)]]),
+                        *OURS])
+
+
+def test_a_plan_with_user_python_or_a_node_we_do_not_know_is_not():
+    udf = [node("Project"), node("BatchEvalPython", udfs=[expr("PythonUDF")]), *READER]
+    assert not python_free(udf)
+    # a pandas aggregate UDF is an expression inside a plain Aggregate node
+    pandas_agg = [node("Aggregate", aggregateExpressions=[[expr(
+        "aggregate.AggregateExpression", expr("PythonUDAF", COLUMN))]]), *OURS]
+    assert not python_free(pandas_agg)
+    assert not python_free([node("MapInPandas"), *READER])
+    assert not python_free([node("Join", 2), *READER, node("LogicalRDD", 0)])
+    assert not python_free([node("SomeNodeOfANewerSpark"), *READER])  # unknown: not ours
+    assert not python_free([node("Union", 2), *READER, *READER])  # our reader twice
+    assert not python_free([node("MapInArrow"), node("Project"), *READER])  # another's
+    assert not python_free([node("Range", 0)])  # no reader at all
+
+
+class _Plan:
+    def toJSON(self):
+        return json.dumps(OURS)
+
+
+class _Frame:
+    """A DataFrame as runs_only_ours reads it, or one whose private plan is missing."""
+
+    def __init__(self, plan=True):
+        if plan:
+            self._jdf = type("J", (), {"queryExecution": lambda s: type(
+                "Q", (), {"optimizedPlan": lambda q: _Plan()})()})()
+
+
+def test_a_plan_that_cannot_be_read_leaves_pandas_allowed():
+    assert runs_only_ours(_Frame())
+    assert not runs_only_ours(_Frame(plan=False))  # pyspark without _jdf
