@@ -109,8 +109,8 @@ def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
 
 def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
             report: ReplayReport, timer: Timer) -> None:
+    from pipeline.errors import TaskError
     from pipeline.executor.task import EncoderSettings
-    from pipeline.executor.task_errors import TaskError
     from pipeline.spark.errors import task_error
 
     sink, dry = settings.sink, report.dry_run

@@ -30,8 +30,8 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     publisher must find each one's summaries (Publisher.finish)."""
     from pyspark.sql import SparkSession
 
+    from pipeline.errors import Kind, decode
     from pipeline.executor.task import EncoderSettings, StagingTarget
-    from pipeline.executor.task_errors import Kind, decode
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.arrow_settings import (
         MAX_BYTES_PER_BATCH,

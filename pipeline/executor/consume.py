@@ -18,9 +18,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+from pipeline.errors import Kind
 from pipeline.executor.group_lookup import look_up_group
 from pipeline.executor.read_errors import RangeReadError, refusal, refused
-from pipeline.executor.task_errors import Kind
 from pipeline.plan.offsets import OffsetRange
 
 __all__ = ["RangeReadError", "read_range", "read_ranges", "reader_config"]

@@ -128,7 +128,7 @@ def too_big(spec: FeedTask, r, batch) -> None:
     limit = spec.row_bytes_limit
     if limit is None or batch.nbytes <= limit * len(batch):
         return
-    from pipeline.executor.task_errors import Kind, TaskError, Where
+    from pipeline.errors import Kind, TaskError, Where
 
     raise TaskError(Kind.RESIZE, f"{r}: records of {batch.nbytes // len(batch)} bytes a row "
                     f"on average, over the {limit} a row-bounded Arrow batch holds",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.executor.task_errors import Kind
+from pipeline.errors import Kind
 from pipeline.formats.schema_source import (
     SchemaKind,
     SchemaSource,

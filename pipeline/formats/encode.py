@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from pipeline.executor.task_errors import TaskError
+from pipeline.errors import TaskError
 from pipeline.formats import paths
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.copy_text import NULL, text

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline.executor.task_errors import Kind
+from pipeline.errors import Kind
 from pipeline.formats.schema_source import (
     SchemaKind,
     SchemaSource,

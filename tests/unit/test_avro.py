@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import fastavro
 import pytest
 
+from pipeline.errors import Kind, TaskError
 from pipeline.executor.task import EncoderSettings
-from pipeline.executor.task_errors import Kind, TaskError
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder as Encoder_
 from tests.unit.test_encode import Record, placed

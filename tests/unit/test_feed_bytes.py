@@ -42,9 +42,9 @@ def test_one_record_bigger_than_the_bound_is_a_batch_of_its_own():
 def test_records_too_big_for_row_bounded_batches_stop_the_job_before_the_jvm_sees_them():
     import pytest
 
+    from pipeline.errors import Kind, TaskError
     from pipeline.executor.feed import too_big
     from pipeline.executor.task import FeedTask
-    from pipeline.executor.task_errors import Kind, TaskError
     from pipeline.plan.offsets import OffsetRange
 
     def spec(limit):

@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from pipeline.config import load_settings, parse_settings
-from pipeline.errors import ConfigError
-from pipeline.executor.task_errors import Kind, TaskError
+from pipeline.errors import ConfigError, Kind, TaskError
 from pipeline.formats.encode import Encoder
 from pipeline.formats.protobuf_schemas import writer_schema
 from pipeline.formats.protobuf_wire import encode_header, header

@@ -13,11 +13,11 @@ from pipeline.errors import (
     EXIT_TRANSIENT,
     ConfigError,
     DataError,
+    Kind,
     PipelineError,
     TransientError,
 )
 from pipeline.executor.consume import RangeReadError
-from pipeline.executor.task_errors import Kind
 from pipeline.plan.offsets import OffsetRange
 from pipeline.spark.errors import SHIP_ENVIRONMENT, classify_spark_error
 
