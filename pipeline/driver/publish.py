@@ -39,7 +39,7 @@ from sqlalchemy.schema import CreateTable
 from pipeline import faults
 from pipeline.driver.database import db_errors
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.executor.stage import DEAD, HASH, RECEIVED, ROW, TOMBSTONE
+from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, reader_part
 from pipeline.formats import copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.store import Store, tables
@@ -165,7 +165,7 @@ class Publisher:
     # ---- while Spark reads --------------------------------------------------------------
     def expect_readers(self, tasks: int) -> None:
         """A transform's run: ``tasks`` read tasks each stage their dead letters and range
-        summaries under the part executor/feed.reader_part names (0: none)."""
+        summaries under the part executor/staging.reader_part names (0: none)."""
         self.readers = tasks
 
     def take(self) -> int:
@@ -248,8 +248,6 @@ class Publisher:
     def _check_readers(self) -> None:
         """Every read task of a transform's run committed once: else the transform did not
         read its input to the end (a limit, a take), and the ledger would miss ranges."""
-        from pipeline.executor.feed import reader_part
-
         missing = [i for i in range(self.readers) if reader_part(i) not in self.parts]
         if missing:
             raise ConfigError(

@@ -40,11 +40,6 @@ RAW_SCHEMA = ("topic string, partition int, offset bigint, key binary, value bin
               "headers string, kafka_timestamp timestamp")
 
 
-def reader_part(index: int) -> int:
-    """The staging part of read task ``index``: negative, apart from every writer's."""
-    return -1 - index
-
-
 def feed_schema(fmt: str, columns: Sequence[Sequence], topic: bool = True) -> str:
     """The DataFrame a transform receives (Spark DDL): the record's coordinates and Kafka
     timestamp, then the declared columns as their Spark types (raw: the record as it is);
@@ -86,7 +81,8 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     from pipeline.executor.blobs import line_chunks
     from pipeline.executor.consume import FEED_BATCH_BYTES, read_ranges
     from pipeline.executor.content_hash import ContentHash
-    from pipeline.executor.stage import DEAD, HASH, Blob, attempt_writer
+    from pipeline.executor.stage import attempt_writer
+    from pipeline.executor.staging import DEAD, HASH, Blob, reader_part
     from pipeline.formats import typed_rows
     from pipeline.formats.copy_text import TEXT
 

@@ -5,10 +5,10 @@ user transform's writer (blob_writer, a ``mapInArrow``) turns each Arrow batch o
 transform's rows into COPY binary tuples (formats/arrow_binary.py) or, for a column type
 those do not cover, COPY text lines (formats/arrow_copy.py), vectorized. Each batch's lines
 are stored as ONE contiguous buffer: one blob row (or several, each at most BLOB_BYTES) in
-the run's UNLOGGED staging table, tagged with the Spark partition and the task attempt that
-wrote it (Spark's taskAttemptId: its attempt number restarts at 0 when a stage is
-resubmitted), and a summary
-(topic, partition, kind, rows, first and last offset). Each task writes its blobs in one
+the run's UNLOGGED staging table (its columns and blob kinds: staging.py), tagged with
+the Spark partition and the task attempt that wrote it (Spark's taskAttemptId: its attempt
+number restarts at 0 when a stage is resubmitted), and a summary (topic, partition, kind,
+rows, first and last offset). Each task writes its blobs in one
 transaction, so a task attempt's blobs are either all there or not at all; the publisher
 uses one task attempt per Spark partition, so a retried task (lost executor, speculation)
 or a resubmitted stage is never counted twice.
@@ -26,23 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
 
 from pipeline.executor.blobs import arrow_chunks, contiguous, line_chunks
+from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, Blob
 from pipeline.executor.task import LineStageTask, RangeStageTask, StagingTarget
 from pipeline.formats.copy_text import TEXT
-
-ROW = "r"  # a blob of result rows
-DEAD = "d"  # a blob of dead-letter rows
-TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones)
-# A read range's summary, no rows: n = its Kafka records, min_offset/max_offset = the range's
-# from/until offsets, blob = their content hash (content_hash.py; the ledger's row).
-HASH = "h"
-# A transform writer attempt's input, no rows: n = the rows of one partition it received
-# (the transform's output), min_offset/max_offset = -1, no blob. The publisher holds them
-# to the ROW blobs of the same attempt: a row lost on the way is never "filtered".
-RECEIVED = "i"
-
 
 
 def executor_connection(url: str):
@@ -51,19 +39,6 @@ def executor_connection(url: str):
 
     return psycopg.connect(url, connect_timeout=10,
                            application_name="kafka-offset-pipeline-stage")
-
-
-class Blob(NamedTuple):
-    """One staged blob but for the task's coordinates: ``rows`` lines of one kind (ROW,
-    DEAD, TOMBSTONE) of one partition, offsets ``first``..``last``, as one value."""
-
-    topic: str
-    partition: int
-    kind: str
-    rows: int
-    first: int
-    last: int
-    data: bytes
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """The ledger of published ranges (pipeline_ranges, sql/006): written in the publishing
-transaction from the staging table's range summaries (executor/stage.py, kind HASH) of the
+transaction from the staging table's range summaries (executor/staging.py, kind HASH) of the
 attempts the publisher chose, read by ``pipeline verify`` (driver/ledger_check.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from psycopg import sql
 from sqlalchemy import and_, func, or_, select
 
 from pipeline.executor.content_hash import BLAKE2B
-from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
+from pipeline.executor.staging import DEAD, HASH, ROW, TOMBSTONE
 from pipeline.plan.offsets import OffsetRange
 from pipeline.store.results import in_range
 from pipeline.store.run import Run
