@@ -40,7 +40,7 @@ from pipeline import faults
 from pipeline.driver.database import db_errors
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, reader_part
-from pipeline.formats import copy_binary
+from pipeline.formats.wire import binary as copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.store import Store, tables
 from pipeline.store.copy_in import copy_statement

@@ -84,7 +84,7 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     from pipeline.executor.stage import attempt_writer
     from pipeline.executor.staging import DEAD, HASH, Blob, reader_part
     from pipeline.formats import typed_rows
-    from pipeline.formats.copy_text import TEXT
+    from pipeline.formats.wire.text import TEXT
 
     encoder = spec.encoding.encoder(text_rows=True)  # read into Arrow from COPY text
     to_arrow = typed_rows.feed_converter(encoder, spec.encoding.format,

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pipeline.executor.blobs import arrow_chunks, contiguous, line_chunks
 from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, Blob
 from pipeline.executor.task import LineStageTask, RangeStageTask, StagingTarget
-from pipeline.formats.copy_text import TEXT
+from pipeline.formats.wire.text import TEXT
 
 
 def executor_connection(url: str):

@@ -3,7 +3,7 @@ dead-letter reason when that fails. Runs on the executors; pure, unit-tested wit
 
 Two separate concepts: a record *format* (registry.py: json_format.py, raw_format.py) says
 how a record's value becomes a row or a dead-letter reason; a *wire* encoding
-(copy_text.py, copy_binary.py) says how rows are written for COPY. encode.Encoder picks the
+(wire/text.py, wire/binary.py) says how rows are written for COPY. encode.Encoder picks the
 format once and adds what all formats share; types.py is the one column-type registry. A
 new format (Avro, Protobuf, Debezium) is a new module and a line in registry.FORMATS.
 """

@@ -21,8 +21,8 @@ import struct
 from collections.abc import Mapping, Sequence
 
 from pipeline.formats.binary_fields import NUMERIC, PG_EPOCH_DAY, PG_EPOCH_US
-from pipeline.formats.copy_binary import pack_iq, text_field
 from pipeline.formats.timestamps import PG_FIRST_MS, TimestampOutOfRange
+from pipeline.formats.wire.binary import pack_iq, text_field
 
 _INTEGERS = {"bigint": 8, "integer": 4, "smallint": 2}
 _SPARK_WIDTHS = {"bigint": 8, "int": 4, "smallint": 2, "tinyint": 1}

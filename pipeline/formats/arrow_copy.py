@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pipeline.formats import types
-from pipeline.formats.copy_text import NULL
 from pipeline.formats.timestamps import far_timestamp
+from pipeline.formats.wire.text import NULL
 
 _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
 

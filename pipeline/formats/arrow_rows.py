@@ -31,8 +31,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal
 
 from pipeline.formats import paths
-from pipeline.formats.copy_text import unescape
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import unescape
 
 # The columns every line starts with, before the declared ones (Encoder: head, offset,
 # kafka_timestamp), as declared types.

@@ -28,12 +28,12 @@ from pipeline.formats.avro_raw import raw_plan
 from pipeline.formats.avro_rows import batch_encoder, reads_values, record_encoder
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
-from pipeline.formats.copy_binary import BINARY, pack_iq
-from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.binary import BINARY, pack_iq
+from pipeline.formats.wire.text import NULL, TEXT, Unstorable
 
 MAGIC = 0
 HEADER = 5  # magic byte + schema id

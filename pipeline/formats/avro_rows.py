@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 
 from pipeline.formats import avro_raw, binary_fields, paths
 from pipeline.formats.avro_decode import decoder
-from pipeline.formats.copy_binary import NULL_FIELD, pack_i, pack_iq
-from pipeline.formats.copy_text import NULL, text
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.refused import Refused
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.binary import NULL_FIELD, pack_i, pack_iq
+from pipeline.formats.wire.text import NULL, text
 
 
 def _convert(i: int, declared: str, convert: Callable, kind: str | None = None,

@@ -18,8 +18,8 @@ from datetime import UTC, date, datetime
 from uuid import UUID
 
 from pipeline.formats import json_values as jv
-from pipeline.formats.copy_text import text
 from pipeline.formats.json_values import WrongType
+from pipeline.formats.wire.text import text
 
 
 def string(x):

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 
-from pipeline.formats.copy_text import unescape
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import unescape
 
 
 def reader(declared: str) -> Callable[[str], object]:

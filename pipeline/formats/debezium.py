@@ -37,12 +37,12 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 from pipeline.formats import paths
-from pipeline.formats.copy_text import TEXT, Unstorable
 from pipeline.formats.documents import json_text
 from pipeline.formats.json_format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
 from pipeline.formats.tombstones import EVERY_KEY
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import TEXT, Unstorable
 
 UPSERTS = ("c", "r", "u")
 DELETE = "d"

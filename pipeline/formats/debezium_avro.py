@@ -31,7 +31,6 @@ from pipeline.formats import paths
 from pipeline.formats.avro_format import HEADER, MAGIC, AvroFormat, decode_wire
 from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.avro_values import avro_kind
-from pipeline.formats.copy_text import NULL, TEXT
 from pipeline.formats.debezium import (
     DATES,
     DELETE,
@@ -47,6 +46,7 @@ from pipeline.formats.debezium import (
 from pipeline.formats.refused import Refused, decoded_rows
 from pipeline.formats.timestamps import EPOCH
 from pipeline.formats.tombstones import EVERY_KEY, BadTombstone
+from pipeline.formats.wire.text import NULL, TEXT
 
 ZONED = "io.debezium.time.ZonedTimestamp"
 _DAY0 = date(1970, 1, 1)

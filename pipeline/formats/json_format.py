@@ -15,11 +15,11 @@ from decimal import Decimal
 
 from pipeline.formats import json_diagnose as d
 from pipeline.formats import paths
-from pipeline.formats.copy_text import TEXT, Unstorable
 from pipeline.formats.json_rows import column_encoder, row_encoder, timestamp_checks
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import TEXT, Unstorable
 
 
 def json_loader(columns: Sequence[tuple[str, str]]) -> Callable[[bytes], object]:

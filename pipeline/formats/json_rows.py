@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from pipeline.formats.copy_text import NULL, text
 from pipeline.formats.json_values import EXPLICIT_OFFSET_SHAPE, WrongType
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import NULL, text
 
 
 def _inline(i: int, declared: str) -> list[str]:

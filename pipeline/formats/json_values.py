@@ -22,8 +22,8 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 
-from pipeline.formats.copy_text import text
 from pipeline.formats.timestamps import EPOCH
+from pipeline.formats.wire.text import text
 
 _SPECIAL_DOUBLES = {"NaN": "NaN", "Infinity": "Infinity", "+Infinity": "Infinity",
                     "-Infinity": "-Infinity", "INF": "Infinity", "+INF": "Infinity",

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pipeline.formats import paths
-from pipeline.formats.copy_text import NULL, TEXT, Unstorable
 from pipeline.formats.json_values import WrongType
 from pipeline.formats.protobuf_schemas import UnknownMessage, UnknownSchema, writer_schema
 from pipeline.formats.protobuf_values import NotAMessage, kind, path_getter
@@ -21,6 +20,7 @@ from pipeline.formats.protobuf_wire import header
 from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.schema_source import SchemaSource
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import NULL, TEXT, Unstorable
 
 
 class ProtobufFormat:

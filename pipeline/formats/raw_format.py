@@ -1,5 +1,5 @@
 """The raw record format: the record as it is (key, value, headers, timestamp), no
-decoding; its rows are COPY binary tuples (copy_binary.py) of
+decoding; its rows are COPY binary tuples (wire/binary.py) of
 (topic, partition, offset, key, value, headers, kafka_timestamp, run_id)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from pipeline.formats.copy_binary import (
+from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS, TimestampOutOfRange
+from pipeline.formats.wire.binary import (
     BINARY,
     EMPTY_JSONB_ARRAY,
     NULL_FIELD,
@@ -17,8 +18,7 @@ from pipeline.formats.copy_binary import (
     pack_q,
     text_field,
 )
-from pipeline.formats.copy_text import Unstorable, headers_plain
-from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS, TimestampOutOfRange
+from pipeline.formats.wire.text import Unstorable, headers_plain
 
 
 class RawFormat:

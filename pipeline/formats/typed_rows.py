@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pipeline.formats.copy_text import headers_plain, text
 from pipeline.formats.dead_letters import dead_line
+from pipeline.formats.wire.text import headers_plain, text
 
 FAR = "timestamp_out_of_range"
 # The largest Kafka timestamp (ms) Spark can hold as int64 microseconds (TimestampType);

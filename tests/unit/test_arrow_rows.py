@@ -18,9 +18,9 @@ import pytest
 from pipeline.formats import arrow_rows as ar
 from pipeline.formats import copy_readback as dc
 from pipeline.formats.arrow_rows import micros
-from pipeline.formats.copy_text import NULL, unescape
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
+from pipeline.formats.wire.text import NULL, unescape
 from tests.unit.test_avro import LOGICAL, schemas, wire  # noqa: F401 - a fixture
 from tests.unit.test_encode import Record
 

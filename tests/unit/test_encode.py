@@ -7,10 +7,10 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
-from pipeline.formats.copy_text import headers_json, text
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import headers_json, text
 
 COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False))
@@ -419,7 +419,7 @@ def test_the_encoder_picks_its_format_once_and_stages_rows_in_its_wire_encoding(
 class Upper:
     """A new format, as Avro or Protobuf would be one: a module with this class, a line in
     registry.FORMATS. Its value is an ASCII word, stored upper-cased in the one column."""
-    from pipeline.formats.copy_text import TEXT as wire
+    from pipeline.formats.wire.text import TEXT as wire
 
     def __init__(self, columns, run_id):
         self.tail = f"\t{run_id}\n"

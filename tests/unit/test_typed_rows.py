@@ -107,7 +107,7 @@ def test_a_far_timestamp_in_a_text_format_is_a_dead_letter_the_rest_rows():
 @pytest.mark.parametrize("text", ["plain", "tab\there", "back\\slash", "nl\nx\rx", "\\t",
                                   "é\\\\n"])
 def test_unescape_undoes_copy_text(text):
-    from pipeline.formats.copy_text import text as copy_text
-    from pipeline.formats.copy_text import unescape
+    from pipeline.formats.wire.text import text as copy_text
+    from pipeline.formats.wire.text import unescape
 
     assert unescape(copy_text(text)) == text
