@@ -1,4 +1,4 @@
-"""The JSON format's values, one list per column (json_rows.column_encoder) -> the typed
+"""The JSON format's values, one list per column (json/rows.column_encoder) -> the typed
 Arrow batch a user transform receives (formats/typed_rows.py): the lines' round trip
 (COPY text written per record, then split again by Arrow's CSV reader) skipped.
 

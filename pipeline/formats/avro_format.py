@@ -28,7 +28,7 @@ from pipeline.formats.avro_raw import raw_plan
 from pipeline.formats.avro_rows import batch_encoder, reads_values, record_encoder
 from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
 from pipeline.formats.avro_values import avro_kind
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json.values import WrongType
 from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type

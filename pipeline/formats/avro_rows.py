@@ -1,5 +1,5 @@
 """The avro format's hot loop: a batch loop generated per writer schema, like the JSON
-format's row encoder (json_rows.py).
+format's row encoder (json/rows.py).
 
 The per-record steps of AvroFormat.rows (a closure per value, a loop over the columns with a
 function call per field, the Kafka timestamp's method call) cost twice fastavro's decode
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from pipeline.formats import avro_raw, binary_fields, paths
 from pipeline.formats.avro_decode import decoder
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json.values import WrongType
 from pipeline.formats.refused import Refused
 from pipeline.formats.types import column_type
 from pipeline.formats.wire.binary import NULL_FIELD, pack_i, pack_iq

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime
 from uuid import UUID
 
-from pipeline.formats import json_values as jv
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json import values as jv
+from pipeline.formats.json.values import WrongType
 from pipeline.formats.wire.text import text
 
 

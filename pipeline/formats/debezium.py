@@ -38,7 +38,7 @@ from decimal import Decimal
 
 from pipeline.formats import paths
 from pipeline.formats.documents import json_text
-from pipeline.formats.json_format import JsonFormat
+from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
 from pipeline.formats.tombstones import EVERY_KEY
 from pipeline.formats.types import column_type

@@ -21,7 +21,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from uuid import UUID
 
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json.values import WrongType
 from pipeline.formats.wire.text import Unstorable, text
 
 # "\u0000" in JSON text that is an escape (not an escaped backslash before "u0000"):

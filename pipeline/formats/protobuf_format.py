@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pipeline.formats import paths
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json.values import WrongType
 from pipeline.formats.protobuf_schemas import UnknownMessage, UnknownSchema, writer_schema
 from pipeline.formats.protobuf_values import NotAMessage, kind, path_getter
 from pipeline.formats.protobuf_wire import header

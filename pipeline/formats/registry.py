@@ -17,7 +17,7 @@ from typing import Protocol
 from pipeline.formats.avro_format import AvroFormat
 from pipeline.formats.debezium import DebeziumFormat
 from pipeline.formats.debezium_avro import DebeziumAvroFormat
-from pipeline.formats.json_format import JsonFormat
+from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.protobuf_format import ProtobufFormat
 from pipeline.formats.raw_format import RawFormat
 from pipeline.formats.wire.binary import BinaryWire

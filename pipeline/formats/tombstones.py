@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from pipeline.formats import paths
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json.values import WrongType
 from pipeline.formats.wire.text import Unstorable
 
 _NOT_JSON = object()

@@ -172,7 +172,7 @@ def postgres_numeric(text: str, scale: int) -> Decimal:
 
 
 def test_a_decimal_written_with_more_places_than_its_scale_is_rounded_as_postgres_does():
-    # The JSON format passes a float's repr as written (json_values.decimal's fast path);
+    # The JSON format passes a float's repr as written (json/values.decimal's fast path);
     # copy_readback' read-back cannot even build the column (pyarrow refuses to round).
     amounts = [1.005, 2.675, -0.125, 19.999, 0.1 + 0.2, -9999999999.994, 1.25, None]
     columns = (("id", "long", True), ("amount", "decimal(12,2)", False))

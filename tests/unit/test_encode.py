@@ -402,7 +402,7 @@ def test_inner_whitespace_of_a_bare_string_key_is_kept():
 
 # ---- record formats: chosen once, behind one interface -----------------------------------
 def test_the_encoder_picks_its_format_once_and_stages_rows_in_its_wire_encoding():
-    from pipeline.formats.json_format import JsonFormat
+    from pipeline.formats.json.format import JsonFormat
     from pipeline.formats.raw_format import RawFormat
     from pipeline.formats.registry import binary_rows
 

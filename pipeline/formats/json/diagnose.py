@@ -1,5 +1,5 @@
 """Why a JSON record could not become a result row: the dead letter's error type and
-message, for a check's short code (json_format.JsonFormat.explain, on every path: a
+message, for a check's short code (json/format.JsonFormat.explain, on every path: a
 transform's input is read by the same Encoder). Explaining a bad record needs a second,
 untyped look at it; that runs for the bad records only, so the good ones pay nothing for
 it. Pure functions: unit-tested without Spark.

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from pipeline.formats.json_values import EXPLICIT_OFFSET_SHAPE, WrongType
+from pipeline.formats.json.values import EXPLICIT_OFFSET_SHAPE, WrongType
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
 from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import NULL, text
@@ -65,7 +65,7 @@ def row_encoder(columns: Sequence[tuple[str, str, bool, Sequence[str]]]) -> Call
     ``convert``: each column's from_json; ``columns``: (name, type, required, path). Any
     record it cannot turn into a line, for whatever reason, goes to ``rejected`` for the
     general path (JsonFormat.explain), so this function only ever accepts what the column
-    rules (json_values) accept."""
+    rules (json/values.py) accept."""
     params = [f"c{i}" for i in range(len(columns))]
     body = _body(columns, "NULL", _inline)
     fields = [f"{{f{i}}}" for i in range(len(columns))]

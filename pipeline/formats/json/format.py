@@ -1,10 +1,10 @@
 """The JSON record format: a value is a JSON object whose keys are the declared columns,
-typed by the JSON value rules (json_values.py); its rows are COPY text lines.
+typed by the JSON value rules (json/values.py); its rows are COPY text lines.
 
-The batch path parses with orjson and runs the generated row encoder (json_rows.py); a
-record it rejects is explained here, slowly (json_diagnose.py): bad records are rare. For
+The batch path parses with orjson and runs the generated row encoder (json/rows.py); a
+record it rejects is explained here, slowly (json/diagnose.py): bad records are rare. For
 a transform's input the same checks also give the values as columns (``value_columns``:
-json_rows.column_encoder, then the batch's timestamp check), the same records rejected.
+json/rows.column_encoder, then the batch's timestamp check), the same records rejected.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import json
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 
-from pipeline.formats import json_diagnose as d
 from pipeline.formats import paths
-from pipeline.formats.json_rows import column_encoder, row_encoder, timestamp_checks
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json import diagnose as d
+from pipeline.formats.json.rows import column_encoder, row_encoder, timestamp_checks
+from pipeline.formats.json.values import WrongType
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import TEXT, Unstorable
@@ -84,7 +84,7 @@ class JsonFormat:
 
     def _value_columns(self, topic: str, partition: int, head: str, records, rejected: list,
                        refuse: Callable) -> list[list]:
-        """``rows`` as one list per column (json_rows.column_encoder: offsets, epoch ms,
+        """``rows`` as one list per column (json/rows.column_encoder: offsets, epoch ms,
         then each declared column's values), for the transform feed: the same records
         accepted and rejected."""
         import pyarrow as pa

@@ -9,7 +9,7 @@ half-up to s places, at most p digits; timestamp = an ISO 8601 string (no offset
 an integer of epoch seconds; date = an ISO date string. Timestamps are written with an
 explicit UTC offset: no time zone of any OS takes part.
 
-types.py holds which rule each declared type uses; json_rows.py inlines the common cases
+types.py holds which rule each declared type uses; json/rows.py inlines the common cases
 of these rules into the generated row encoder (tests/unit/test_encode.py holds the two to
 the same answers).
 """
