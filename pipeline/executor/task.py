@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.formats.avro_schemas import SchemaSource
+from pipeline.formats.schema_source import SchemaSource
 
 # One blob's bytes at most (but for a single line larger than that): a bytea value, and a
 # COPY row, cannot pass 1 GB, and 10,000 records of 100 KB would.

@@ -1,11 +1,11 @@
 """The declared column types' COPY binary fields (Postgres's binary input forms), for the
-avro format's rows (avro_rows.py): a field's 4-byte length, then its value.
+avro format's rows (avro/rows.py): a field's 4-byte length, then its value.
 
 The avro rows go to Postgres as COPY binary tuples (wire/binary.py), so that a timestamp
 is one subtraction and a pack, not text to write here and parse there, and a decimal is
 numeric's own form (docs/benchmarks.md, "Avro records"). Every check stays the text
 rules': the generated loop writes binary only for what it would have written as text,
-and the general path's text fields (avro_format.AvroFormat.fields, the typed rules) are
+and the general path's text fields (avro/format.AvroFormat.fields, the typed rules) are
 turned into binary by ``from_text``, which reads each back exactly as Postgres's text
 input does, so the rows stored are the same. A column type without a binary form here
 (an array) keeps its format's rows COPY text (``binary_types``).

@@ -28,9 +28,8 @@ from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 
 from pipeline.formats import paths
-from pipeline.formats.avro_format import HEADER, MAGIC, AvroFormat, decode_wire
-from pipeline.formats.avro_schemas import SchemaSource
-from pipeline.formats.avro_values import avro_kind
+from pipeline.formats.avro.format import HEADER, MAGIC, AvroFormat, decode_wire
+from pipeline.formats.avro.values import avro_kind
 from pipeline.formats.debezium import (
     DATES,
     DELETE,
@@ -44,6 +43,7 @@ from pipeline.formats.debezium import (
     variable_scale,
 )
 from pipeline.formats.refused import Refused, decoded_rows
+from pipeline.formats.schema_source import SchemaSource
 from pipeline.formats.timestamps import EPOCH
 from pipeline.formats.tombstones import EVERY_KEY, BadTombstone
 from pipeline.formats.wire.text import NULL, TEXT

@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 from pipeline.errors import TaskError
 from pipeline.formats import paths
-from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.dead_letters import dead_line, unexpected
 from pipeline.formats.registry import CHOOSE_WIRE, binary_rows, record_format
+from pipeline.formats.schema_source import SchemaSource
 from pipeline.formats.timestamps import TimestampOutOfRange, kafka_timestamp
 from pipeline.formats.tombstones import EVERY_KEY, BadTombstone, key_fields
 from pipeline.formats.types import column_type

@@ -1,5 +1,5 @@
 """The protobuf format's value rules: a field of a decoded message -> the Python value the
-declared column's Avro rule takes (avro_values.py, via types.py's ``from_avro``), so both
+declared column's Avro rule takes (avro/values.py, via types.py's ``from_avro``), so both
 schema formats store a value the same way.
 
 Scalars are already Python values (int64/uint32/sint64/fixed... -> int, float/double ->

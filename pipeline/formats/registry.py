@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from pipeline.formats.avro_format import AvroFormat
+from pipeline.formats.avro.format import AvroFormat
 from pipeline.formats.debezium import DebeziumFormat
 from pipeline.formats.debezium_avro import DebeziumAvroFormat
 from pipeline.formats.json.format import JsonFormat

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from pipeline.formats import avro_values as av
 from pipeline.formats import documents as doc
+from pipeline.formats.avro import values as av
 from pipeline.formats.json import values as jv
 from pipeline.formats.json.diagnose import json_kind
 

@@ -1,11 +1,11 @@
 """The Avro record format: a value in the Confluent wire format (magic byte 0, a 4-byte
 big-endian schema id, the Avro binary encoding) decoded with fastavro against its writer
-schema (avro_schemas.py), then projected to the declared columns by name; its rows are COPY
+schema (avro/schemas.py), then projected to the declared columns by name; its rows are COPY
 text lines, like the JSON format's.
 
 Projection, not Avro schema resolution: the record is decoded with its own writer schema
 and each declared column takes the field of its name, by the Avro value rules
-(avro_values.py). So schema evolution works as users meet it: a field the writer added is
+(avro/values.py). So schema evolution works as users meet it: a field the writer added is
 ignored, a declared column the writer lacks is null (or, if the column is ``not null``, a
 dead letter naming the field and schema id), and int -> long, float -> double are the same
 Python values. Every bad record is refused here with its reason: no second pass.
@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from pipeline.formats import binary_fields, paths
-from pipeline.formats.avro_raw import raw_plan
-from pipeline.formats.avro_rows import batch_encoder, reads_values, record_encoder
-from pipeline.formats.avro_schemas import SchemaSource, UnknownSchema, writer_schema
-from pipeline.formats.avro_values import avro_kind
+from pipeline.formats.avro.raw import raw_plan
+from pipeline.formats.avro.rows import batch_encoder, reads_values, record_encoder
+from pipeline.formats.avro.schemas import SchemaSource, UnknownSchema, writer_schema
+from pipeline.formats.avro.values import avro_kind
 from pipeline.formats.json.values import WrongType
 from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.timestamps import kafka_timestamp
@@ -63,11 +63,11 @@ class AvroFormat:
         self._tuple = binary_fields.tuple_of([c[4] for c in self.columns]) if binary else None
         self._heads: dict[tuple[str, int], bytes] = {}
         # A header (magic byte + schema id) that decoded once -> (the schema to decode its
-        # records with, the id, the columns with raw converters or None (avro_raw.py), its
-        # generated batch loop or None (avro_rows.py), whether that loop decodes each
+        # records with, the id, the columns with raw converters or None (avro/raw.py), its
+        # generated batch loop or None (avro/rows.py), whether that loop decodes each
         # value's own bytes).
         self._known: dict[bytes, tuple] = {}
-        # A header -> its writer's one-record encoder (avro_rows.record_encoder).
+        # A header -> its writer's one-record encoder (avro/rows.record_encoder).
         self._ones: dict[bytes, Callable] = {}
 
     @staticmethod
@@ -83,7 +83,7 @@ class AvroFormat:
         end: then it read exactly its own bytes, as ``fields`` would. Anything else (a new
         id, a bad header, an error, a short or long read) goes to ``fields``, alone, which
         says why. The batch goes through its first writer schema's generated loop
-        (avro_rows.py), which takes the values of other writers it has met through their
+        (avro/rows.py), which takes the values of other writers it has met through their
         own one-record encoders; the rest (and every value when there is no loop) through
         ``general``. A flat writer's loop decodes each value's own bytes: then there is no
         buffer, and ``general`` decodes a value alone. ``binary``: the general path's text
@@ -131,7 +131,7 @@ class AvroFormat:
                 if fo.tell() == end and type(doc) is dict:
                     if writer[2] is None:
                         return project(doc, writer[1])
-                    try:  # raw values: their usual case only (avro_raw.py)
+                    try:  # raw values: their usual case only (avro/raw.py)
                         return project(doc, writer[1], writer[2])
                     except Exception:  # noqa: BLE001 - fields(): the typed rules say why
                         pass

@@ -6,11 +6,11 @@ function call per field, the Kafka timestamp's method call) cost twice fastavro'
 (docs/benchmarks.md, "Avro records"), so for one writer schema the decode, its checks and
 the declared columns' conversions are unrolled into the source of one function. It only
 ever takes a record the general path would take, with the same text: it decodes the
-record's own bytes (a plain record by generated code, avro_decode.py, which takes only what
+record's own bytes (a plain record by generated code, avro/decode.py, which takes only what
 fastavro reads to the same values; any other with fastavro from the batch's buffer, the
 decode ending exactly where the record's bytes end), and converts each column with the
 column's own converter (or an inlined copy of it: a range check, a text that needs no
-escaping, the raw decimal and timestamp of avro_raw.py). Anything else (a schema id not
+escaping, the raw decimal and timestamp of avro/raw.py). Anything else (a schema id not
 met, an error, a null in a required column) goes to the general path, alone, which says why.
 A value of another writer schema in the batch (producers mid-rollout) goes through that
 writer's generated one-record encoder (record_encoder), the same steps for one value.
@@ -22,8 +22,9 @@ import io
 import struct
 from collections.abc import Callable, Sequence
 
-from pipeline.formats import avro_raw, binary_fields, paths
-from pipeline.formats.avro_decode import decoder
+from pipeline.formats import binary_fields, paths
+from pipeline.formats.avro import raw
+from pipeline.formats.avro.decode import decoder
 from pipeline.formats.json.values import WrongType
 from pipeline.formats.refused import Refused
 from pipeline.formats.types import column_type
@@ -35,7 +36,7 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None,
              loop: bool = False) -> list[str]:
     """Column i's conversion of a non-null x into f{i} (its text, or an int whose str() is
     it), or a raise; c{i} is the column's converter, whose result is the general path's.
-    ``kind``: the field's Avro kind when the generated decode read it (avro_decode.py),
+    ``kind``: the field's Avro kind when the generated decode read it (avro/decode.py),
     so x's type is known: a long's is an int in a long's range, a string's a str.
     ``loop``: in batch_encoder's loop, where a timestamp column keeps the day of its last
     value (a batch's times mostly share their day: no divmod, no lookup)."""
@@ -45,7 +46,7 @@ def _convert(i: int, declared: str, convert: Callable, kind: str | None = None,
     if raw is None and declared == "string" and kind == "string":
         return [f"f{i} = x if x.isalnum() else text(x)"]
     if raw == "decimal":
-        # The unscaled integer with the scale as an exponent, as avro_raw._decimal writes
+        # The unscaled integer with the scale as an exponent, as avro/raw._decimal writes
         # it; two's complement by hand (int.from_bytes with keywords costs twice the call
         # without; an empty x raises here: the general path reads it).
         bound, point = 10 ** convert.precision, f"e-{convert.scale}" if convert.scale else ""
@@ -162,9 +163,9 @@ def _namespace(schema, columns: Sequence[tuple] = (), binary: bool = False) -> d
                 extra[f"N{i}"] = binary_fields.numeric_of(c[2].scale)
             extra[f"B{i}"] = binary_fields.from_text(c[4])
     return {**extra, "NULL": NULL, "W": WrongType, "FB": int.from_bytes, "text": text,
-            "lookup": paths.lookup, "Refused": Refused, "days": avro_raw.DAYS,
-            "day_text": avro_raw.day_text, "times": avro_raw.TIMES,
-            "time_text": avro_raw.time_text, "f32": struct.Struct("<f").unpack_from,
+            "lookup": paths.lookup, "Refused": Refused, "days": raw.DAYS,
+            "day_text": raw.day_text, "times": raw.TIMES,
+            "time_text": raw.time_text, "f32": struct.Struct("<f").unpack_from,
             "f64": struct.Struct("<d").unpack_from, "BytesIO": io.BytesIO,
             "read": schemaless_reader, "schema": schema}
 
@@ -214,7 +215,7 @@ def batch_encoder(columns: Sequence[tuple], schema=None, binary: bool = False) -
     ``tail``, ``ts`` and what ``general`` and ``ones`` return are then bytes too:
     binary_fields.py). ``general(value, start)``: the general path's fields of a value at
     ``start`` in ``fo``, raising Refused. ``schema``: the parsed schema it decodes with;
-    a plain record (avro_decode.py: flat, or records the columns' paths reach into) is
+    a plain record (avro/decode.py: flat, or records the columns' paths reach into) is
     decoded by generated code,
     from the value's own bytes (``fo`` None, ``start`` 0: see ``reads_values``), any
     other by fastavro from ``fo``. ``ones``: header -> the record_encoder of another

@@ -1,12 +1,12 @@
 """The avro format's decode of a plain record in generated Python, for the batch loop
-(avro_rows.py): fastavro calls a Python file object once per varint byte (16 calls for a
+(avro/rows.py): fastavro calls a Python file object once per varint byte (16 calls for a
 21-byte order), and slicing the value's own bytes in generated code is faster (1.5 against
 2.1 us for a bench order, docs/benchmarks.md "Avro records"; its varints unrolled, and
 no null test where the field cannot be null: less again).
 
 Only the simplest writer schemas, and only their usual bytes: a record whose fields are
 all null, boolean, int, long, float, double, bytes, string or an enum, a record of such
-fields, or a union of null and one of them, with no logical type left (avro_raw.py strips the ones
+fields, or a union of null and one of them, with no logical type left (avro/raw.py strips the ones
 columns take raw), and whose columns' paths each reach such a field or a field the writer
 lacks (not through a plain field, not to a whole record). A varint of
 at most 9 bytes, a union branch 0 or 1, a length that fits in the value, valid UTF-8, and

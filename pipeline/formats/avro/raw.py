@@ -12,7 +12,7 @@ text, but a decimal's: "625e-2" for the typed "6.25", which Postgres's numeric i
 Arrow's decimal cast read to the same value and scale). A converter handles
 the usual case only (a decimal of the column's scale and precision, a time Python holds)
 and raises otherwise: the format then decodes the record again with the full schema and the
-usual rules (avro_format.AvroFormat.fields), so every refusal and its message stay exactly
+usual rules (avro/format.AvroFormat.fields), so every refusal and its message stay exactly
 the typed path's. Any other field keeps its logical type.
 """
 
@@ -59,7 +59,7 @@ def _date(x: int) -> str:
 
 _date.raw = "date"
 
-# For the generated loop's inlined timestamps and dates (avro_rows.py): a day's text by
+# For the generated loop's inlined timestamps and dates (avro/rows.py): a day's text by
 # its number since 1970-01-01 (records of a batch share their days), and a time of day's
 # "HH:MM:SS" by its second, both cached as met.
 DAYS: dict[int, str] = {}
