@@ -18,7 +18,7 @@ from pipeline.formats.avro.format import AvroFormat
 from pipeline.formats.debezium import DebeziumFormat
 from pipeline.formats.debezium_avro import DebeziumAvroFormat
 from pipeline.formats.json.format import JsonFormat
-from pipeline.formats.protobuf_format import ProtobufFormat
+from pipeline.formats.protobuf.format import ProtobufFormat
 from pipeline.formats.raw_format import RawFormat
 from pipeline.formats.wire.binary import BinaryWire
 from pipeline.formats.wire.text import TextWire

@@ -10,8 +10,8 @@ import pytest
 from pipeline.config import load_settings, parse_settings
 from pipeline.errors import ConfigError, Kind, TaskError
 from pipeline.formats.encode import Encoder
-from pipeline.formats.protobuf_schemas import writer_schema
-from pipeline.formats.protobuf_wire import encode_header, header
+from pipeline.formats.protobuf.header import encode_header, header
+from pipeline.formats.protobuf.schemas import writer_schema
 from pipeline.formats.refused import Refused
 from pipeline.formats.schema_source import SchemaSource
 from tests.unit.test_avro import dead, fields

@@ -1,7 +1,7 @@
 """The Protobuf record format: a value in the Confluent wire format (magic byte 0, a
-4-byte schema id, the message indexes: protobuf_wire.py) decoded with the message class its
-writer schema compiles to (protobuf_schemas.py), then projected to the declared columns by
-field name, by protobuf_values.py's rules; its rows are COPY text lines, like Avro's.
+4-byte schema id, the message indexes: protobuf/header.py) decoded with the message class
+its writer schema compiles to (protobuf/schemas.py), then projected to the declared columns
+by field name, by protobuf/values.py's rules; its rows are COPY text lines, like Avro's.
 
 Projection by name, as for Avro: a field the writer added is ignored, a declared column the
 writer's message lacks is null (or, if the column is ``not null``, a dead letter naming the
@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 from pipeline.formats import paths
 from pipeline.formats.json.values import WrongType
-from pipeline.formats.protobuf_schemas import UnknownMessage, UnknownSchema, writer_schema
-from pipeline.formats.protobuf_values import NotAMessage, kind, path_getter
-from pipeline.formats.protobuf_wire import header
+from pipeline.formats.protobuf.header import header
+from pipeline.formats.protobuf.schemas import UnknownMessage, UnknownSchema, writer_schema
+from pipeline.formats.protobuf.values import NotAMessage, kind, path_getter
 from pipeline.formats.refused import Refused, decoded_rows, unconvertible
 from pipeline.formats.schema_source import SchemaSource
 from pipeline.formats.types import column_type
