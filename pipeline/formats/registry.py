@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from pipeline.formats.avro.format import AvroFormat
-from pipeline.formats.debezium import DebeziumFormat
-from pipeline.formats.debezium_avro import DebeziumAvroFormat
+from pipeline.formats.debezium.avro import DebeziumAvroFormat
+from pipeline.formats.debezium.json import DebeziumFormat
 from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.protobuf.format import ProtobufFormat
 from pipeline.formats.raw_format import RawFormat

@@ -46,7 +46,7 @@ class SinkSettings:
     tombstones: str = "delete"  # upsert: a null value with a key deletes | dead_letter
     aggregates: tuple[Aggregate, ...] = ()
     evolve: Evolve = "off"
-    envelope: str = "none"  # "debezium": values are change events (formats/debezium.py)
+    envelope: str = "none"  # "debezium": values are change events (formats/debezium/)
     # debezium: a truncate (op t) is a dead letter, or "apply": it deletes every row older
     # than it by the upsert's ordering rule (sinks/upsert.py).
     truncate: str = "dead_letter"

@@ -191,7 +191,7 @@ def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
     else:
         body = [Column("kafka_timestamp", TIMESTAMPTZ)] + [
             Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
-    if sink.envelope == "debezium":  # the columns a change left out (formats/debezium.py)
+    if sink.envelope == "debezium":  # the columns a change left out (formats/debezium/)
         body.append(Column(UNAVAILABLE, postgresql.ARRAY(Text)))
     return Table(
         name, MetaData(schema=SCHEMA),

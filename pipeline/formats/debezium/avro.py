@@ -4,7 +4,7 @@ value is the Envelope record (``before`` and ``after`` as nullable records of th
 Value schema, ``op``, ``source``, ``ts_ms``, ...) in the Confluent wire format; the Kafka key
 is the row's Key record, Avro too, with a schema id of its own (subject ``<topic>-key``).
 
-The ops are the JSON envelope's (debezium.py): c, r and u upsert the ``after`` image,
+The ops are the JSON envelope's (envelope.py, json.py): c, r and u upsert the ``after`` image,
 projected to the declared columns by the avro format's rules (paths relative to the image);
 d deletes the row its ``before`` image names (else the Kafka key's); the tombstone after a
 delete deletes the same key again, which changes nothing; t is a dead letter or, with
@@ -30,7 +30,7 @@ from datetime import date, datetime, timedelta
 from pipeline.formats import paths
 from pipeline.formats.avro.format import HEADER, MAGIC, AvroFormat, decode_wire
 from pipeline.formats.avro.values import avro_kind
-from pipeline.formats.debezium import (
+from pipeline.formats.debezium.envelope import (
     DATES,
     DELETE,
     EPOCH_UNITS,
