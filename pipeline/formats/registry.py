@@ -19,7 +19,7 @@ from pipeline.formats.debezium.avro import DebeziumAvroFormat
 from pipeline.formats.debezium.json import DebeziumFormat
 from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.protobuf.format import ProtobufFormat
-from pipeline.formats.raw_format import RawFormat
+from pipeline.formats.raw.format import RawFormat
 from pipeline.formats.wire.binary import BinaryWire
 from pipeline.formats.wire.text import TextWire
 

@@ -306,7 +306,8 @@ def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_i
 
 
 def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monkeypatch):
-    from pipeline.formats import raw_format, types
+    from pipeline.formats import types
+    from pipeline.formats.raw import format as raw_format
 
     real_headers, real_key = raw_format.headers_plain, types.TYPES["long"].from_json
 
@@ -403,7 +404,7 @@ def test_inner_whitespace_of_a_bare_string_key_is_kept():
 # ---- record formats: chosen once, behind one interface -----------------------------------
 def test_the_encoder_picks_its_format_once_and_stages_rows_in_its_wire_encoding():
     from pipeline.formats.json.format import JsonFormat
-    from pipeline.formats.raw_format import RawFormat
+    from pipeline.formats.raw.format import RawFormat
     from pipeline.formats.registry import binary_rows
 
     json_sink, raw_sink = Encoder("json", COLUMNS, 1), Encoder("raw", (), 1)
