@@ -88,7 +88,7 @@ class Publisher:
         self.store, self.run, self.binary = store, run, binary
         self.ranges = list(ranges)
         self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
-        self.readers = 0  # a transform's read tasks, staged under their own parts (feed.py)
+        self.readers = 0  # a transform's read tasks, staged under staging.reader_part's parts
         self.staging = run.staging
         self.cols = identifiers(c.name for c in tables.written(store.records))
         self.sink = store.settings.sink
@@ -139,7 +139,7 @@ class Publisher:
 
     def choose_wire(self, binary: bool) -> None:
         """A transform's run (``binary=None``): its writers stage COPY binary tuples, or
-        text lines (formats/arrow_binary.exact); called before its job starts."""
+        text lines (executor/transform/arrow_binary.exact); called before its job starts."""
         if self._copy_cm is not None or self.binary is not None:
             raise RuntimeError("the publisher's COPY wire is chosen once, before any blob")
         self.binary = binary

@@ -42,7 +42,7 @@ class Blob(NamedTuple):
 
 
 def reader_part(index: int) -> int:
-    """The staging part of a transform's read task ``index`` (executor/feed.py): negative,
+    """The staging part of a transform's read task ``index`` (executor/transform/feed.py): negative,
     apart from every writer's (the publisher takes one attempt per part and counts the
     read tasks' parts: Publisher._check_readers)."""
     return -1 - index

@@ -1,6 +1,6 @@
 """The exact per-field read-back of the Encoder's COPY text rows: the reference that
-formats/arrow_rows.py's vectorized reading is held to (tests/unit/test_arrow_rows.py,
-bench/arrow_rows.py). No run uses it: runs read with arrow_rows (formats/typed_rows.py);
+executor/transform/arrow_rows.py's vectorized reading is held to (tests/unit/test_arrow_rows.py,
+bench/arrow_rows.py). No run uses it: runs read with arrow_rows (executor/transform/typed_rows.py);
 one value at a time, it is the plain statement of what each field means."""
 
 from __future__ import annotations

@@ -138,8 +138,9 @@ def column_type(declared: str) -> ColumnType:
     return decimal(int(m.group(1)), int(m.group(2)))
 
 
-# How a value of a Postgres type is written as COPY text from Arrow (formats/arrow_copy.py), for
-# the declared types and the fixed columns (coordinates, raw records, dead letters).
+# How a value of a Postgres type is written as COPY text from Arrow
+# (executor/transform/arrow_copy.py), for the declared types and the fixed columns
+# (coordinates, raw records, dead letters).
 HEX, TIMESTAMP, ESCAPED, PLAIN = "hex", "timestamp", "escaped", "plain"
 _COPY_FORMS = {"bytea": HEX, "timestamptz": TIMESTAMP, "timestamp with time zone": TIMESTAMP,
                "text": ESCAPED, "jsonb": ESCAPED}

@@ -100,7 +100,7 @@ class SinkTable(Table):
             raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
         for c in columns if transform is not None else ():
             # A transform's DataFrame holds the Encoder's rows as typed Spark columns
-            # (formats/typed_rows.py, paths too): scalars only.
+            # (executor/transform/typed_rows.py, paths too): scalars only.
             if not types.column_type(c.type).scalar:
                 what = c.type
                 raise ConfigError(

@@ -34,9 +34,9 @@ class LedgerRow(NamedTuple):
 
 # One ledger row per range summary; its counts are those of the chosen attempts' blobs
 # inside the range (a blob never spans two ranges: stage.range_stager makes them per range,
-# stage.blob_writer cuts a transform's rows by range). The built-in sinks' blobs are the
+# transform/writer.blob_writer cuts a transform's rows by range). The built-in sinks' blobs are the
 # summary's own attempt's; a transform's rows are staged by other tasks than its reads
-# (executor/feed.py), and what it filtered out is in neither table.
+# (executor/transform/feed.py), and what it filtered out is in neither table.
 _RECORD = """
 INSERT INTO {ranges} (pipeline, run_id, topic, "partition", from_offset, until_offset,
                       records, rows_written, dead_letters, deletes, skipped, filtered,

@@ -239,7 +239,7 @@ def written(table: Table) -> list[Column]:
     """The columns a run writes into a table, in COPY order (the pipeline's ingested_at,
     updated_at and deleted_at are defaulted: by their server default, not their name, so
     a declared column called updated_at is written): for ``record_rows``, the executors'
-    lines (encode.py, formats/arrow_copy.py), which end with run_id."""
+    lines (encode.py, executor/transform/arrow_copy.py), which end with run_id."""
     return [c for c in table.columns if c.server_default is None]
 
 

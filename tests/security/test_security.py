@@ -105,7 +105,7 @@ def test_ingest_over_sasl_ssl_as_the_pipeline_role_lands_every_record_exactly_on
 
 
 def test_a_transform_reads_over_sasl_ssl_with_the_executors_consumer(secure):
-    """A transform's input is the built-in read (executor/feed.py): librdkafka with
+    """A transform's input is the built-in read (executor/transform/feed.py): librdkafka with
     [kafka.consumer]'s SASL_SSL settings, as every run; no Java client takes part."""
     name = unique("pipeline_sec")
     secure.init(name)

@@ -1,4 +1,4 @@
-"""The Encoder's COPY text result lines -> one typed Arrow batch (formats/arrow_rows.py),
+"""The Encoder's COPY text result lines -> one typed Arrow batch (executor/transform/arrow_rows.py),
 held to the exact per-field read-back (copy_readback.reader, what the transform path
 gives today) on lines the real Encoder writes; no Kafka, no Spark."""
 
@@ -15,9 +15,9 @@ from decimal import ROUND_HALF_UP, Decimal
 import pyarrow as pa
 import pytest
 
-from pipeline.formats import arrow_rows as ar
+from pipeline.executor.transform import arrow_rows as ar
+from pipeline.executor.transform.arrow_rows import micros
 from pipeline.formats import copy_readback as dc
-from pipeline.formats.arrow_rows import micros
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
 from pipeline.formats.wire.text import NULL, unescape

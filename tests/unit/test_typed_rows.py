@@ -1,4 +1,4 @@
-"""The transform path's input rows (formats/typed_rows.py): a batch of Kafka records,
+"""The transform path's input rows (executor/transform/typed_rows.py): a batch of Kafka records,
 encoded by the built-in sinks' Encoder, becomes the declared columns typed (Arrow types
 Spark reads as the declared Spark types) plus the batch's dead letters; no Kafka, no Spark."""
 
@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline.executor.task import EncoderSettings
-from pipeline.formats import typed_rows as tr
-from pipeline.formats.typed_rows import SPARK_MAX_MS
+from pipeline.executor.transform import typed_rows as tr
+from pipeline.executor.transform.typed_rows import SPARK_MAX_MS
 from tests.unit.test_avro import LOGICAL, V1, V2, schemas, wire  # noqa: F401 - a fixture
 from tests.unit.test_encode import Record as encoded_record
 

@@ -13,7 +13,8 @@ Python values. Every bad record is refused here with its reason: no second pass.
 The rows a run stages are COPY binary tuples (``binary``: binary_fields.py; a timestamp is
 one subtraction and a pack, a decimal numeric's own form, nothing for Postgres to parse),
 unless a declared column has no binary form (an array); a transform's feed asks for COPY
-text, which it reads into Arrow (typed_rows.py). The text rules decide either way.
+text, which it reads into Arrow (executor/transform/typed_rows.py). The text rules decide
+either way.
 """
 
 from __future__ import annotations

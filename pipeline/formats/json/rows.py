@@ -4,7 +4,7 @@ A per-record loop over the columns and a function call per field cost as much as
 conversions themselves (200k bench records: 2.6 -> 2.1 us each), so the columns and their
 type checks (types.ColumnType.inline) are unrolled into the source of one function.
 Its twin, column_encoder, runs the same checks for a transform's input and keeps the values
-in one list per column (formats/arrow_columns.py makes them Arrow); a timestamp string's
+in one list per column (executor/transform/arrow_columns.py makes them Arrow); a timestamp string's
 shape is checked there once per batch in Arrow's RE2 (timestamp_checks), ~0.5 us a record
 less than Python's re.
 """
@@ -145,12 +145,12 @@ def timestamp_checks(values: list, convert: Callable, pa, pc) -> tuple[list, set
 
 
 def column_encoder(columns: Sequence[tuple[str, str, bool, Sequence[str]]]) -> Callable:
-    """row_encoder's twin for the transform feed (formats/typed_rows.py): the same checks,
-    the same records accepted and rejected, but each record's values appended to one list
-    per column instead of joined into a line: (records, loads, convert..., rejected) ->
-    [offsets, epoch ms, column 0, ...]. A value is what row_encoder would write (a COPY
-    text field, or an int/float whose str() is it) except a string, which is the string
-    itself, and NULL, which is None."""
+    """row_encoder's twin for the transform feed (executor/transform/typed_rows.py): the
+    same checks, the same records accepted and rejected, but each record's values appended
+    to one list per column instead of joined into a line: (records, loads, convert...,
+    rejected) -> [offsets, epoch ms, column 0, ...]. A value is what row_encoder would write
+    (a COPY text field, or an int/float whose str() is it) except a string, which is the
+    string itself, and NULL, which is None."""
     params = [f"c{i}" for i in range(len(columns))]
     body = _body(columns, "None", _inline_value)
     n = len(columns)

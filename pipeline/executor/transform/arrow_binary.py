@@ -1,5 +1,5 @@
 """A transform's output rows, typed Arrow columns as ``mapInArrow`` hands them to the writer
-(executor/stage.blob_writer), -> one COPY binary tuple each, with no per-row Python: each
+(writer.blob_writer), -> one COPY binary tuple each, with no per-row Python: each
 column's fields (a 4-byte length, then the value in Postgres's binary input form, or the
 length -1 for NULL) are laid out by numpy as a fixed-width byte matrix (numbers, booleans,
 timestamps, dates, numerics) or as a length prefix beside the column's own bytes (text,
@@ -7,7 +7,7 @@ bytea), and Arrow's ``binary_join_element_wise`` joins each row's fields in C++.
 
 Postgres then parses no text while the read goes on (the avro sink's tuples took its COPY
 of 2M rows from 4.2-4.8 to 3.2-3.5 CPU-s, docs/benchmarks.md). A tuple stores exactly what
-the COPY text line of formats/arrow_copy.py stores: only a column whose Spark type maps to
+the COPY text line of arrow_copy.py stores: only a column whose Spark type maps to
 its Postgres type without a conversion of Postgres's text input is written this way
 (``exact``); anything else (an array, jsonb, a numeric over 18 digits, a double into a
 numeric, a string into a timestamp) keeps the run's rows COPY text, decided on the driver

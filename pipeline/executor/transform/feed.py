@@ -5,8 +5,8 @@ split.pack_ranges over split.split_ranges) and maps them with ``feeder`` (``mapI
 each task reads its ranges exactly with one consumer (consume.read_ranges: read_committed,
 retention errors, typed TaskErrors), encodes each batch with the sink's Encoder (no
 tombstone key: on the transform path a null value is a dead letter) and yields the good
-records as typed Arrow batches of the result columns (formats/typed_rows.py; a json
-batch's values go to Arrow as columns, without COPY text lines: formats/arrow_columns.py).
+records as typed Arrow batches of the result columns (typed_rows.py; a json
+batch's values go to Arrow as columns, without COPY text lines: arrow_columns.py).
 That is the DataFrame the transform receives; no JVM parse, no cache. A run of one topic
 leaves the ``topic`` column out of the batches and the driver adds it as a literal
 (spark/topic_literal.py): one string column less through the JVM, each way.
@@ -63,7 +63,7 @@ def feeder(spec: FeedTask):
 
     def feed(batches):
         from pipeline.executor import zip_imports
-        from pipeline.executor.worker_imports import allowed, without_pandas
+        from pipeline.executor.transform.worker_imports import allowed, without_pandas
 
         zip_imports.install()  # the worker's next tasks start sooner
         with without_pandas(allowed()):
@@ -83,7 +83,7 @@ def _read_task(spec: FeedTask, index: int) -> Iterator:
     from pipeline.executor.content_hash import ContentHash
     from pipeline.executor.stage import attempt_writer
     from pipeline.executor.staging import DEAD, HASH, Blob, reader_part
-    from pipeline.formats import typed_rows
+    from pipeline.executor.transform import typed_rows
     from pipeline.formats.wire.text import TEXT
 
     encoder = spec.encoding.encoder(text_rows=True)  # read into Arrow from COPY text

@@ -40,7 +40,7 @@ PLAIN_NODES = frozenset({
     "Distinct", "Deduplicate", "Intersect", "Except", "GlobalLimit", "LocalLimit", "Offset",
     "Sample", "Range", "LocalRelation", "OneRowRelation", "LogicalRelation",
 })
-OUR_NODE = "MapInArrow"  # the read tasks' (executor/feed.py), over a Range of task indexes
+OUR_NODE = "MapInArrow"  # the read tasks' (feed.py), over a Range of task indexes
 
 
 def _name(node: dict) -> str:
@@ -102,7 +102,7 @@ class _NoPandas:
     def find_spec(self, name, path=None, target=None):
         if name == "pandas" or name.startswith("pandas."):
             raise ImportError("pandas is kept out of the pipeline's reader and writer "
-                              "workers (executor/worker_imports.py)")
+                              "workers (executor/transform/worker_imports.py)")
         return None
 
 

@@ -1,10 +1,10 @@
 """The Encoder's output for one batch -> a typed Arrow batch of the result columns, the
-input a user transform receives (executor/feed.py), and the batch's dead letters.
+input a user transform receives (feed.py), and the batch's dead letters.
 
 A text format's (json, avro, protobuf) rows are COPY text, read into typed Arrow columns
-in Arrow's C++ (formats/arrow_rows.RowReader: exact, the values Postgres would store); the
+in Arrow's C++ (arrow_rows.RowReader: exact, the values Postgres would store); the
 feed (``feed_converter``) skips the text for a json batch, whose values the Encoder hands
-over as columns (formats/arrow_columns.py: the same batch, ~0.6 us a record less). The
+over as columns (arrow_columns.py: the same batch, ~0.6 us a record less). The
 raw format's rows are COPY binary: its columns are built from the
 records themselves, less those the Encoder refused. A record whose Kafka timestamp Postgres
 can store but Spark cannot hold (int64 microseconds) becomes a dead letter
@@ -26,10 +26,10 @@ SPARK_MAX_MS = (2**63 - 1) // 1000
 
 def converter(fmt: str, columns: Sequence[Sequence], pa) -> Callable:
     """``convert(topic, partition, records, encoded)`` -> (RecordBatch, dead lines): the
-    batch's good records as result columns (executor/feed.feed_schema) and every dead
+    batch's good records as result columns (feed.feed_schema) and every dead
     letter (the Encoder's, and records too far in time for Spark)."""
 
-    from pipeline.formats.arrow_rows import RowReader
+    from pipeline.executor.transform.arrow_rows import RowReader
 
     reader = None if fmt == "raw" else RowReader(columns)
     ts = pa.timestamp("us", tz="UTC")
@@ -77,10 +77,10 @@ def feed_converter(encoder, fmt: str, columns: Sequence[Sequence], pa) -> Callab
     """``convert(topic, partition, records)`` -> (RecordBatch, dead lines), as
     ``converter`` over ``encoder.encode``'s output, with the same batch and dead letters.
     A json batch skips the COPY text lines: its values go to Arrow as columns
-    (Encoder.columns, formats/arrow_columns.py); a batch that has no such form (another
+    (Encoder.columns, arrow_columns.py); a batch that has no such form (another
     format, a json sink with wide decimals) or raised goes through the lines."""
-    from pipeline.formats.arrow_columns import column_batch
-    from pipeline.formats.arrow_rows import RowReader
+    from pipeline.executor.transform.arrow_columns import column_batch
+    from pipeline.executor.transform.arrow_rows import RowReader
 
     lines = converter(fmt, columns, pa)
     reader = None if fmt == "raw" else RowReader(columns)

@@ -1,5 +1,5 @@
 """The JSON format's values, one list per column (json/rows.column_encoder) -> the typed
-Arrow batch a user transform receives (formats/typed_rows.py): the lines' round trip
+Arrow batch a user transform receives (typed_rows.py): the lines' round trip
 (COPY text written per record, then split again by Arrow's CSV reader) skipped.
 
 Each column becomes the Arrow array arrow_rows.RowReader would read from the lines, by

@@ -1,5 +1,5 @@
 """A transform's output rows, typed Arrow columns as ``mapInArrow`` hands them to the
-writer (executor/stage.blob_writer), -> one COPY text line each, in Arrow's C++: numbers,
+writer (writer.blob_writer), -> one COPY text line each, in Arrow's C++: numbers,
 booleans, dates and decimals by a cast to string, text escaped by four substring
 replacements (only when a batch holds a character to escape), timestamps as their UTC
 wall clock (one cast of the microseconds, zone-less) with an explicit ``+00``, NULL as
