@@ -1,7 +1,8 @@
 """What the driver hands a Spark task: one frozen, typed, picklable spec per kind of task
 (what Spark's KafkaBatchInputPartition is to its reader), plain Python with no Spark,
 SQLAlchemy or Kafka client inside, so that it pickles small and reads the same on both
-sides. The driver builds it (driver/job.py), executor/stage.py runs it.
+sides. The driver builds it (driver/job.py, driver/transform_job.py), executor/stage.py and
+executor/transform/ run it.
 """
 
 from __future__ import annotations

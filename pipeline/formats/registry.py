@@ -1,11 +1,12 @@
 """The record formats: how a Kafka record's value becomes a result row, or the reason it
 cannot, chosen once per run by ``[sink] format``.
 
-A format is a class with the interface below, in its own module; adding one (Avro,
-Protobuf, Debezium) is a module and a line in FORMATS. The COPY wire encoding of its rows
-(wire/text.TEXT or wire/binary.BINARY) is the format's ``wire``: staging writes the rows'
-blobs with it and the publisher frames them for it. What every format shares (the guard
-that makes any failing record a dead letter, tombstones, the dead-letter line) is
+A format is a class with the interface below, in its own folder of formats/ (its format.py,
+or one module per encoding: debezium/); adding one is a folder and a line in FORMATS
+(tests/unit/test_format_registry.py holds the two together). The COPY wire encoding of its
+rows (wire/text.TEXT or wire/binary.BINARY) is the format's ``wire``: staging writes the
+rows' blobs with it and the publisher frames them for it. What every format shares (the
+guard that makes any failing record a dead letter, tombstones, the dead-letter line) is
 encode.Encoder's.
 """
 

@@ -2,9 +2,10 @@
 type, its Postgres type, the JSON and Avro formats' rules for a value of it and the row
 encoder's inlined form of the JSON rule.
 
-settings/columns.py validates declarations against it, store/tables.py builds the SQLAlchemy types
-from its Postgres types, spark/transform.py takes its Spark types, executor/stage.py how
-Spark writes each Postgres type as COPY text, json/rows.py its inlined checks. A new
+settings/columns.py validates declarations against it, store/tables.py builds the SQLAlchemy
+types from its Postgres types, spark/transform.py takes its Spark types, a transform's
+writer (executor/transform/arrow_copy.py) how each Postgres type is written as COPY text,
+json/rows.py its inlined checks. A new
 column type is one entry here (and a new format's value rule, a new field). Plain Python:
 the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` and ``array<T>`` (a
 Postgres T[] of a scalar type; jsonb and arrays: documents.py) are parsed here only.
