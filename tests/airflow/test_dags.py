@@ -219,6 +219,14 @@ def test_a_bad_setting_in_the_environment_fails_only_the_dags_it_concerns(
     assert "PIPELINE_SHIP_ENV='sometimes' is not one of auto, always, never" in (
         shipping["error"])
 
+    # A config folder that is not there concerns every DAG: an import error naming it,
+    # rather than no DAGs and no word.
+    nowhere = tmp_path / "nowhere"
+    result, _ = airflow.run("check", env=dag_env(nowhere))
+    assert set(result["import_errors"]) == {"ingest.py", "backfill.py"}
+    assert all(f"PIPELINE_CONFIG_DIR={nowhere} is not a folder" in error
+               for error in result["import_errors"].values())
+
 
 AIRFLOW_TABLE = """
 [airflow]
