@@ -60,10 +60,6 @@ class DagSettings:
     dag: dict[str, Any]  # DAG(...) arguments: schedule, tags, default_args, ...
     task: dict[str, Any]  # PipelineSubmitOperator(...) arguments: connections, problems
 
-    @property
-    def problems(self) -> tuple[str, ...]:
-        return self.task["config_problems"]
-
 
 def dag_settings(pipeline: PipelineConfig, *, scheduled: bool,
                  environ: Mapping[str, str] | None = None) -> DagSettings:
@@ -79,8 +75,10 @@ def dag_settings(pipeline: PipelineConfig, *, scheduled: bool,
         try:
             return timedelta(seconds=given)
         except OverflowError:
-            problems.append(f"{key} = {given} seconds of {pipeline.path} is more than "
-                            "Airflow can wait: use a smaller value")
+            source = (f"[airflow] {key} = {given} of {pipeline.path}" if key in pipeline.airflow
+                      else f"{DEFAULTS[key][0]}={given}")
+            problems.append(f"{source} seconds is more than Airflow can wait: use a smaller "
+                            "value")
             return timedelta(seconds=DEFAULTS[key][1])
 
     for key in pipeline.airflow.keys() - DEFAULTS.keys():
