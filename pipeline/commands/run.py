@@ -52,10 +52,11 @@ def cmd_run(args: argparse.Namespace, settings) -> int:
 
 
 def cmd_init_db(args: argparse.Namespace, settings) -> int:
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     with Store(settings) as store:
-        for name in store.init_db():
+        for name in store.schema.init_db([for_settings(settings)]):
             print(f"applied {name}")
     return EXIT_OK
 
