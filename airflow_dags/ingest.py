@@ -2,7 +2,7 @@
 ### <pipeline>.ingest: scheduled Kafka → Spark → Postgres ingestion
 
 One such DAG per config file in `PIPELINE_CONFIG_DIR`, named after its pipeline. Every run
-submits `pipeline/submit.py run --config <that config> --json` with spark-submit.
+submits `pipeline/submit.py run --config <that config>` with spark-submit.
 The job reads each partition from the next offset stored in Postgres up to the latest
 (last stable) offset and publishes the results, dead letters, its run row and the new
 offsets in **one** transaction: a failed or killed run leaves nothing behind, and the
@@ -18,35 +18,34 @@ no-op (no Spark job). The task's XCom is the job's JSON summary.
   in the way) and `143` terminated → retried with exponential backoff · `2` config,
   `3` data, `1` internal error → the task fails at once, no retry; the job's one-line
   `error: ...` is the failure message. Fix the cause, then clear the task.
+* **A config or setting with a mistake** (the config cannot be read, a schedule Airflow
+  refuses, a bad `PIPELINE_*` value): the task fails at once, before anything is
+  submitted, saying what to fix.
 
 Before the first run: `pipeline init-db --config <config>`. See docs/airflow.md.
 """
 
 from __future__ import annotations
 
-from _common import (
-    PipelineSubmitOperator,
-    connection_ids,
-    dag_settings,
-    pipeline_configs,
-    schedule_of,
-)
 from airflow.sdk import DAG
+from pipeline_airflow.configs import pipeline_configs
+from pipeline_airflow.dag_settings import dag_settings
+from pipeline_airflow.operator import PipelineSubmitOperator
 
 for pipeline in pipeline_configs():
+    settings = dag_settings(pipeline, scheduled=True)
     with DAG(
         dag_id=f"{pipeline.name}.ingest",
         description=f"{pipeline.name}: Kafka offset ranges → Spark → Postgres, results and "
         "offsets in one transaction",
-        schedule=schedule_of(pipeline.airflow),
         doc_md=__doc__,
-        **dag_settings(pipeline.name, pipeline.airflow),
+        **settings.dag,
     ):
         PipelineSubmitOperator(
             task_id="ingest",
-            application_args=["run", "--config", str(pipeline.path), "--json"],
+            application_args=["run", "--config", str(pipeline.path)],
             config=pipeline.path,
-            **connection_ids(pipeline.airflow),
-            doc_md=f"`spark-submit pipeline/submit.py run --config {pipeline.path} --json` with "
-            "the job venv's spark-submit; XCom: the job's JSON summary.",
+            **settings.task,
+            doc_md=f"`spark-submit pipeline/submit.py run --config {pipeline.path}` with the "
+            "job venv's spark-submit; XCom: the job's JSON summary.",
         )

@@ -142,13 +142,14 @@ def init_db(settings: Settings) -> Settings:
     another database (a private stack) keep their URL."""
     from dataclasses import replace
 
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     owner = replace(settings, database_url=TEST_DB_URL) if settings.database_url in (
         TEST_DB_URL, job_db_url()) else settings
     store = Store(owner)
     try:
-        store.init_db()
+        store.schema.init_db([for_settings(owner)])
     finally:
         store.close()
     if owner is settings:

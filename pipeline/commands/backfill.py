@@ -13,7 +13,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.commands.args import OFFSET, PARTITION, add_command, parse_time_ms
-from pipeline.commands.output import print_json, render_table
+from pipeline.commands.output import (
+    add_summary_file,
+    print_json,
+    render_table,
+    write_summary,
+)
 from pipeline.commands.partitions import require_topic, select_partitions
 from pipeline.commands.run import print_summary
 from pipeline.config import Settings
@@ -120,6 +125,8 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         if not ranges:
             print("the requested range holds no offsets: nothing read")
         print("stored offsets unchanged")
+    if args.summary_file:
+        write_summary(result.as_dict(), args.summary_file)
     return EXIT_OK
 
 
@@ -217,4 +224,5 @@ def register(sub) -> None:
                     help="start over even if an earlier invocation of the same backfill was "
                          "interrupted (default: resume with what it did not commit)")
     bf.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    add_summary_file(bf)
     bf.set_defaults(handler=cmd_backfill)

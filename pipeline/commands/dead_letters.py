@@ -33,13 +33,14 @@ def counts_table(counts: list[dict]) -> str:
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     f = selection(args, last=False)
     with Store(settings) as store:
-        store.check_schema()
-        counts = store.dead_letter_counts(f)
-        newest = store.newest_dead_letters(f, args.last or NEWEST)
+        store.schema.check([for_settings(settings)])
+        counts = store.dead_letters.counts(f)
+        newest = store.dead_letters.newest(f, args.last or NEWEST)
     if args.json:
         print_json({"pipeline": settings.name, "filters": f.as_dict(), "by_type": counts,
                     "total": sum(c["count"] for c in counts), "newest": newest})
@@ -61,6 +62,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.commands.offsets import confirm
     from pipeline.driver.replay import run_replay
     from pipeline.driver.replay_records import refusal
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     if why := refusal(settings):
@@ -69,8 +71,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     out = sys.stderr if args.json else sys.stdout
     if not (args.dry_run or args.yes):
         with Store(settings) as store:
-            store.check_schema()
-            counts = store.dead_letter_counts(f)
+            store.schema.check([for_settings(settings)])
+            counts = store.dead_letters.counts(f)
         if not counts:
             print(f"no dead letters of pipeline '{settings.name}' match: nothing to replay",
                   file=out)

@@ -68,12 +68,13 @@ def lag_totals(rows: Sequence[PartitionLag]) -> dict[str, dict[str, int]]:
 
 def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.driver.kafka_meta import KafkaMeta
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.check_schema()
-        rows_db = store.offset_rows()
-        success = store.last_success()
+        store.schema.check([for_settings(settings)])
+        rows_db = store.offsets.rows()
+        success = store.runs.last_success()
     topics = settings.kafka.topics
     kafka = KafkaMeta(settings.kafka).topic_offsets(topics)
     stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows_db}

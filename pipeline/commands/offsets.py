@@ -136,42 +136,47 @@ def confirm(question: str, yes: bool, stdin=None, out=None,
 
 # ---- the commands ------------------------------------------------------------------------
 
-def apply_offset_changes(store, changes: Sequence[OffsetChange], target: Target,
+def apply_offset_changes(store, sink, changes: Sequence[OffsetChange], target: Target,
                          command: str, topic_ids: dict[str, str] | None = None,
                          archive: dict[str, list[str]] | None = None) -> tuple[int, dict]:
     """Record the change as a run of kind 'offsets', then write it (archiving the rows of
-    recreated topics in the same transaction). Caller holds the lock."""
+    recreated topics, in ``sink``'s table, in the same transaction). Caller holds the
+    lock."""
     from pipeline.store.run import Kind
 
     details = {"command": command, "to": str(target), "topic_ids": topic_ids or {},
                "changes": [{"topic": c.topic, "partition": c.partition, "old": c.old,
                             "new": c.new} for c in changes]}
-    run = store.start_run(Kind.OFFSETS, [], details)
+    run = store.runs.start(Kind.OFFSETS, [], details)
     try:
-        archived = store.set_offsets({(c.topic, c.partition): c.new for c in changes}, run,
-                                     topic_ids, archive)
+        archived = store.offsets.change({(c.topic, c.partition): c.new for c in changes}, run,
+                                        topic_ids, archive, sinks=[sink])
     except BaseException as e:
-        store.fail_run(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
-                       getattr(e, "exit_code", 1), {})
+        store.runs.fail(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
+                        getattr(e, "exit_code", 1), {})
         raise
     return run.id, archived
 
 
 def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.driver.kafka_meta import KafkaMeta
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
+    from pipeline.store.archive import archive_table
 
     command = args.offsets_command
     target = parse_target(args.to if args.to is not None else settings.kafka.starting_offsets)
     require_topic(settings, args.topic)
     meta = KafkaMeta(settings.kafka)
+    sink = for_settings(settings)
     with Store(settings) as store:
-        store.check_schema()
+        store.schema.check([sink])
         # Held until we exit: no run can start (or be half-way) while offsets change.
-        store.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
-        stored = store.load_offsets([args.topic])
+        store.locks.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
+        stored = store.offsets.load([args.topic])
         [(topic_id, parts)] = meta.describe([args.topic]).values()
-        old_ids = sorted(store.load_topic_ids([args.topic]).get(args.topic, set()) - {topic_id})
+        old_ids = sorted(store.offsets.topic_ids([args.topic]).get(args.topic, set())
+                         - {topic_id})
         chosen, gone = select_partitions(args.topic, [(args.topic, p) for p in parts],
                                          args.partition, stored)
         if old_ids and args.partition is not None:
@@ -191,7 +196,7 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
         if old_ids:
             print(f"topic '{args.topic}' was deleted and recreated (ID {', '.join(old_ids)} -> "
                   f"{topic_id}): its result rows and dead letters of pipeline "
-                  f"'{settings.name}' will be moved to {store.archive_table()} and "
+                  f"'{settings.name}' will be moved to {archive_table(sink)} and "
                   "pipeline_dead_letters_archived, so that the new topic's records are "
                   "written", file=out)
         if not effective:
@@ -202,17 +207,17 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
         rewound = [(c, span) for c in effective if (span := recounted(c))]
         if rewound and not old_ids:
             c, (start, until) = rewound[0]
-            refused = store.sink.refuses_reread(
+            refused = sink.refuses_reread(
                 f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new} (re-reads "
                 f"offsets [{start}, {until}))")
-            if refused and store.results_hold_rows():
+            if refused and store.results(sink).hold_rows():
                 raise ConfigError(refused)
         if not confirm(f"change {len(effective)} stored offsets of pipeline "
                        f"'{settings.name}'?", args.yes):
             print("cancelled: nothing changed", file=out)
             return EXIT_OK
         run_id, archived = apply_offset_changes(
-            store, effective, target, command, {args.topic: topic_id},
+            store, sink, effective, target, command, {args.topic: topic_id},
             {args.topic: old_ids} if old_ids else None)
         # Still under the lock: a run that starts after us cannot have its newer offsets
         # overwritten in the mirror by ours.
@@ -233,11 +238,12 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_offsets_show(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.check_schema()
-        rows = store.offset_rows()
+        store.schema.check([for_settings(settings)])
+        rows = store.offsets.rows()
     if args.json:
         print_json({"pipeline": settings.name, "offsets": rows})
         return EXIT_OK

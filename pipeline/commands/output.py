@@ -1,12 +1,18 @@
-"""What the commands print: aligned tables for people, JSON for machines. Times are UTC."""
+"""What the commands print: aligned tables for people, JSON for machines (on stdout, or in
+a summary file a scheduler names). Times are UTC."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+log = logging.getLogger("pipeline")
 
 
 def fmt(value: Any) -> str:
@@ -41,3 +47,33 @@ def json_default(value: Any) -> Any:
 def print_json(doc: Any, out=None) -> None:
     """One JSON document on one line (stdout unless ``out``)."""
     print(json.dumps(doc, default=json_default), file=out or sys.stdout)
+
+
+def summary_file(text: str) -> str:
+    """An argparse type: a file to write, in a folder that exists (checked before the run, so
+    that a run is never done and then found to have nowhere to report)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if not text or not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"must be a file in an existing folder (got {text!r})")
+    return text
+
+
+def add_summary_file(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--summary-file", type=summary_file, metavar="PATH",
+        help="write the JSON summary (the document --json prints) to PATH once the run has "
+             "ended, whatever stdout shows: for a scheduler, since under spark-submit stdout "
+             "carries Spark's output too (Airflow's operator reads it there)")
+
+
+def write_summary(doc: Any, path: str) -> None:
+    """The summary to its file, whole or not at all (written beside it, then renamed): the
+    reader never sees half a document. The run is over when this is called: a file that
+    cannot be written is logged, not a failure of the run (its results are committed)."""
+    partial = f"{path}.partial"
+    try:
+        with open(partial, "w") as f:
+            json.dump(doc, f, default=json_default)
+        os.replace(partial, path)
+    except OSError as e:
+        log.warning("the run's summary could not be written to %s: %s", path, e.strerror or e)

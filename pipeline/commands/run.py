@@ -7,7 +7,12 @@ import argparse
 import sys
 
 from pipeline.commands.args import add_command
-from pipeline.commands.output import print_json, render_table
+from pipeline.commands.output import (
+    add_summary_file,
+    print_json,
+    render_table,
+    write_summary,
+)
 from pipeline.errors import EXIT_OK
 
 RUN_HELP = ("Read every partition from its stored next offset up to the latest (or last "
@@ -17,8 +22,7 @@ RUN_EXAMPLES = """\
 examples:
   pipeline run --config conf/local.toml --dry-run     # print the plan, change nothing
   pipeline run --config conf/local.toml --json        # one JSON summary on stdout
-  spark-submit --jars "$(ls .jars/spark/*.jar | paste -sd,)" \\
-      pipeline/submit.py run --config conf/local.toml
+  spark-submit pipeline/submit.py run --config conf/local.toml --summary-file run.json
 """
 
 INIT_DB_HELP = ("Create the pipeline's tables (idempotent: applies sql/*.sql in order, then "
@@ -42,14 +46,17 @@ def cmd_run(args: argparse.Namespace, settings) -> int:
         print_plan(result)
     else:
         print_summary(result)
+    if args.summary_file:
+        write_summary(result.as_dict(), args.summary_file)
     return EXIT_OK
 
 
 def cmd_init_db(args: argparse.Namespace, settings) -> int:
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     with Store(settings) as store:
-        for name in store.init_db():
+        for name in store.schema.init_db([for_settings(settings)]):
             print(f"applied {name}")
     return EXIT_OK
 
@@ -90,6 +97,7 @@ def register(sub) -> None:
     run.add_argument("--dry-run", action="store_true",
                      help="print the plan (partition, stored, from, until) and change nothing")
     run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    add_summary_file(run)
     run.set_defaults(handler=cmd_run)
     init = add_command(sub, "init-db", INIT_DB_HELP, examples=INIT_DB_EXAMPLES)
     init.add_argument("--json", action="store_true", help=argparse.SUPPRESS)

@@ -34,11 +34,12 @@ def duration(run: dict[str, Any]) -> str | None:
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.check_schema()
-        runs = store.list_runs(args.last, args.status, args.kind)
+        store.schema.check([for_settings(settings)])
+        runs = store.runs.newest(args.last, args.status, args.kind)
     if args.json:
         print_json({"pipeline": settings.name, "runs": runs})
         return EXIT_OK

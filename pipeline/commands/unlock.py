@@ -1,7 +1,7 @@
 """``pipeline unlock``: who holds a pipeline's run lock; end that session only when the run
 behind it is really gone.
 
-The lock is a session advisory lock (store.Store.try_lock): it lasts as long as the
+The lock is a session advisory lock (store/locks.py, Locks.try_lock): it lasts as long as the
 connection of the run that took it. A driver that crashes closes that connection and
 frees the lock at once. A driver host that vanishes (power, network) leaves it open until
 the server's keepalives give up (about 90 s with our settings; hours with the kernel's
@@ -54,10 +54,10 @@ def lock_holders(store) -> list[LockHolder]:
     """The sessions holding the pipeline's locks (ingest, backfill), with their runs."""
     holders = []
     for family in ("ingest", "backfill"):
-        session = store.lock_session(family)
+        session = store.locks.lock_session(family)
         if session is None or any(h.session_pid == session["session_pid"] for h in holders):
             continue  # an 'offsets' change holds both: one holder
-        run = store.running_run(family) or {}
+        run = store.locks.running_run(family) or {}
         holders.append(LockHolder(**session, family=family, run_id=run.get("run_id"),
                                   kind=run.get("kind"), host=run.get("host"),
                                   pid=run.get("pid"), run_started=run.get("started_at")))
@@ -96,10 +96,11 @@ def verdict(holder: LockHolder, this_host: str, force: bool) -> tuple[bool, str]
 
 
 def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.check_schema()
+        store.schema.check([for_settings(settings)])
         holders = lock_holders(store)
         if not holders:
             return _report(args, {"pipeline": settings.name, "locked": False, "ended": []},
@@ -113,7 +114,7 @@ def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
                 refused.append(f"its {holder.family} lock stays: {why}")
                 continue
             try:
-                done = store.end_session(holder.session_pid)
+                done = store.locks.end_session(holder.session_pid)
             except Exception as e:  # noqa: BLE001 - a privilege is the usual cause
                 raise ConfigError(f"could not end Postgres session {holder.session_pid} "
                                   f"({str(e).strip().splitlines()[0]}): connect as its owner, "
@@ -121,8 +122,8 @@ def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
             if done:
                 ended.append({**asdict(holder), "why": why})
                 # The lock is ours to take now: mark the dead run abandoned, drop its staging.
-                if store.try_lock(holder.family):
-                    abandoned += store.abandon_stale_runs((holder.family,))
+                if store.locks.try_lock(holder.family):
+                    abandoned += store.runs.abandon_stale((holder.family,))
         if refused:
             raise ConflictError(f"pipeline '{settings.name}': " + "; ".join(refused))
         return _report(args, {"pipeline": settings.name, "locked": True, "ended": ended,

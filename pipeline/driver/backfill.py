@@ -18,7 +18,7 @@ from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
 from pipeline.driver.signals import StopSignals
 from pipeline.errors import ConfigError, PipelineError, Terminated
 from pipeline.plan.offsets import OffsetRange, check_topic_ids, chunk_ranges, subtract_ranges
-from pipeline.sinks import for_settings as sink_of
+from pipeline.sinks import for_settings
 from pipeline.store import Store
 
 log = logging.getLogger("pipeline")
@@ -84,17 +84,18 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
               signals: StopSignals | None, requested: dict | None, timer: Timer,
               seen: Seen, *, key: dict, restart: bool = False,
               dry_run: bool = False) -> BackfillResult:
-    if refused := sink_of(settings).refuses_reread(f"a {kind}"):
+    sink = for_settings(settings)
+    if refused := sink.refuses_reread(f"a {kind}"):
         raise ConfigError(refused)
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
     try:
         # One lock for the whole sequence: no second backfill between two chunks.
-        store.ready_for(kind, ("backfill",), lock=not dry_run)
+        additions = store.ready_for(kind, [sink], ("backfill",), lock=not dry_run)
         topics = sorted({r.topic for r in ranges})
         topic_ids = meta.topic_ids(topics)
         # Rows of a recreated topic that was not reset would mix two topics' records.
-        check_topic_ids(store.load_topic_ids(topics), topic_ids,
+        check_topic_ids(store.offsets.topic_ids(topics), topic_ids,
                         f"this pipeline's offsets and rows of '{'/'.join(topics)}'")
         plan = plan_backfill_chunks(settings, store, kind, ranges, key, restart)
         timer.lap("plan")
@@ -127,11 +128,11 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
                            "sequence": {"id": plan.sequence, "key": plan.key, "chunk": i,
                                         "chunks": total, "ranges": [
                                             r.as_dict(count=False) for r in plan.ranges]}}
-                run = store.start_run(kind, chunk, details)
+                run = store.runs.start(kind, chunk, details)
                 run_id = run.id
                 seen.started(run_id)
-                done = execute_ranges(settings, store, meta, run, chunk, [], Timer(), signals,
-                                      topic_ids=topic_ids)
+                done = execute_ranges(settings, store, sink, meta, run, chunk, [], Timer(),
+                                      signals, topic_ids=topic_ids, additions=additions)
             except BaseException as e:
                 # A stop can reach us after the chunk's COMMIT (e.g. while it mirrors).
                 committed = i - 1 + _chunk_committed(store, run_id)
@@ -170,7 +171,7 @@ def _chunk_committed(store: Store, run_id: int | None) -> int:
     if run_id is None:
         return 0
     try:
-        return int(store.run_status(run_id) == "succeeded")
+        return int(store.runs.status(run_id) == "succeeded")
     except Exception:  # noqa: BLE001 - the database may be what failed: claim nothing
         return 0
 
@@ -206,10 +207,10 @@ def plan_backfill_chunks(settings: Settings, store: Store, kind: str,
         return chunk_ranges(todo, max_records_per_partition=k.max_records_per_partition,
                             max_records_per_run=k.max_records_per_run)
 
-    sequence = None if restart else store.last_sequence(kind, key)
+    sequence = None if restart else store.runs.last_sequence(kind, key)
     if sequence is not None:
         asked = [OffsetRange.from_dict(d) for d in sequence["ranges"]]
-        committed = store.sequence_committed(kind, sequence["id"])
+        committed = store.runs.sequence_committed(kind, sequence["id"])
         done = [OffsetRange.from_dict(d) for planned in committed for d in planned]
         left = subtract_ranges(asked, done)
         if left and committed:

@@ -18,10 +18,12 @@ from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.errors import DataError
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
+from pipeline.sinks import Sink, for_settings
 from pipeline.sinks.upsert import partitions_added
 from pipeline.spark import errors as spark_errors
 from pipeline.spark.launch import start_spark
 from pipeline.store import Store
+from pipeline.store.evolve import Addition
 from pipeline.store.run import Kind, Run
 
 log = logging.getLogger("pipeline")
@@ -41,14 +43,15 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
 def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, timer: Timer,
             seen: Seen) -> RunResult:
     meta = KafkaMeta(settings.kafka)
+    sink = for_settings(settings)
     store = Store(settings)
     try:
-        store.ready_for("run", lock=not dry_run)
-        stored = store.load_offsets(settings.kafka.topics)
+        additions = store.ready_for("run", [sink], lock=not dry_run)
+        stored = store.offsets.load(settings.kafka.topics)
         kafka = meta.topic_offsets(settings.kafka.topics)
         seen.latest = {(k.topic, k.partition): k.latest for k in kafka}
         plan = plan_ranges(
-            stored, kafka, stored_topic_ids=store.load_topic_ids(settings.kafka.topics),
+            stored, kafka, stored_topic_ids=store.offsets.topic_ids(settings.kafka.topics),
             starting_offsets=settings.kafka.starting_offsets,
             max_records_per_partition=settings.kafka.max_records_per_partition,
             max_records_per_run=settings.kafka.max_records_per_run,
@@ -66,42 +69,45 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
                         gap, extra={"event": "plan.data_loss_skipped", **gap.as_dict()})
         for topic, (had, added) in partitions_added(stored, kafka).items():
             log.info("topic %s grew: partitions %s are new to the pipeline (it had read %s)%s",
-                     topic, added, had, store.sink.growth_note(),
+                     topic, added, had, sink.growth_note(),
                      extra={"event": "plan.partitions_added", "topic": topic, "added": added})
         faults.inject("after_plan")
         if dry_run:
             return RunResult("ingest", "planned", None, planned, lost)
         if plan.is_empty:
             # Nothing to read, no offset to move: no Spark, no write transaction.
-            run_id = store.record_noop(Kind.INGEST, plan.partitions, timer.as_dict())
+            run_id = store.runs.record_noop(Kind.INGEST, plan.partitions, timer.as_dict())
             seen.started(run_id)
             log.info("run %s: nothing new to read", run_id, extra={"event": "run.noop"})
             return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
-        run = store.start_run(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
+        run = store.runs.start(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
         seen.started(run.id)
-        result = execute_ranges(settings, store, meta, run, plan.ranges, plan.offset_updates,
-                                timer, signals, topic_ids=plan.topic_ids)
+        result = execute_ranges(settings, store, sink, meta, run, plan.ranges,
+                                plan.offset_updates, timer, signals, topic_ids=plan.topic_ids,
+                                additions=additions)
         result.plan, result.lost = planned, lost
         return result
     finally:
         store.close()
 
 
-def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
+def execute_ranges(settings: Settings, store: Store, sink: Sink, meta: KafkaMeta, run: Run,
                    ranges: Sequence[OffsetRange], offset_updates: Sequence[PlannedPartition],
                    timer: Timer, signals: StopSignals | None,
-                   topic_ids: dict[str, str] | None = None) -> RunResult:
-    """Read and stage ``ranges``, then publish them with ``offset_updates``; ``topic_ids``:
-    the Kafka topic IDs the ranges were planned on, checked again after the read."""
+                   topic_ids: dict[str, str] | None = None,
+                   additions: Sequence[Addition] = ()) -> RunResult:
+    """Read and stage ``ranges``, then publish them into ``sink`` with ``offset_updates``;
+    ``topic_ids``: the Kafka topic IDs the ranges were planned on, checked again after the
+    read; ``additions``: the columns sink.evolve adds first (Store.ready_for planned them)."""
     signals = signals or StopSignals()
     run_id, kind = run.id, str(run.kind)
     try:
-        if ranges and store.additions:
+        if ranges and additions:
             # sink.evolve: before anything is read, in short transactions of their own, so
             # that readers of the table never queue behind a publishing transaction
             # (store/evolve.py).
-            store.add_columns(run_id)
-        store.create_staging(run)
+            store.evolution.add_columns(run_id, additions)
+        store.staging.create(run)
         sc = None
         if ranges:
             sc = start_spark(settings, sum(r.count for r in ranges))
@@ -112,7 +118,7 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
         # A transform's wire is chosen from its output's types (stage_transformed).
         binary = None if settings.sink.transform else binary_rows(
             settings.sink.record_format, [(c.name, c.type) for c in settings.sink.columns])
-        with Publisher(store, run, ranges, binary=binary) as publisher:
+        with Publisher(store, sink, run, ranges, binary=binary) as publisher:
             if sc is not None:
                 overlapped(lambda: publisher.expect_readers(
                     stage(sc, settings, run, ranges, publisher.choose_wire)),
@@ -159,8 +165,8 @@ def execute_ranges(settings: Settings, store: Store, meta: KafkaMeta, run: Run,
             e = signals.stop_error(caught)
             try:
                 message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
-                store.fail_run(run, message, getattr(e, "exit_code", 1), timer.as_dict())
-                store.drop_staging(run)
+                store.runs.fail(run, message, getattr(e, "exit_code", 1), timer.as_dict())
+                store.staging.drop(run)
             except Exception:  # noqa: BLE001 - the database may be the thing that failed
                 log.debug("could not record the failure of run %s", run_id, exc_info=True)
         if e is caught:

@@ -37,13 +37,14 @@ from psycopg import sql
 from sqlalchemy.schema import CreateTable
 
 from pipeline import faults
-from pipeline.driver.database import db_errors
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, reader_part
 from pipeline.formats.wire import binary as copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
+from pipeline.sinks import Sink
 from pipeline.store import Store, tables
 from pipeline.store.copy_in import copy_statement
+from pipeline.store.database import db_errors
 from pipeline.store.identifiers import identifiers
 from pipeline.store.run import Run
 
@@ -79,19 +80,21 @@ class Publisher:
     """``with Publisher(...) as pub: pub.take() ...; pub.staged(); pub.finish(...)``:
     finish() commits; leaving the context without it, or with an error, rolls back."""
 
-    def __init__(self, store: Store, run: Run, ranges: Sequence[OffsetRange],
+    def __init__(self, store: Store, sink: Sink, run: Run, ranges: Sequence[OffsetRange],
                  binary: bool | None = False):
-        """``binary``: the staged result blobs are COPY binary tuples (registry.binary_rows),
+        """``sink``: the results table's (the run's rows land through its merge).
+        ``binary``: the staged result blobs are COPY binary tuples (registry.binary_rows),
         else COPY text lines; None: a transform's run, whose driver says which with
         ``choose_wire`` once the transform's plan is built, before any blob is staged
         (the COPY then opens when the first blobs are taken)."""
         self.store, self.run, self.binary = store, run, binary
+        self.sink, self.results = sink, store.results(sink)
+        self.settings = sink.settings  # [sink]
         self.ranges = list(ranges)
         self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
         self.readers = 0  # a transform's read tasks, staged under staging.reader_part's parts
         self.staging = run.staging
-        self.cols = identifiers(c.name for c in tables.written(store.records))
-        self.sink = store.settings.sink
+        self.cols = identifiers(c.name for c in tables.written(sink.records))
         self.finished = False
         self.started = time.monotonic()
 
@@ -112,11 +115,12 @@ class Publisher:
             # ranges hold no row yet (the usual case); otherwise the rows go through a temp
             # table and the sink's merge (pipeline/sinks/). Columns sink.evolve adds are
             # there already (driver/job.py added them before the read).
-            self.direct = (store.sink.copies_directly(self.run)
-                           and not store.ranges_hold_rows(self.ranges))
-            target = store.t(store.results.name) if self.direct else sql.Identifier(_ROWS)
+            self.direct = (self.sink.copies_directly(self.run)
+                           and not self.results.hold_rows_in(self.ranges))
+            target = (store.t(self.sink.results.name) if self.direct
+                      else sql.Identifier(_ROWS))
             if not self.direct:
-                store.run(CreateTable(tables.record_batch(self.sink, _ROWS)))
+                store.run(CreateTable(tables.record_batch(self.settings, _ROWS)))
             self._target = target
             self._cur = self.conn.cursor()
             if self.binary is not None:
@@ -251,7 +255,7 @@ class Publisher:
         missing = [i for i in range(self.readers) if reader_part(i) not in self.parts]
         if missing:
             raise ConfigError(
-                f"[sink] transform {self.sink.transform!r} did not read all of its input: "
+                f"[sink] transform {self.settings.transform!r} did not read all of its input: "
                 f"{len(missing)} of {self.readers} read tasks were never read to their end "
                 "(a limit(), take() or sample of the input?); a transform must read every "
                 "record it is given (filter rows instead of limiting them), then rerun; "
@@ -286,12 +290,12 @@ class Publisher:
                 self._tombstones()
             # The one lock order of every publishing transaction: the sink's merge lock,
             # the results, the dead-letter lock, the dead letters (store/dead_letters.py).
-            store.sink.lock_merges(conn)
+            self.sink.lock_merges(conn)
             if run.overwrite:
-                store.clear_rows(self.ranges)
+                self.results.clear(self.ranges)
             if not self.direct:
                 self._check_one_row_per_record()
-                merged = store.sink.merge(conn, _ROWS, run)
+                merged = self.sink.merge(conn, _ROWS, run)
                 rows_written, rows_deleted = merged.rows, merged.deleted
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
             records_read = sum(sum(v.values()) for v in staged.values())
@@ -305,17 +309,17 @@ class Publisher:
             per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
             # The ledger, from the same attempts (a transform's: the read tasks' summaries,
             # the writers' rows inside each range).
-            store.record_ranges(run, self.parts, transformed=bool(self.readers))
-            store.compare_and_set_offsets(run, offset_updates, topic_ids)
+            store.ledger.record(run, self.parts, transformed=bool(self.readers))
+            store.offsets.compare_and_set(run, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.
             publish = round(time.monotonic() - tail_started, 3)
             timings = {**timings, "publish": publish,
                        "total": round(timings.get("total", 0) + publish, 3)}
-            store.succeed_run(run, records_read=records_read, rows_written=rows_written,
-                              dead_letters=dead_written, per_partition=per_partition,
-                              timings=timings, rows_deleted=rows_deleted)
-            store.drop_staging(run)
+            store.runs.succeed(run, records_read=records_read, rows_written=rows_written,
+                               dead_letters=dead_written, per_partition=per_partition,
+                               timings=timings, rows_deleted=rows_deleted)
+            store.staging.drop(run)
         self.finished = True
         self._tx.__exit__(None, None, None)  # COMMIT: from here on, the run is published
         return Published(records_read, rows_written, rows_deleted, dead_written,
@@ -324,8 +328,8 @@ class Publisher:
     # ---- a transform's rows: one per Kafka record -------------------------------------
     def _two_rows(self, topic: str, partition: int, offset: int, rows: str) -> ConfigError:
         return ConfigError(
-            f"[sink] transform {self.sink.transform!r} returned {rows} for the record "
-            f"{topic}[{partition}] offset {offset}; the results table {self.sink.table} holds "
+            f"[sink] transform {self.settings.transform!r} returned {rows} for the record "
+            f"{topic}[{partition}] offset {offset}; the results table {self.settings.table} holds "
             "one row per Kafka record (keyed by topic, partition, offset): make the transform "
             "return at most one row per input row (keep several values in an array column), "
             f"then rerun; run {self.run.id} rolled back, nothing committed")
@@ -334,7 +338,7 @@ class Publisher:
         """Before the merge: a transform's second row for an offset would be dropped by
         ON CONFLICT DO NOTHING (or fail a reprocess's DO UPDATE) instead of being named, and
         a null key would fail the merge without naming the record."""
-        if not self.sink.transform:
+        if not self.settings.transform:
             return  # the built-in sinks write one line per record
         found = self.conn.execute(sql.SQL(
             'SELECT topic, "partition", "offset", count(*) FROM {} GROUP BY 1, 2, 3 '
@@ -342,18 +346,18 @@ class Publisher:
                 sql.Identifier(_ROWS))).fetchone()
         if found:
             raise self._two_rows(found[0], found[1], found[2], f"{found[3]} rows")
-        if not self.sink.key:
+        if not self.settings.key:
             return
         # An upsert key or aggregate group_by the transform made null: no row can hold it.
         null = self.conn.execute(sql.SQL(
             'SELECT topic, "partition", "offset" FROM {} WHERE {} ORDER BY 1, 2, 3 LIMIT 1'
         ).format(sql.Identifier(_ROWS), sql.SQL(" OR ").join(
-            sql.SQL("{} IS NULL").format(sql.Identifier(k)) for k in self.sink.key))
+            sql.SQL("{} IS NULL").format(sql.Identifier(k)) for k in self.settings.key))
         ).fetchone()
         if null:
             raise ConfigError(
-                f"[sink] transform {self.sink.transform!r} returned a null "
-                f"{'/'.join(self.sink.key)} (the sink's key) for the record {null[0]}"
+                f"[sink] transform {self.settings.transform!r} returned a null "
+                f"{'/'.join(self.settings.key)} (the sink's key) for the record {null[0]}"
                 f"[{null[1]}] offset {null[2]}; make the transform keep a value there (or "
                 f"filter the row out), then rerun; run {self.run.id} rolled back, nothing "
                 "committed")
@@ -367,15 +371,15 @@ class Publisher:
             yield
         except psycopg.errors.UniqueViolation as e:
             key = _KEY_DETAIL.match(e.diag.message_detail or "")
-            if not (self.sink.transform and self.direct and key
-                    and e.diag.table_name == self.store.results.name):
+            if not (self.settings.transform and self.direct and key
+                    and e.diag.table_name == self.sink.results.name):
                 raise
             topic, partition, offset = key[1], int(key[2]), int(key[3])
             # take() reads inside its own transaction on the reader; finish() outside one.
             with nullcontext() if self._reader.in_transaction() else self._reader.begin():
                 committed = self._read.execute(sql.SQL(
                     'SELECT 1 FROM {} WHERE topic = %s AND "partition" = %s AND "offset" = %s'
-                ).format(self.store.t(self.store.results.name)),
+                ).format(self.store.t(self.sink.results.name)),
                     (topic, partition, offset)).fetchone()
             if committed:
                 raise
@@ -383,7 +387,7 @@ class Publisher:
 
     def _tombstones(self) -> None:
         """An upsert sink's tombstones, into the rows' temp table (flagged _tombstone)."""
-        cols = identifiers(tables.tombstone_columns(self.sink))
+        cols = identifiers(tables.tombstone_columns(self.settings))
         with self.conn.cursor() as cur, cur.copy(copy_statement(
                 sql.Identifier(_ROWS), cols)) as cp, self._reader.begin():
             self._stream(TOMBSTONE, self.parts, cp)
@@ -394,20 +398,21 @@ class Publisher:
         a replay would); a reprocess clears the rest of its ranges'; then the run's own
         dead letters, never beside a row. Returns how many the run wrote."""
         store, conn, run = self.store, self.conn, self.run
-        store.lock_dead_letters(conn)
-        if store.dead_letters_in_ranges(self.ranges):
+        dead = store.dead_letters
+        dead.lock(conn)
+        if dead.in_ranges(self.ranges):
             rows = (sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
-                store.t(store.results.name)) if self.direct else
+                store.t(self.sink.results.name)) if self.direct else
                 sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
                     sql.Identifier(_ROWS)))
-            if moved := store.move_dead_letters_of_rows(run.id, rows, self.ranges):
-                store.add_run_details(run.id, {"dead_letters_replayed": moved})
+            if moved := dead.move_of_rows(run.id, rows, self.ranges):
+                store.runs.add_details(run.id, {"dead_letters_replayed": moved})
                 log.info("run %s: %d dead letters of its ranges are rows now; moved to "
                          "pipeline_dead_letters_replayed", run.id, moved,
                          extra={"event": "publish.dead_letters_replayed", "run_id": run.id,
                                 "moved": moved})
             if run.overwrite:
-                store.clear_dead_letters(self.ranges)
+                dead.clear(self.ranges)
         if not staged_dead:
             return 0
         store.run(CreateTable(tables.dead_letter_batch(_DEAD)))
@@ -415,9 +420,9 @@ class Publisher:
         with conn.cursor() as cur, cur.copy(copy_statement(
                 sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
             self._stream(DEAD, self.parts, cp)
-        kept, first = store.dead_letters_beside_rows(_DEAD)
+        kept, first = dead.beside_rows(_DEAD, [self.sink])
         if kept:
-            store.add_run_details(run.id, {"rows_kept_over_dead_letters": kept})
+            store.runs.add_details(run.id, {"rows_kept_over_dead_letters": kept})
             log.warning(
                 "run %s: %d records failed again but their offsets already have result rows "
                 "(first: %s); the rows are kept and no dead letter is written - an offset is "
@@ -425,5 +430,5 @@ class Publisher:
                 "the rows)", run.id, kept,
                 ", ".join(f"{t}[{p}]@{o}" for t, p, o in first),
                 extra={"event": "publish.rows_kept", "run_id": run.id, "kept": kept})
-        return conn.execute(store.merge_dead_letters_sql(_DEAD, run.overwrite),
+        return conn.execute(dead.merge_sql(_DEAD, run.overwrite, [self.sink]),
                             (store.pipeline, run.id)).rowcount

@@ -19,6 +19,7 @@ with the columns evolve would add; then rolls back. Its counts are the real run'
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from typing import Any
@@ -32,10 +33,13 @@ from pipeline.driver.replay_records import decode, refusal
 from pipeline.driver.report import Timer
 from pipeline.errors import ConfigError
 from pipeline.plan.offsets import OffsetRange
+from pipeline.sinks import Sink, for_settings
 from pipeline.store import Store, tables
 from pipeline.store.copy_in import copy_in
-from pipeline.store.dead_letters import REFAILED, DeadLetterFilter
+from pipeline.store.dead_letters import DeadLetterFilter
+from pipeline.store.evolve import Addition
 from pipeline.store.identifiers import identifiers
+from pipeline.store.replay import REFAILED
 from pipeline.store.run import Kind, Run
 
 log = logging.getLogger("pipeline")
@@ -73,29 +77,31 @@ def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
     if why := refusal(settings):
         raise ConfigError(why)
     timer = Timer()
+    sink = for_settings(settings)
     with Store(settings) as store:
-        store.check_schema()
-        store.check_results_table()  # the fixed config's columns must be the table's
+        store.schema.check([sink])
+        # The fixed config's columns must be the table's.
+        additions = store.schema.check_results_tables([sink])
         if dry_run:  # no lock, no run row, no ALTER: computed, then rolled back
             run = Run(0, Kind.REPLAY, settings.name, settings.schema)
             report = ReplayReport(settings.name, None, True)
             try:
-                _replay(store, settings, run, f, report, timer)
+                _replay(store, sink, settings, run, f, report, timer, additions)
             except _DryRun:  # as the replay: columns only if it has dead letters to replay
-                report.columns_added = [a.column for a in store.missing_additions()]
+                report.columns_added = [a.column for a in store.evolution.missing(additions)]
             return report
-        store.lock_or_fail("dead-letter replay", families=REPLAY_FAMILIES)
-        store.abandon_stale_runs(REPLAY_FAMILIES)
-        run = store.start_run(Kind.REPLAY, details={"filters": f.as_dict()})
+        store.locks.lock_or_fail("dead-letter replay", families=REPLAY_FAMILIES)
+        store.runs.abandon_stale(REPLAY_FAMILIES)
+        run = store.runs.start(Kind.REPLAY, details={"filters": f.as_dict()})
         report = ReplayReport(settings.name, run.id, False)
         try:
-            if store.additions and store.dead_letter_counts(f):  # sink.evolve, on its own
-                report.columns_added = store.add_columns(run.id)
-            _replay(store, settings, run, f, report, timer)
+            if additions and store.dead_letters.counts(f):  # sink.evolve, on its own
+                report.columns_added = store.evolution.add_columns(run.id, additions)
+            _replay(store, sink, settings, run, f, report, timer, additions)
         except BaseException as e:
             try:
-                store.fail_run(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
-                               getattr(e, "exit_code", 1), timer.as_dict())
+                store.runs.fail(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
+                                getattr(e, "exit_code", 1), timer.as_dict())
             except Exception:  # noqa: BLE001 - the database may be what failed
                 log.debug("could not record the failure of run %s", run.id, exc_info=True)
             raise
@@ -107,29 +113,29 @@ def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
     return report
 
 
-def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
-            report: ReplayReport, timer: Timer) -> None:
+def _replay(store: Store, sink: Sink, settings: Settings, run: Run, f: DeadLetterFilter,
+            report: ReplayReport, timer: Timer, additions: Sequence[Addition]) -> None:
     from pipeline.errors import TaskError
     from pipeline.executor.task import EncoderSettings
     from pipeline.spark.errors import task_error
 
-    sink, dry = settings.sink, report.dry_run
+    dry, replay = report.dry_run, store.replay
     # The executors' encoder, built as job.stage_ranges builds it: the same rows.
     encoder = EncoderSettings.for_settings(settings, run.id).encoder()
     with store.transaction() as conn:
         store.set_timeouts(conn)
-        report.chosen = store.choose_dead_letters(f, lock=not dry)
+        report.chosen = replay.choose(f, lock=not dry)
         if not report.chosen:
             log.info("replay: no dead letter of pipeline '%s' matches %s", settings.name,
                      f.as_dict() or "(all)")
             if not dry:
-                store.finish_noop(run.id, timer.as_dict())
+                store.runs.finish_noop(run.id, timer.as_dict())
             return
-        store.run(CreateTable(tables.record_batch(sink, ROWS)))
-        store.refailed_table()
-        cols = identifiers(c.name for c in tables.written(store.records))
+        store.run(CreateTable(tables.record_batch(sink.settings, ROWS)))
+        replay.refailed_table()
+        cols = identifiers(c.name for c in tables.written(sink.records))
         spans: dict[tuple[str, int], list[int]] = {}
-        for page in store.chosen_pages():
+        for page in replay.chosen_pages():
             for (topic, partition), group in groupby(page, key=lambda r: (r[0], r[1])):
                 rows = list(group)
                 try:
@@ -137,7 +143,8 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
                 except TaskError as e:  # the avro format's schema source failed as a whole
                     raise task_error(e) from None
                 _copy(conn, ROWS, cols, d.rows, encoder.binary)
-                _copy(conn, ROWS, identifiers(tables.tombstone_columns(sink)), d.tombstones)
+                _copy(conn, ROWS, identifiers(tables.tombstone_columns(sink.settings)),
+                      d.tombstones)
                 _copy(conn, REFAILED, identifiers(c.name for c in tables.DEAD_LETTER_FIELDS),
                       d.dead)
                 name = f"{topic}[{partition}]"
@@ -154,35 +161,35 @@ def _replay(store: Store, settings: Settings, run: Run, f: DeadLetterFilter,
                                 "to": rows[-1][2], "replayed": len(d.replayed),
                                 "still_failing": len(d.failing)})
         if dry:  # the sink's own merge, into private copies: the real run's counts
-            merged = store.shadow_sink(conn, ROWS).merge(conn, ROWS, run)
+            merged = store.shadow.of(sink, conn, ROWS, additions).merge(conn, ROWS, run)
         else:  # the one lock order: merge lock, results, dead-letter lock, dead letters
-            store.sink.lock_merges(conn)
-            merged = store.sink.merge(conn, ROWS, run)
+            sink.lock_merges(conn)
+            merged = sink.merge(conn, ROWS, run)
         report.rows_written, report.rows_deleted = merged.rows, merged.deleted
         report.still_failing_by_type = dict(conn.execute(sql.SQL(
             "SELECT error_type, count(*) FROM {} GROUP BY 1 ORDER BY 2 DESC").format(
                 sql.Identifier(REFAILED))).fetchall())
         if dry:
-            report.replayed = store.count_replayed()
-            report.reasons_changed = store.count_refailed_changed()
+            report.replayed = replay.count_replayed()
+            report.reasons_changed = replay.count_refailed_changed()
             report.still_failing = report.chosen - report.replayed
             raise _DryRun
-        store.lock_dead_letters(conn)
-        report.replayed = store.move_replayed(run.id)
-        report.reasons_changed = store.update_refailed()
+        store.dead_letters.lock(conn)
+        report.replayed = replay.move_replayed(run.id)
+        report.reasons_changed = replay.update_refailed()
         report.still_failing = report.chosen - report.replayed
         faults.inject("replay_before_commit")
         timer.lap("replay")
-        store.set_planned(run.id, [OffsetRange(t, p, lo, hi + 1)
-                                   for (t, p), (lo, hi) in sorted(spans.items())])
-        store.add_run_details(run.id, {"replayed": report.replayed,
-                                       "reasons_changed": report.reasons_changed,
-                                       "still_failing_by_type": report.still_failing_by_type})
+        store.runs.set_planned(run.id, [OffsetRange(t, p, lo, hi + 1)
+                                        for (t, p), (lo, hi) in sorted(spans.items())])
+        store.runs.add_details(run.id, {"replayed": report.replayed,
+                                        "reasons_changed": report.reasons_changed,
+                                        "still_failing_by_type": report.still_failing_by_type})
         # Last: its finished_at is the clock's as the transaction ends.
-        store.succeed_run(run, records_read=report.chosen, rows_written=merged.rows,
-                          dead_letters=report.still_failing,
-                          per_partition=report.per_partition, timings=timer.as_dict(),
-                          rows_deleted=merged.deleted)
+        store.runs.succeed(run, records_read=report.chosen, rows_written=merged.rows,
+                           dead_letters=report.still_failing,
+                           per_partition=report.per_partition, timings=timer.as_dict(),
+                           rows_deleted=merged.deleted)
     # COMMIT: the rows, the moved and updated dead letters and the run row, at once.
 
 

@@ -234,9 +234,11 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto",
     from pipeline.driver import verify_spark
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.executor.consume import reader_config
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
     check_supported(settings)
+    sink = for_settings(settings)
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
     # Counts the aborted records among the skipped offsets (not needed when the pipeline
@@ -246,10 +248,10 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto",
     meta = KafkaMeta(k)
     reports = []
     with Store(settings) as store:
-        store.check_schema()
+        store.schema.check([sink])
         with store.snapshot():  # what to verify: the windows re-read it in their snapshots
             ranges, _ = published_ranges(store)
-            in_tables = store.table_partitions()
+            in_tables = store.verification.table_partitions([sink.results])
         selected = {tp: ranges.get(tp, []) for tp in sorted(set(ranges) | in_tables)
                     if filters.topic in (None, tp[0]) and filters.partition in (None, tp[1])}
         compacted = meta.compacted(sorted({t for t, _ in selected})) if selected else {}
@@ -257,7 +259,7 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto",
                       for r in clip(rs, filters.window(*tp).from_offset,
                                     filters.window(*tp).until_offset))  # to verify
         hash_spans, span_offsets = verify_spark.hashing(settings, spark, offsets, reader)
-        check = WindowCheck(store, meta, reader, uncommitted, k.timeout_seconds,
+        check = WindowCheck(store, sink.results, meta, reader, uncommitted, k.timeout_seconds,
                             bool(settings.sink.transform), hash_spans, span_offsets)
         for i, ((topic, partition), rs) in enumerate(selected.items(), 1):
             window = filters.window(topic, partition)
@@ -283,8 +285,8 @@ def published_ranges(store, tp: tuple[str, int] | None = None
                      ) -> tuple[dict[tuple[str, int], list[OffsetRange]], dict[str, int]]:
     """In the open snapshot: what succeeded runs published (of ``tp`` only, if given), and
     the runs that archived a recreated topic."""
-    plans = store.published_plans(tp)
-    archived = store.archiving_runs()
+    plans = store.verification.published_plans(tp)
+    archived = store.verification.archiving_runs()
     return published([p for _, p in plans], archived, [run_id for run_id, _ in plans]), archived
 
 
@@ -305,6 +307,7 @@ class WindowCheck:
     """What verifying one window of a partition needs (run_verify's context)."""
 
     store: Any
+    results: Any  # the results table (a SQLAlchemy Table)
     meta: Any
     reader: dict
     uncommitted: dict | None  # a read_uncommitted reader (None: the pipeline's is)
@@ -352,6 +355,7 @@ class WindowCheck:
         from pipeline.store.tables import dead_letters
 
         store, topic, partition = self.store, w.topic, w.partition
+        reads, results = store.verification, self.results
         report = PartitionReport(topic, partition, transform=self.transform)
         in_window = list(clip(ranges, w.from_offset, w.until_offset))
         faults.inject("verify_read")
@@ -372,8 +376,8 @@ class WindowCheck:
                 readable = OffsetRange(topic, partition, kept.from_offset, max(
                     kept.from_offset, min(kept.until_offset, held.latest)))
                 found = reconcile(kept, records(self.reader, readable, self.timeout),
-                                  store.offsets_in(store.results, kept),
-                                  store.offsets_in(dead_letters, kept), compacted=compacted)
+                                  reads.offsets_in(results, kept),
+                                  reads.offsets_in(dead_letters, kept), compacted=compacted)
                 report.add(found)
                 if gaps := readable.count - found.expected:
                     aborted = 0 if self.uncommitted is None else sum(
@@ -382,9 +386,9 @@ class WindowCheck:
                     report.skip("aborted", aborted)
                     report.skip("compacted_or_marker" if compacted else "transaction_marker",
                                 gaps - aborted)
-        for table, what in ((store.results, f"a row of {store.results.name}"),
+        for table, what in ((results, f"a row of {results.name}"),
                             (dead_letters, "a dead letter")):
-            count, offsets = store.outside(table, w, in_window, KEEP)
+            count, offsets = reads.outside(table, w, in_window, KEEP)
             report.unpublished += count
             for o in offsets:
                 report.mismatch(o, "unpublished", f"{what} at an offset no succeeded run "
@@ -392,14 +396,15 @@ class WindowCheck:
         # The ledger of an archived topic before its recreation is history.
         starts = window.from_offset if first else w.from_offset
         report.add_ledger(check_ledger(
-            (row for row in store.ledger_rows(topic, partition, OffsetRange(
+            (row for row in store.ledger.rows(topic, partition, OffsetRange(
                 topic, partition, starts, w.until_offset))
              if row.run_id > archived_by and (first or row.range.from_offset >= starts)),
-            lambda r: batches(self.reader, r, self.timeout), held, store.table_counts,
+            lambda r: batches(self.reader, r, self.timeout), held,
+            lambda r: store.ledger.table_counts(results, r),
             hash_spans=self.hash_spans, span_offsets=self.span_offsets, compacted=compacted))
-        if last and (stored := store.stored_offsets(w.tp).get(w.tp)):
+        if last and (stored := reads.stored_offsets(w.tp).get(w.tp)):
             next_offset, writer = stored
-            writers = store.offset_writers([writer] if writer is not None else [])
+            writers = reads.offset_writers([writer] if writer is not None else [])
             report.stored_offset = offset_unexplained(w.tp, next_offset, writer,
                                                       writers.get(writer))
             if report.stored_offset:

@@ -119,22 +119,24 @@ def run_state_verify(settings: Settings, topic: str | None = None,
     from pipeline.driver.verify import kafka_offsets
     from pipeline.executor.consume import reader_config
     from pipeline.executor.task import EncoderSettings
+    from pipeline.sinks import for_settings
     from pipeline.store import Store
 
-    k, sink = settings.kafka, settings.sink
+    k, sink = settings.kafka, for_settings(settings)
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
     encoder = EncoderSettings.for_settings(settings, 0).encoder()
     report = StateReport(settings.name, sink.mode, skip_lost=skip_lost)
     meta = KafkaMeta(k)
     with Store(settings) as store:
-        store.check_schema()
+        store.schema.check([sink])
+        state = store.state(sink)
         with store.transaction() as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            plans = store.published_plans()
-            archived = store.archiving_runs()
+            plans = store.verification.published_plans()
+            archived = store.verification.archiving_runs()
             ranges = published([p for _, p in plans], archived,
                                [run_id for run_id, _ in plans])
-            if store.sink.state_keeps_recreated_topics:
+            if sink.state_keeps_recreated_topics:
                 # Totals kept through a topic's recreation count the old topic's records,
                 # which Kafka no longer holds (sinks/aggregate.py).
                 report.not_compared += [
@@ -155,22 +157,22 @@ def run_state_verify(settings: Settings, topic: str | None = None,
                 report.not_compared += lost(t, p, rs, held.get((t, p)))
             records: dict = {}
             found: dict = {}
-            if report.not_compared and not store.names_records():
+            if report.not_compared and not state.names_records():
                 report.nothing_compared = (
                     f"the {sink.mode} table's {'totals' if sink.mode == 'aggregate' else 'rows'}"
                     " are made from every record published, and Kafka no longer holds some")
             else:
-                store.state_scratch()
+                state.scratch()
                 for (t, p), rs in ranges.items():
-                    records[(t, p)] = reread(store, meta, reader, encoder, k.timeout_seconds,
+                    records[(t, p)] = reread(state, meta, reader, encoder, k.timeout_seconds,
                                              t, p, rs, held.get((t, p)), report)
                 report.records = sum(records.values())
                 lost_ranges = [(n["topic"], n["partition"], n["from"], n["until"])
                                for n in report.not_compared if n["partition"] is not None]
                 if lost_ranges:
-                    report.rows_not_compared = store.leave_out(lost_ranges)
-                columns = store.recompute_state()
-                found = store.state_differences(columns, bool(lost_ranges))
+                    report.rows_not_compared = state.leave_out(lost_ranges)
+                columns = state.recompute()
+                found = state.differences(columns, bool(lost_ranges))
                 for name in ("state_rows", "table_rows", "missing", "unexpected",
                              "missing_keys", "unexpected_keys"):
                     setattr(report, name, found[name])
@@ -194,7 +196,7 @@ def lost(topic: str, partition: int, ranges, held) -> list[dict]:
     return out
 
 
-def reread(store, meta, reader, encoder, timeout: float, topic: str, partition: int,
+def reread(state, meta, reader, encoder, timeout: float, topic: str, partition: int,
            ranges, held, report: StateReport, tries: int = 3) -> int:
     """The records Kafka holds of the partition's published ``ranges``, encoded into the
     temp table; how many. Retention deleting records while they are read: the partition is
@@ -203,7 +205,7 @@ def reread(store, meta, reader, encoder, timeout: float, topic: str, partition: 
 
     for attempt in range(1, tries + 1):
         try:
-            return _copy_held(store, reader, encoder, timeout, topic, partition, ranges, held)
+            return _copy_held(state, reader, encoder, timeout, topic, partition, ranges, held)
         except TransientError as e:
             now = partition_offsets(meta, topic, partition)
             if held is None or now is None or now.earliest <= held.earliest:
@@ -212,7 +214,7 @@ def reread(store, meta, reader, encoder, timeout: float, topic: str, partition: 
                 raise TransientError(
                     f"verify: retention deleted records of {topic}[{partition}] while verify "
                     f"read them, {tries} times over ({e.message}); verify again later") from None
-            store.forget_records(topic, partition)
+            state.forget_records(topic, partition)
             report.not_compared = [n for n in report.not_compared
                                    if (n["topic"], n["partition"]) != (topic, partition)]
             report.not_compared += lost(topic, partition, ranges, now)
@@ -220,7 +222,7 @@ def reread(store, meta, reader, encoder, timeout: float, topic: str, partition: 
     raise AssertionError("unreachable")
 
 
-def _copy_held(store, reader, encoder, timeout: float, topic: str, partition: int, ranges,
+def _copy_held(state, reader, encoder, timeout: float, topic: str, partition: int, ranges,
                held) -> int:
     from pipeline.driver.kafka_records import batches
     from pipeline.plan.offsets import OffsetRange
@@ -232,6 +234,6 @@ def _copy_held(store, reader, encoder, timeout: float, topic: str, partition: in
             continue
         for batch in batches(reader, OffsetRange(topic, partition, start, end), timeout):
             rows, _, tombstones = encoder.encode(topic, partition, batch)
-            store.copy_records(rows, tombstones, encoder.binary)
+            state.copy_records(rows, tombstones, encoder.binary)
             n += len(batch)
     return n

@@ -21,7 +21,7 @@ BLOB_BYTES = 64 << 20
 class StagingTarget:
     """Where a task attempt stages its blobs: the run's staging table, written with plain
     psycopg. ``copy_sql``, ``types``: its binary COPY statement and column types as psycopg
-    names them (store.Store.staging_copy)."""
+    names them (store.run.Run.staging_copy)."""
 
     url: str
     copy_sql: str

@@ -23,11 +23,10 @@ from pipeline.settings.sink import (
     COLUMN_FORMATS,
     SINK_FORMATS,
     SINK_MODES,
-    Aggregate,
     Evolve,
     SinkSettings,
 )
-from pipeline.settings.sink_modes import AGGREGATE
+from pipeline.settings.sink_modes import AGGREGATE, Aggregate
 from pipeline.settings.spark import SparkSettings
 
 __all__ = [

@@ -13,6 +13,7 @@ from pipeline.errors import ConfigError
 from pipeline.formats import types
 from pipeline.settings.base import Identifier, Table, about_key
 from pipeline.settings.columns import Column, column
+from pipeline.settings.sink_modes import Aggregate, mode_fields
 
 SINK_FORMATS = ("raw", "json", "avro", "protobuf")
 # The formats whose rows are the declared [sink.columns] (raw's columns are fixed).
@@ -21,15 +22,6 @@ SINK_MODES = ("append", "upsert", "aggregate")
 # [sink] evolve: "off" (a column the table lacks is an exit-2 error before reading) or
 # "add_columns" (added by the run, before it reads: pipeline/store/evolve.py).
 Evolve = Literal["off", "add_columns"]
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """One column of an aggregate sink: ``name = "sum(amount)"``; ``of`` is None for
-    count(*)."""
-    name: str
-    function: str  # sum | count | min | max
-    of: str | None
 
 
 @dataclass(frozen=True)
@@ -88,9 +80,6 @@ class SinkTable(Table):
     truncate: Literal["apply", "dead_letter"] | None = None
 
     def value(self) -> SinkSettings:
-        # Imported here: sink_modes builds on this module's values.
-        from pipeline.settings.sink_modes import with_mode
-
         fmt, transform = self.format, self.transform
         columns = [column(cname, spec) for cname, spec in self.columns.items()]
         if fmt in COLUMN_FORMATS and not columns:
@@ -108,7 +97,10 @@ class SinkTable(Table):
                     f"= {transform!r} yet: remove sink.transform, or read the field in the "
                     "transform")
         sink = SinkSettings(fmt, self.table, self.max_bad_records, transform, tuple(columns))
-        return _envelope(self, _evolve(self, with_mode(self, sink)))
+        sink = replace(sink, **mode_fields(
+            self.mode, sink.columns, transform, key=self.key, tombstones=self.tombstones,
+            group_by=self.group_by, aggregates=self.aggregates))
+        return _envelope(self, _evolve(self, sink))
 
 
 def _evolve(s: SinkTable, sink: SinkSettings) -> SinkSettings:

@@ -1,70 +1,83 @@
 """[sink] mode and what it needs: ``key`` (and ``tombstones``) for upsert, ``group_by`` and
-``aggregates`` for aggregate; checked against the declared columns."""
+``aggregates`` for aggregate; checked against the declared columns. Plain values in, the
+fields of the sink's value out (settings/sink.py builds SinkSettings from them)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.formats import types
 from pipeline.settings.base import identifier
 from pipeline.settings.columns import RESERVED_COLUMNS, Column
-from pipeline.settings.sink import COLUMN_FORMATS, Aggregate, SinkSettings
-
-if TYPE_CHECKING:
-    from pipeline.settings.sink import SinkTable
 
 AGGREGATE = re.compile(r"^(sum|count|min|max)\(\s*(\*|[a-z_][a-z0-9_]*)\s*\)$|^count$")
-_FOR_MODE = (("key", "upsert"), ("tombstones", "upsert"), ("group_by", "aggregate"),
-             ("aggregates", "aggregate"))
 
 
-def with_mode(s: SinkTable, sink: SinkSettings) -> SinkSettings:
-    mode = s.mode
-    for key, wanted in _FOR_MODE:
-        if getattr(s, key) is not None and mode != wanted:
-            raise ConfigError(f"'sink.{key}' is only for sink.mode = '{wanted}' (this is "
+@dataclass(frozen=True)
+class Aggregate:
+    """One column of an aggregate sink: ``name = "sum(amount)"``; ``of`` is None for
+    count(*)."""
+    name: str
+    function: str  # sum | count | min | max
+    of: str | None
+
+
+_FOR_MODE = {"key": "upsert", "tombstones": "upsert", "group_by": "aggregate",
+             "aggregates": "aggregate"}
+
+
+def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *,
+                key: list | None = None, tombstones: str | None = None,
+                group_by: list | None = None, aggregates: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """The fields of SinkSettings that ``mode`` sets (columns, mode, key, tombstones,
+    aggregates), from the [sink] keys as given (None: absent); none for append."""
+    given = {"key": key, "tombstones": tombstones, "group_by": group_by,
+             "aggregates": aggregates}
+    for name, wanted in _FOR_MODE.items():
+        if given[name] is not None and mode != wanted:
+            raise ConfigError(f"'sink.{name}' is only for sink.mode = '{wanted}' (this is "
                               f"'{mode}')")
     if mode == "append":
-        return sink
-    if sink.format not in COLUMN_FORMATS:
+        return {}
+    if not columns:  # a raw sink: its columns are fixed, none declared (settings/sink.py)
         raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json' or 'avro': its "
                           f"{'key' if mode == 'upsert' else 'group_by'} columns are declared "
                           "in [sink.columns]")
     name = "key" if mode == "upsert" else "group_by"
-    key = getattr(s, name)
-    if key is None:
+    keys = given[name]
+    if keys is None:
         raise ConfigError(f"missing required key 'sink.{name}'")
-    declared = {c.name: c for c in sink.columns}
-    _check_key(name, key, declared, mode)
+    declared = {c.name: c for c in columns}
+    _check_key(name, keys, declared, mode)
     # Key columns are required: a record without one becomes a dead letter.
-    columns = tuple(replace(c, required=c.required or c.name in key) for c in sink.columns)
+    columns = tuple(replace(c, required=c.required or c.name in keys) for c in columns)
     if mode == "upsert":
         # Columns of the upsert's own staging and tables (tables.record_batch, sinks/upsert.py).
         for taken in ("_tombstone", "_unavailable", "_order_time"):
             if taken in declared:
                 raise ConfigError(f"'sink.columns.{taken}' is reserved for an upsert sink; "
                                   "rename it")
-        tombstones = s.tombstones or "delete"
-        if sink.transform and tombstones == "delete":
+        tombstones = tombstones or "delete"
+        if transform and tombstones == "delete":
             # A tombstone (null value) never reaches a transform, which sees parsed values;
             # deleting by the Kafka key beside it is not built yet.
             raise ConfigError(
-                f"'sink.transform' = {sink.transform!r} with sink.mode = 'upsert' needs "
+                f"'sink.transform' = {transform!r} with sink.mode = 'upsert' needs "
                 "sink.tombstones = 'dead_letter' (the default 'delete' is not supported with "
                 "a transform yet): add tombstones = \"dead_letter\" to [sink], and a record "
                 "with a null value becomes a dead letter instead of deleting its key")
-        return replace(sink, columns=columns, mode=mode, key=tuple(key), tombstones=tombstones)
-    if s.aggregates is None:
+        return {"columns": columns, "mode": mode, "key": tuple(keys), "tombstones": tombstones}
+    if aggregates is None:
         raise ConfigError("missing required key 'sink.aggregates'")
-    aggregates = [_aggregate(aname, spec, key, declared) for aname, spec in s.aggregates.items()]
-    if not aggregates:
+    made = [_aggregate(aname, spec, keys, declared) for aname, spec in aggregates.items()]
+    if not made:
         raise ConfigError("sink.mode = 'aggregate' needs at least one column in "
                           "[sink.aggregates], e.g. total = \"sum(amount)\"")
-    return replace(sink, columns=columns, mode=mode, key=tuple(key),
-                   aggregates=tuple(aggregates))
+    return {"columns": columns, "mode": mode, "key": tuple(keys), "aggregates": tuple(made)}
 
 
 def _check_key(name: str, key: list, declared: dict[str, Column], mode: str) -> None:

@@ -43,6 +43,11 @@ class Sink(ABC):
         """A table of this sink, schema-qualified."""
         return qualified(self.schema, name)
 
+    def in_schema(self, schema: str) -> Sink:
+        """The same sink, on tables of the same names in ``schema`` (a dry run's private
+        copies: store/shadow.py)."""
+        return type(self)(self.settings, schema, self.pipeline)
+
     @cached_property
     def records(self) -> Table:
         """One row per record: what the executors stage, whatever the mode."""

@@ -1,4 +1,5 @@
-"""The pipeline's own Postgres state: schema, runs and locks, offsets, staging, archive.
+"""The pipeline's own Postgres state: schema, runs and locks, offsets, staging, archive, dead
+letters, ledger (core.py: the Store, its session and parts).
 
 ``Store`` is imported on first use, so that pipeline.store.run (the run and its staging
 table's name: plain Python) can be imported without SQLAlchemy."""

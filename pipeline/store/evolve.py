@@ -78,22 +78,24 @@ def additions(table: Table, have: Collection[str], sink: SinkSettings) -> list[A
             for c in tables.written(table) if c.name in declared and c.name not in have]
 
 
-class Evolution(Session):
-    """The additions the check before reading found (``plan_additions``), made in the
-    publishing transaction (``add_columns``)."""
+class Evolution:
+    """sink.evolve on the Store's session (``store.evolution``): the additions the check
+    before reading plans (``plan``, a value the run passes on), made before the run reads,
+    each table's in a short transaction of its own (``add_columns``)."""
 
-    additions: tuple[Addition, ...] = ()
+    def __init__(self, db: Session):
+        self.db = db
 
     def _qualified(self, table: str) -> str:
-        return f'"{self.settings.schema}"."{table}"'
+        return f'"{self.db.settings.schema}"."{table}"'
 
-    def plan_additions(self, found: Sequence[Addition]) -> None:
-        """Before anything is read: a NOT NULL addition to a table with rows is refused."""
+    def plan(self, found: Sequence[Addition]) -> tuple[Addition, ...]:
+        """Before anything is read: a NOT NULL addition to a table with rows is refused.
+        Returns the additions the run makes."""
         for a in found:
-            if a.not_null and self.execute(sql.SQL("SELECT EXISTS (SELECT FROM {})").format(
-                    self.t(a.table))).fetchone()[0]:
+            if a.not_null and self.db.execute(sql.SQL("SELECT EXISTS (SELECT FROM {})").format(
+                    self.db.t(a.table))).fetchone()[0]:
                 raise self._not_null_refused(a)
-        self.additions = tuple(found)
         if found:
             log.info("sink.evolve = 'add_columns': %s will be added to %s before the run "
                      "writes (ALTER TABLE in a short transaction of its own)",
@@ -101,32 +103,33 @@ class Evolution(Session):
                      ", ".join(sorted({self._qualified(a.table) for a in found})),
                      extra={"event": "evolve.planned",
                             "columns": [a.column for a in found]})
+        return tuple(found)
 
     def _not_null_refused(self, a: Addition) -> ConfigError:
         name = self._qualified(a.table)
         return ConfigError(
             f"sink.evolve = 'add_columns' cannot add column {a.column} as NOT NULL to {name}: "
             f"the table has rows, which would hold no value for it - declare it without "
-            f"'not null' in [sink.columns] of {self.settings.source} (rows lacking it then "
+            f"'not null' in [sink.columns] of {self.db.settings.source} (rows lacking it then "
             f"hold NULL), or add it by hand with a default (ALTER TABLE {name} ADD COLUMN "
-            f"{sql.Identifier(a.column).as_string(self.conn)} {a.pg_type} NOT NULL DEFAULT "
+            f"{sql.Identifier(a.column).as_string(self.db.conn)} {a.pg_type} NOT NULL DEFAULT "
             "...); nothing was read")
 
-    def missing_additions(self) -> list[Addition]:
+    def missing(self, planned: Sequence[Addition]) -> list[Addition]:
         """The planned additions the tables still lack (an earlier chunk of a backfill, or
         another run, may have added them since the check)."""
-        return [a for a in self.additions if not self.execute(
+        return [a for a in planned if not self.db.execute(
             "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(%s) "
             "AND attname = %s AND attnum > 0 AND NOT attisdropped)",
             (self._qualified(a.table), a.column)).fetchone()[0]]
 
-    def add_columns(self, run_id: int) -> list[str]:
-        """The planned additions still missing, each table's in one short transaction of its
-        own (no transaction may be open). Returns the columns added; the run row's details
-        name them too."""
-        if self.session.in_transaction():  # SET LOCAL and a COMMIT of its own
+    def add_columns(self, run_id: int, planned: Sequence[Addition]) -> list[str]:
+        """The ``planned`` additions still missing, each table's in one short transaction of
+        its own (no transaction may be open). Returns the columns added; the run row's
+        details name them too."""
+        if self.db.session.in_transaction():  # SET LOCAL and a COMMIT of its own
             raise RuntimeError("add_columns runs outside any transaction")
-        missing = self.missing_additions()
+        missing = self.missing(planned)
         for table in sorted({a.table for a in missing}):
             mine = [a for a in missing if a.table == table]
             self._alter_when_free(table, mine, run_id)
@@ -136,17 +139,17 @@ class Evolution(Session):
                             "table": table, "columns": [a.column for a in mine]})
         added = [a.column for a in missing]
         if added:
-            self.execute(sql.SQL("UPDATE {} SET details = coalesce(details, '{{}}') || %s "
-                                 "WHERE run_id = %s").format(self.t(tables.runs.name)),
-                         (Jsonb({"columns_added": added}), run_id))
+            self.db.execute(sql.SQL("UPDATE {} SET details = coalesce(details, '{{}}') || %s "
+                                    "WHERE run_id = %s").format(self.db.t(tables.runs.name)),
+                            (Jsonb({"columns_added": added}), run_id))
         return added
 
     def _alter_when_free(self, table: str, mine: Sequence[Addition], run_id: int) -> None:
         """ALTER TABLE, waiting at most ALTER_LOCK_WAIT at a time for the table, with pauses
         in between (readers go on meanwhile), for up to database.lock_timeout_seconds."""
         statement = sql.SQL("ALTER TABLE {} {}").format(
-            self.t(table), sql.SQL(", ").join(a.clause() for a in mine))
-        budget = self.settings.lock_timeout_seconds or float("inf")  # 0: no limit
+            self.db.t(table), sql.SQL(", ").join(a.clause() for a in mine))
+        budget = self.db.settings.lock_timeout_seconds or float("inf")  # 0: no limit
         deadline = time.monotonic() + budget
         attempt = 0
         while True:
@@ -154,7 +157,7 @@ class Evolution(Session):
             # time the ALTER has given up.
             before = self.table_holders(table)
             try:
-                with self.transaction() as conn:
+                with self.db.transaction() as conn:
                     conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(
                         sql.Literal(f"{int(ALTER_LOCK_WAIT * 1000)}ms")))
                     try:
@@ -176,7 +179,7 @@ class Evolution(Session):
                         f"sink.evolve = 'add_columns' could not add {', '.join(map(str, mine))}"
                         f" to {self._qualified(table)}: the table stayed in use by "
                         f"{holders or 'another session'} for database.lock_timeout_seconds = "
-                        f"{self.settings.lock_timeout_seconds:g} ({attempt} tries, each "
+                        f"{self.db.settings.lock_timeout_seconds:g} ({attempt} tries, each "
                         f"waiting at most {ALTER_LOCK_WAIT:g} s so that readers never queue "
                         f"behind it longer); run {run_id} wrote nothing - retry when that "
                         "session is done (or end it)") from None
@@ -192,7 +195,7 @@ class Evolution(Session):
         """Who holds a lock on ``table`` now (other sessions), oldest transaction first, as
         far as this role may see: "pid N (user U, application 'A', in a transaction since
         T)"; empty if nobody."""
-        rows = self.execute(
+        rows = self.db.execute(
             "SELECT DISTINCT ON (l.pid) l.pid, a.usename, a.application_name, a.xact_start, "
             "l.mode FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE "
             "l.locktype = 'relation' AND l.relation = to_regclass(%s) AND l.granted AND "

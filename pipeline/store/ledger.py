@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from psycopg import sql
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Table, and_, func, or_, select
 
 from pipeline.executor.content_hash import BLAKE2B
 from pipeline.executor.staging import DEAD, HASH, ROW, TOMBSTONE
@@ -61,32 +61,35 @@ SELECT %(pipeline)s, %(run)s, h.topic, h."partition", h.min_offset, h.max_offset
 """
 
 
-class Ledger(Session):
-    def record_ranges(self, run: Run, parts: dict[int, int], transformed: bool = False
-                      ) -> int:
+class Ledger:
+    """The ledger on the Store's session (``store.ledger``)."""
+
+    def __init__(self, db: Session):
+        self.db = db
+
+    def record(self, run: Run, parts: dict[int, int], transformed: bool = False) -> int:
         """In the open (publishing) transaction: the ledger rows of the chosen attempts
         (``parts``: Spark partition -> task attempt id); how many. ``transformed``: a user
         transform's run, whose rows are other attempts' than its range summaries and may
         be fewer than the records read (``filtered``)."""
         same = sql.SQL("" if transformed else "b.part = h.part AND b.task = h.task AND")
-        return self.execute(sql.SQL(_RECORD).format(
-            ranges=self.t(ranges.name), staging=run.staging, same_attempt=same), {
-                "pipeline": self.pipeline, "run": run.id, "row": ROW, "dead": DEAD,
+        return self.db.execute(sql.SQL(_RECORD).format(
+            ranges=self.db.t(ranges.name), staging=run.staging, same_attempt=same), {
+                "pipeline": self.db.pipeline, "run": run.id, "row": ROW, "dead": DEAD,
                 "tombstone": TOMBSTONE, "hash": HASH, "parts": list(parts),
                 "tasks": list(parts.values()), "transformed": transformed}).rowcount
 
-    def ledger_rows(self, topic: str, partition: int, window: OffsetRange
-                    ) -> Iterator[LedgerRow]:
+    def rows(self, topic: str, partition: int, window: OffsetRange) -> Iterator[LedgerRow]:
         """The partition's ledger rows that overlap ``window``, by offset then run, a page
         at a time (keyset on (from_offset, run_id))."""
         c = ranges.c
         after = (-1, -1)
         while True:
-            got = list(self.run(
+            got = list(self.db.run(
                 select(c.run_id, c.from_offset, c.until_offset, c.records, c.rows_written,
                        c.dead_letters, c.deletes, c.skipped, c.content_hash, c.filtered,
                        c.hash_kind)
-                .where(c.pipeline == self.pipeline, c.topic == topic,
+                .where(c.pipeline == self.db.pipeline, c.topic == topic,
                        c.partition == partition, c.until_offset > window.from_offset,
                        c.from_offset < window.until_offset,
                        or_(c.from_offset > after[0],
@@ -101,10 +104,12 @@ class Ledger(Session):
                 return
             after = (got[-1].from_offset, got[-1].run_id)
 
-    def table_counts(self, r: OffsetRange) -> tuple[int, int]:
-        """(result rows, dead letters) the tables hold inside ``r`` now."""
-        rows = self.run(select(func.count()).select_from(self.results)
-                        .where(in_range(self.results, r))).scalar_one()
-        dead = self.run(select(func.count()).select_from(dead_letters).where(
-            in_range(dead_letters, r), dead_letters.c.pipeline == self.pipeline)).scalar_one()
+    def table_counts(self, results: Table, r: OffsetRange) -> tuple[int, int]:
+        """(result rows, dead letters) the tables hold inside ``r`` now (``results``: the
+        results table the range's topic is published into)."""
+        rows = self.db.run(select(func.count()).select_from(results)
+                           .where(in_range(results, r))).scalar_one()
+        dead = self.db.run(select(func.count()).select_from(dead_letters).where(
+            in_range(dead_letters, r), dead_letters.c.pipeline == self.db.pipeline)
+        ).scalar_one()
         return rows, dead

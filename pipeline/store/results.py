@@ -1,18 +1,58 @@
-"""The statements on the results and dead-letter tables that the publishing transaction
-(pipeline/driver/publish.py) runs besides the sink's merge."""
+"""A results table, as the store sees it: what it needs of the table's sink (``Sink``, a
+protocol: pipeline/sinks/base.Sink is it; the store imports no sink, the caller passes
+one), and the publishing transaction's statements on the table besides the sink's merge.
+
+A pipeline may one day publish into several results tables in one transaction (one sink
+each): what concerns one table takes its sink, a check before a run takes them all."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
+import psycopg
 from psycopg import sql
 from sqlalchemy import ColumnElement, Table, and_, delete, exists, or_, select
 
+from pipeline.config import SinkSettings
 from pipeline.plan.offsets import OffsetRange
-from pipeline.store import tables
-from pipeline.store.identifiers import identifiers
 from pipeline.store.session import Session
-from pipeline.store.tables import dead_letters
+
+COORDINATES = ("topic", "partition", "offset")
+
+
+class Sink(Protocol):
+    """What the store needs of the sink of one results table (pipeline/sinks/base.py says
+    what each member means)."""
+
+    mode: str
+    settings: SinkSettings
+    state_is_whole_table: bool
+
+    @property
+    def results(self) -> Table: ...
+
+    @property
+    def records(self) -> Table: ...
+
+    @property
+    def tables(self) -> list[Table]: ...
+
+    def upgrades(self) -> list[sql.Composable]: ...
+
+    def archive_recreated(self, conn: psycopg.Connection, topic: str,
+                          archive_results: Callable[[], int]) -> int: ...
+
+    def in_schema(self, schema: str) -> Sink: ...
+
+    def state_sql(self, rows: sql.Identifier, state: sql.Identifier
+                  ) -> list[sql.Composable]: ...
+
+    def state_columns(self) -> list[str]: ...
+
+    def state_key(self) -> list[str]: ...
+
+    def state_inexact(self) -> set[str]: ...
 
 
 def in_range(table: Table, r: OffsetRange) -> ColumnElement[bool]:
@@ -22,66 +62,38 @@ def in_range(table: Table, r: OffsetRange) -> ColumnElement[bool]:
                 offset >= r.from_offset, offset < r.until_offset)
 
 
-class Results(Session):
-    def ranges_hold_rows(self, ranges: Sequence[OffsetRange]) -> bool:
+def names_records(table: Table) -> bool:
+    """Does a row of ``table`` name its record (topic, partition, offset)? Not an
+    aggregate's: a group holds many records."""
+    return set(COORDINATES) <= {c.name for c in table.columns}
+
+
+class Results:
+    """One results table's statements, on the Store's session (``Store.results(sink)``)."""
+
+    def __init__(self, db: Session, sink: Sink):
+        self.db, self.sink = db, sink
+
+    def hold_rows_in(self, ranges: Sequence[OffsetRange]) -> bool:
         """Does the results table already hold a row inside any planned range? (an index
         probe per range). Only then does publishing need ON CONFLICT."""
-        return any(self.run(select(exists().where(in_range(self.results, r)))).scalar_one()
+        results = self.sink.results
+        return any(self.db.run(select(exists().where(in_range(results, r)))).scalar_one()
                    for r in ranges)
 
-    def results_hold_rows(self) -> bool:
+    def hold_rows(self) -> bool:
         """Does the results table hold any row? (an aggregate's totals may be rewound only
         when empty)"""
-        return self.run(select(exists().select_from(self.results))).scalar_one()
+        return self.db.run(select(exists().select_from(self.sink.results))).scalar_one()
 
-    def clear_rows(self, ranges: Sequence[OffsetRange]) -> None:
+    def clear(self, ranges: Sequence[OffsetRange]) -> None:
         """Reprocess replaces what the planned ranges held: a record that was a result and
         is now a dead letter (or is filtered out by a transform) keeps no old row. Inside
         the publishing transaction, after the sink's merge lock; its dead letters are
-        cleared after the dead-letter lock (DeadLetterRows.clear_dead_letters)."""
+        cleared after the dead-letter lock (DeadLetters.clear)."""
         if not ranges:
             return
         # An upsert sink's rows and tombstones of records in the ranges: their keys are
         # derived again from the ranges (a newer record elsewhere is left as it is).
-        for table in self.sink_tables:
-            self.run(delete(table).where(or_(*(in_range(table, r) for r in ranges))))
-
-    @property
-    def rows_hold_offsets(self) -> bool:
-        """Does a results row name its record (topic, partition, offset)? Not an aggregate's:
-        a group holds many records."""
-        return {"topic", "partition", "offset"} <= {c.name for c in self.results.columns}
-
-    def merge_dead_letters_sql(self, source: str, overwrite: bool) -> sql.Composed:
-        """The staged dead letters of a run (in temp table ``source``) into
-        pipeline_dead_letters: kept if already there, replaced on reprocess. Never beside a
-        row: a record whose offset has a results row (a backfill re-reading it under an
-        older config, say) keeps its row and gets no dead letter - an offset lives in one
-        place (a reprocess cleared its ranges' rows first, so it replaces them)."""
-        beside_row = sql.SQL(" WHERE NOT EXISTS (SELECT FROM {res} AS r WHERE r.topic = "
-                             "s.topic AND r.\"partition\" = s.\"partition\" AND r.\"offset\" = "
-                             "s.\"offset\")").format(res=self.t(self.results.name)) \
-            if self.rows_hold_offsets else sql.SQL("")
-        return sql.SQL(
-            "INSERT INTO {dl} (pipeline, {cols}, run_id) SELECT DISTINCT ON ({key}) "
-            "%s, {cols}, %s FROM {src} AS s{beside_row} ON CONFLICT (pipeline, {key}) DO "
-            "{action}").format(
-            dl=self.t(dead_letters.name), src=sql.Identifier(source), beside_row=beside_row,
-            cols=identifiers(c.name for c in tables.DEAD_LETTER_FIELDS),
-            key=identifiers(c.name for c in dead_letters.primary_key if c.name != "pipeline"),
-            action=sql.SQL("UPDATE SET error_type = EXCLUDED.error_type, error_message "
-                           "= EXCLUDED.error_message, run_id = EXCLUDED.run_id, "
-                           "failed_at = now()") if overwrite else sql.SQL("NOTHING"))
-
-    def dead_letters_beside_rows(self, source: str, first: int = 5
-                                 ) -> tuple[int, list[tuple[str, int, int]]]:
-        """The staged dead letters (temp table ``source``) whose offsets have a results row:
-        what merge_dead_letters_sql leaves out (how many, and the first few), for the log."""
-        if not self.rows_hold_offsets:
-            return 0, []
-        found = self.execute(sql.SQL(
-            "SELECT count(*) OVER (), s.topic, s.\"partition\", s.\"offset\" FROM {src} AS s "
-            "WHERE EXISTS (SELECT FROM {res} AS r WHERE r.topic = s.topic AND r.\"partition\" "
-            "= s.\"partition\" AND r.\"offset\" = s.\"offset\") ORDER BY 2, 3, 4 LIMIT %s").format(
-            src=sql.Identifier(source), res=self.t(self.results.name)), (first,)).fetchall()
-        return (found[0][0] if found else 0), [tuple(r[1:]) for r in found]
+        for table in self.sink.tables:
+            self.db.run(delete(table).where(or_(*(in_range(table, r) for r in ranges))))

@@ -92,7 +92,7 @@ def _staging_prefix(pipeline: str) -> str:
 
 @dataclass(frozen=True)
 class Run:
-    """One row of pipeline_runs, as the code that runs it sees it (Store.start_run)."""
+    """One row of pipeline_runs, as the code that runs it sees it (store.runs.start)."""
 
     id: int
     kind: Kind

@@ -1,6 +1,7 @@
-"""The driver's one Postgres session: its connection, transactions and timeouts.
+"""The driver's one Postgres session: its connection, transactions and timeouts (the Store,
+pipeline/store/core.py, is this session with its parts; each part takes it).
 
-SQLAlchemy Core where it is the well-kept way: the engine (pipeline/driver/database.py),
+SQLAlchemy Core where it is the well-kept way: the engine (pipeline/store/database.py),
 reflection, and the simple statements on offsets, runs and dead letters. psycopg, on the
 same session and in the same transaction, for what Core does not express well: COPY, the
 migration scripts, ``INSERT ... SELECT`` merges, ``LIKE``, column compression. Nothing here
@@ -18,29 +19,21 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import Connection, CursorResult
 
-from pipeline import sinks
 from pipeline.config import Settings
-from pipeline.driver import database
-from pipeline.driver.database import db_errors
-from pipeline.store import tables
+from pipeline.store import database, tables
+from pipeline.store.database import db_errors
 from pipeline.store.identifiers import qualified
 
 log = logging.getLogger(__name__)
 
 
 class Session:
-    """The connection the Store lives on (it holds the pipeline's run lock while open), and
-    the pipeline's sink (pipeline/sinks/), chosen once from the settings."""
+    """The connection the Store lives on: it holds the pipeline's run lock while open."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self.url = settings.database_url
         self.pipeline = settings.name
-        self.schema = sql.Identifier(settings.schema)
-        self.sink = sinks.for_settings(settings)
-        self.results = self.sink.results
-        self.records = self.sink.records  # what the executors stage
-        self.sink_tables = self.sink.tables
         self.engine = database.engine(self.url)
         try:
             with db_errors(self.url):
@@ -106,6 +99,14 @@ class Session:
                 _roll_back(tx)
                 raise
             tx.commit()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read-only REPEATABLE READ transaction: every table as of one moment, so that a
+        run publishing meanwhile changes nothing a reader (verify) sees."""
+        with self.transaction() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
 
     def run(self, statement) -> CursorResult:
         """A Core statement, in the open transaction or in one of its own."""

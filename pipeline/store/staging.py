@@ -17,33 +17,39 @@ from pipeline.store.run import Run, staging_pattern, staging_table
 from pipeline.store.session import Session
 
 
-class Staging(Session):
-    def create_staging(self, run: Run) -> str:
+class Staging:
+    """The staging tables of the Store's session (``store.staging``)."""
+
+    def __init__(self, db: Session):
+        self.db = db
+
+    def create(self, run: Run) -> str:
         name = run.staging_name
-        self.run(CreateTable(tables.staging(name)))
+        self.db.run(CreateTable(tables.staging(name)))
         # The blobs are compressed with LZ4 (Postgres >= 14 built with it): 5x smaller
         # staging for the same CPU (1M records: 22 MB instead of 105 MB, write 0.25-0.32 us
         # and read 0.14 us per record either way); without LZ4 they are stored uncompressed
         # (EXTERNAL), as pglz would cost CPU on blobs that are read once and dropped.
         try:
-            self.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET COMPRESSION lz4")
-                         .format(run.staging))
+            self.db.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET COMPRESSION lz4")
+                            .format(run.staging))
         except psycopg.Error:
-            self.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET STORAGE EXTERNAL")
-                         .format(run.staging))
+            self.db.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN blob SET STORAGE EXTERNAL")
+                            .format(run.staging))
         return name
 
-    def drop_staging(self, run: Run) -> None:
-        self.run(DropTable(tables.staging(run.staging_name), if_exists=True))
+    def drop(self, run: Run) -> None:
+        self.db.run(DropTable(tables.staging(run.staging_name), if_exists=True))
 
-    def drop_leftover_staging(self, in_use: Iterable[int]) -> int:
+    def drop_leftovers(self, in_use: Iterable[int]) -> int:
         """Drop this pipeline's staging tables but those of the runs ``in_use``; returns
         how many were dropped."""
-        keep = {staging_table(self.pipeline, r) for r in in_use}
-        pattern = re.compile(staging_pattern(self.pipeline))
-        with self.transaction():
-            names = inspect(self.session).get_table_names(schema=self.settings.schema)
+        db = self.db
+        keep = {staging_table(db.pipeline, r) for r in in_use}
+        pattern = re.compile(staging_pattern(db.pipeline))
+        with db.transaction():
+            names = inspect(db.session).get_table_names(schema=db.settings.schema)
         leftovers = [n for n in names if pattern.search(n) and n not in keep]
         for name in leftovers:
-            self.run(DropTable(tables.staging(name), if_exists=True))
+            db.run(DropTable(tables.staging(name), if_exists=True))
         return len(leftovers)

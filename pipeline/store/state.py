@@ -13,23 +13,29 @@ from sqlalchemy.schema import CreateTable
 from pipeline.store import tables
 from pipeline.store.copy_in import copy_in
 from pipeline.store.identifiers import identifiers
+from pipeline.store.results import COORDINATES, Sink
 from pipeline.store.session import Session
 
 ROWS, STATE = "_verify_rows", "_verify_state"
 LOST, SKIPPED = "_verify_lost", "_verify_skipped"  # ranges not re-read; the keys they decide
 SHOWN = 10  # differing keys named per direction
-COORDINATES = ("topic", "partition", "offset")
 
 
-class StateVerification(Session):
-    def state_scratch(self) -> None:
+class StateVerification:
+    """Verify of one results table's state, on the Store's session and in its open
+    transaction (``Store.state(sink)``)."""
+
+    def __init__(self, db: Session, sink: Sink):
+        self.db, self.sink = db, sink
+
+    def scratch(self) -> None:
         """In the open transaction: the temp table the re-read records go into."""
-        self.run(CreateTable(tables.record_batch(self.sink.settings, ROWS)))
+        self.db.run(CreateTable(tables.record_batch(self.sink.settings, ROWS)))
 
     def copy_records(self, rows, tombstones, binary: bool) -> None:
         """One batch's encoded rows (the format's COPY wire) and tombstones (COPY text)."""
-        conn = self.conn
-        cols = identifiers(c.name for c in tables.written(self.records))
+        conn = self.db.conn
+        cols = identifiers(c.name for c in tables.written(self.sink.records))
         with conn.cursor() as cur:
             if rows:
                 copy_in(cur, sql.Identifier(ROWS), cols, rows, binary)
@@ -40,8 +46,8 @@ class StateVerification(Session):
     def forget_records(self, topic: str, partition: int) -> None:
         """The partition's records re-read so far (to read it again from where Kafka's log
         starts now: retention deleted records while verify read them)."""
-        self.conn.execute(sql.SQL('DELETE FROM {} WHERE topic = %s AND "partition" = %s')
-                          .format(sql.Identifier(ROWS)), (topic, partition))
+        self.db.conn.execute(sql.SQL('DELETE FROM {} WHERE topic = %s AND "partition" = %s')
+                             .format(sql.Identifier(ROWS)), (topic, partition))
 
     def names_records(self) -> bool:
         """Whether each state row names the record it is (coordinates): then the rows of
@@ -56,10 +62,10 @@ class StateVerification(Session):
         upsert's tombstones), names (it may be newer than every record re-read). Returns the
         table rows left out."""
         lost_t, skipped = sql.Identifier(LOST), sql.Identifier(SKIPPED)
-        self.conn.execute(sql.SQL("CREATE TEMP TABLE {} (topic text, \"partition\" int, "
-                                  "from_offset bigint, until_offset bigint) ON COMMIT DROP")
-                          .format(lost_t))
-        with self.conn.cursor() as cur:
+        self.db.conn.execute(sql.SQL("CREATE TEMP TABLE {} (topic text, \"partition\" int, "
+                                     "from_offset bigint, until_offset bigint) ON COMMIT DROP")
+                             .format(lost_t))
+        with self.db.conn.cursor() as cur:
             cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(lost_t),
                             lost)
 
@@ -67,21 +73,22 @@ class StateVerification(Session):
             return sql.SQL("SELECT {cols} FROM {t} x JOIN {l} l ON x.topic = l.topic AND "
                            "x.\"partition\" = l.\"partition\" AND x.\"offset\" >= "
                            "l.from_offset AND x.\"offset\" < l.until_offset").format(
-                               cols=cols, t=self.t(table), l=lost_t)
-        rows = self.conn.execute(in_lost(self.results.name, sql.SQL("count(*)"))).fetchone()[0]
+                               cols=cols, t=self.db.t(table), l=lost_t)
+        rows = self.db.conn.execute(in_lost(self.sink.results.name, sql.SQL("count(*)"))
+                                    ).fetchone()[0]
         if self.sink.state_is_whole_table:
             key = self.sink.state_key()
             cols = sql.SQL(", ").join(sql.SQL("x.{}").format(sql.Identifier(k)) for k in key)
-            keeping = [t for t in self.sink_tables if {*COORDINATES, *key} <= set(t.c.keys())]
-            self.conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS {}").format(
+            keeping = [t for t in self.sink.tables if {*COORDINATES, *key} <= set(t.c.keys())]
+            self.db.conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS {}").format(
                 skipped, sql.SQL(" UNION ").join(in_lost(t.name, cols) for t in keeping)))
         return rows
 
-    def recompute_state(self) -> list[str]:
+    def recompute(self) -> list[str]:
         """The state the results table should hold, made from the re-read records by the
         sink's own rule (Sink.state_sql) into a temp table; returns the columns compared."""
         for statement in self.sink.state_sql(sql.Identifier(ROWS), sql.Identifier(STATE)):
-            self.conn.execute(statement)
+            self.db.conn.execute(statement)
         return self.sink.state_columns()
 
     def _different(self, columns: list[str], inexact: set[str]) -> sql.Composable:
@@ -121,15 +128,15 @@ class StateVerification(Session):
         for name, side, when in (("missing", "s", "no_t OR (NOT no_s AND differs)"),
                                  ("unexpected", "t", "no_s OR (NOT no_t AND differs)")):
             keys = sql.SQL(", ").join(sql.Identifier(f"{side}_{k}") for k in key)
-            out[name] = self.conn.execute(sql.SQL("SELECT count(*) FROM ({j}) j WHERE {w}")
-                                          .format(j=joined, w=sql.SQL(when))).fetchone()[0]
-            first = self.conn.execute(sql.SQL(
+            out[name] = self.db.conn.execute(sql.SQL("SELECT count(*) FROM ({j}) j WHERE {w}")
+                                             .format(j=joined, w=sql.SQL(when))).fetchone()[0]
+            first = self.db.conn.execute(sql.SQL(
                 "SELECT {keys} FROM ({j}) j WHERE {w} ORDER BY {keys} LIMIT {n}").format(
                     keys=keys, j=joined, w=sql.SQL(when), n=sql.Literal(SHOWN))).fetchall()
             out[f"{name}_keys"] = [list(map(str, k)) for k in first]
         return out
 
-    def state_differences(self, columns: list[str], left_out: bool = False) -> dict:
+    def differences(self, columns: list[str], left_out: bool = False) -> dict:
         """Rows the state holds that the table does not (``missing``: a key gone or a
         value changed) and rows the table holds that the state does not (``unexpected``),
         counted (per partition too, when rows name their records), with the first keys of
@@ -137,7 +144,7 @@ class StateVerification(Session):
         key = identifiers(self.sink.state_key())
         cols = identifiers(columns)
         state: sql.Composable = sql.Identifier(STATE)
-        table: sql.Composable = self.t(self.results.name)
+        table: sql.Composable = self.db.t(self.sink.results.name)
         if not self.sink.state_is_whole_table:
             # Only the rows of the records re-read (a window of the table): rows no record
             # accounts for are the offset check's to find (driver/verify.py).
@@ -155,9 +162,9 @@ class StateVerification(Session):
         else:
             out = self._rows_differences(cols, key, state, table,
                                          {"topic", "partition"} <= set(columns))
-        out["state_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {} s").format(
+        out["state_rows"] = self.db.conn.execute(sql.SQL("SELECT count(*) FROM {} s").format(
             state)).fetchone()[0]
-        out["table_rows"] = self.conn.execute(sql.SQL("SELECT count(*) FROM {} t").format(
+        out["table_rows"] = self.db.conn.execute(sql.SQL("SELECT count(*) FROM {} t").format(
             table)).fetchone()[0]
         return out
 
@@ -171,16 +178,17 @@ class StateVerification(Session):
             diff = sql.SQL("(SELECT {cols} FROM {a} a EXCEPT ALL SELECT {cols} FROM {b} b)"
                            ).format(cols=cols, a=a, b=b)
             if by_partition:
-                counts = self.conn.execute(sql.SQL(
+                counts = self.db.conn.execute(sql.SQL(
                     "SELECT topic, \"partition\", count(*) FROM {} d GROUP BY 1, 2").format(
                         diff)).fetchall()
                 out[f"{name}_by_partition"] = {(t, p): n for t, p, n in counts}
                 count = sum(n for _, _, n in counts)
             else:
-                count = self.conn.execute(sql.SQL("SELECT count(*) FROM {} d").format(diff)
-                                          ).fetchone()[0]
-            first = self.conn.execute(sql.SQL("SELECT {key} FROM {} d ORDER BY {key} LIMIT {n}")
-                                      .format(diff, key=key, n=sql.Literal(SHOWN))).fetchall()
+                count = self.db.conn.execute(sql.SQL("SELECT count(*) FROM {} d").format(diff)
+                                             ).fetchone()[0]
+            first = self.db.conn.execute(sql.SQL(
+                "SELECT {key} FROM {} d ORDER BY {key} LIMIT {n}").format(
+                    diff, key=key, n=sql.Literal(SHOWN))).fetchall()
             out[name] = count
             out[f"{name}_keys"] = [list(map(str, k)) for k in first]
         return out

@@ -156,7 +156,7 @@ dead_letters_replayed = Table(
     "pipeline_dead_letters_replayed", metadata, *_like(dead_letters),
     Column("replayed_run_id", BigInteger, nullable=False),
     Column("replayed_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
-# Created on first use (Store.set_offsets) from the live results table, so only its extra
+# Created on first use (store/archive.py) from the live results table, so only its extra
 # columns are declared here.
 RESULTS_ARCHIVE_COLUMNS = _archive_columns()
 

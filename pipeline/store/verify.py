@@ -6,7 +6,6 @@ memory, no server-side cursor)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from psycopg import sql
@@ -42,14 +41,12 @@ SELECT r.run_id, e.planned FROM {runs} r CROSS JOIN LATERAL jsonb_array_elements
 """
 
 
-class Verification(Session):
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        """One read-only REPEATABLE READ transaction: the run rows and both tables as of one
-        moment, so that a run publishing meanwhile changes nothing verify sees."""
-        with self.transaction() as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield
+class Verification:
+    """What verify reads, on the Store's session (``store.verification``), inside its
+    snapshot (``Store.snapshot``): the run rows and the tables as of one moment."""
+
+    def __init__(self, db: Session):
+        self.db = db
 
     def published_plans(self, tp: tuple[str, int] | None = None
                         ) -> list[tuple[int, list[dict[str, Any]]]]:
@@ -57,13 +54,13 @@ class Verification(Session):
         given ``tp``, only the runs that planned that partition, with its range only."""
         if tp is not None:
             plans: dict[int, list[dict[str, Any]]] = {}
-            for run_id, planned in self.execute(sql.SQL(_PARTITION_PLANS).format(
-                    runs=self.t(runs.name)), (self.pipeline, list(PUBLISHING_KINDS), *tp)):
+            for run_id, planned in self.db.execute(sql.SQL(_PARTITION_PLANS).format(
+                    runs=self.db.t(runs.name)), (self.db.pipeline, list(PUBLISHING_KINDS), *tp)):
                 plans.setdefault(run_id, []).append(planned)
             return list(plans.items())
-        return [(row.run_id, row.planned) for row in self.run(
+        return [(row.run_id, row.planned) for row in self.db.run(
             select(runs.c.run_id, runs.c.planned)
-            .where(runs.c.pipeline == self.pipeline, runs.c.status == "succeeded",
+            .where(runs.c.pipeline == self.db.pipeline, runs.c.status == "succeeded",
                    runs.c.kind.in_(PUBLISHING_KINDS))
             .order_by(runs.c.run_id))]
 
@@ -71,21 +68,21 @@ class Verification(Session):
                        ) -> dict[tuple[str, int], tuple[int, int | None]]:
         """Each partition's (or only ``tp``'s) stored next offset and the run that wrote
         it."""
-        where = [offsets.c.pipeline == self.pipeline]
+        where = [offsets.c.pipeline == self.db.pipeline]
         if tp is not None:
             where += [offsets.c.topic == tp[0], offsets.c.partition == tp[1]]
-        return {(r.topic, r.partition): (r.next_offset, r.run_id) for r in self.run(
+        return {(r.topic, r.partition): (r.next_offset, r.run_id) for r in self.db.run(
             select(offsets.c.topic, offsets.c.partition, offsets.c.next_offset,
                    offsets.c.run_id).where(*where))}
 
-    def table_partitions(self) -> set[tuple[str, int]]:
-        """Every (topic, partition) the results table or the pipeline's dead letters hold a
-        row of: rows of a partition no run published are verify's to find too."""
+    def table_partitions(self, results: Sequence[Table]) -> set[tuple[str, int]]:
+        """Every (topic, partition) the ``results`` tables or the pipeline's dead letters
+        hold a row of: rows of a partition no run published are verify's to find too."""
         out: set[tuple[str, int]] = set()
-        for table in (self.results, dead_letters):
+        for table in (*results, dead_letters):
             owned = sql.SQL("pipeline = %(pipeline)s" if table is dead_letters else "true")
-            out.update(map(tuple, self.execute(sql.SQL(_PARTITIONS).format(
-                table=self.t(table.name), owned=owned), {"pipeline": self.pipeline})))
+            out.update(map(tuple, self.db.execute(sql.SQL(_PARTITIONS).format(
+                table=self.db.t(table.name), owned=owned), {"pipeline": self.db.pipeline})))
         return out
 
     def offset_writers(self, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -94,16 +91,16 @@ class Verification(Session):
         if not run_ids:
             return {}
         return {r.run_id: {"kind": r.kind, "status": r.status, "planned": r.planned or [],
-                           "details": r.details or {}} for r in self.run(
+                           "details": r.details or {}} for r in self.db.run(
             select(runs.c.run_id, runs.c.kind, runs.c.status, runs.c.planned, runs.c.details)
-            .where(runs.c.pipeline == self.pipeline, runs.c.run_id.in_(sorted(set(run_ids)))))}
+            .where(runs.c.pipeline == self.db.pipeline, runs.c.run_id.in_(sorted(set(run_ids)))))}
 
     def archiving_runs(self) -> dict[str, int]:
         """topic -> the newest offsets run that archived its rows (a recreated topic)."""
         out: dict[str, int] = {}
-        for run_id, archived in self.run(
+        for run_id, archived in self.db.run(
                 select(runs.c.run_id, runs.c.details["archived"])
-                .where(runs.c.pipeline == self.pipeline, runs.c.kind == "offsets",
+                .where(runs.c.pipeline == self.db.pipeline, runs.c.kind == "offsets",
                        runs.c.status == "succeeded",
                        runs.c.details.has_key("archived"))  # noqa: W601 - JSONB ?, not dict
                 .order_by(runs.c.run_id)):
@@ -112,7 +109,7 @@ class Verification(Session):
         return out
 
     def _owned(self, table: Table):
-        return dead_letters.c.pipeline == self.pipeline if table is dead_letters else None
+        return dead_letters.c.pipeline == self.db.pipeline if table is dead_letters else None
 
     def offsets_in(self, table: Table, r: OffsetRange, page: int = PAGE) -> Iterator[int]:
         """The offsets ``table`` holds inside ``r``, ascending, read a page at a time."""
@@ -123,7 +120,7 @@ class Verification(Session):
                      .order_by(offset).limit(page))
             if (owned := self._owned(table)) is not None:
                 query = query.where(owned)
-            got = list(self.run(query).scalars())
+            got = list(self.db.run(query).scalars())
             yield from got
             if len(got) < page:
                 return
@@ -140,7 +137,7 @@ class Verification(Session):
                                     for r in ranges))))
         if (owned := self._owned(table)) is not None:
             where.append(owned)
-        count = self.run(select(func.count()).select_from(table).where(*where)).scalar_one()
-        first = list(self.run(select(offset).where(*where).order_by(offset).limit(keep))
+        count = self.db.run(select(func.count()).select_from(table).where(*where)).scalar_one()
+        first = list(self.db.run(select(offset).where(*where).order_by(offset).limit(keep))
                      .scalars()) if count else []
         return count, first

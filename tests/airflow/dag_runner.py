@@ -54,7 +54,7 @@ def describe(dag) -> dict:
             **{k: getattr(t, k, None) for k in (
                 "owner", "pool", "pool_slots", "queue", "application", "application_args",
                 "config", "conf", "spark_submit", "spark_conn_id", "postgres_conn_id",
-                "kafka_conn_id")},
+                "kafka_conn_id", "config_problems")},
         } for t in dag.tasks},
     }
 
@@ -66,10 +66,12 @@ def check() -> dict:
 
 
 def command(dag_id: str, task_id: str) -> dict:
+    """The task's command line, SUMMARY standing for the summary file a run names."""
     task = dag_bag().dags[dag_id].get_task(task_id)
-    common = sys.modules[type(task).__module__]  # airflow_dags/_common.py, as parsed
+    from pipeline_airflow.deployment import job_env  # as the DAG files imported it
+
     try:
-        return {"command": task.submit_command(), "job_env": common.job_env()}
+        return {"command": task.submit_command(Path("SUMMARY")), "job_env": job_env()}
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
 

@@ -46,11 +46,11 @@ def test_the_ingest_dag_runs_from_one_venv_with_the_airflow_extra(
     [site] = extra_venv.glob("lib/python3*/site-packages")
     events = tmp_path / "openlineage.jsonl"
     transport = {"type": "file", "log_file_path": str(events), "append": True}
-    # The wheel carries pipeline/submit.py and pipeline/errors.py: PIPELINE_HOME is where
-    # it is installed, PIPELINE_VENV the venv with its spark-submit.
+    # The wheel carries pipeline/submit.py and pipeline/errors.py: the DAGs import the
+    # package as installed, and find submit.py beside it (no PIPELINE_HOME); PIPELINE_VENV
+    # is the venv with its spark-submit.
     [run] = airflow.dag_test(pipeline.ingest, None, python=extra_venv / "bin" / "python",
-                             env=dag_env(tmp_path, PIPELINE_HOME=str(site),
-                                         PIPELINE_VENV=str(extra_venv),
+                             env=dag_env(tmp_path, PIPELINE_VENV=str(extra_venv),
                                          AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(transport)))
     assert run["state"] == "success", run["log"][-4000:]
     assert f"{site}/pipeline/submit.py run --config" in run["log"]

@@ -3,12 +3,21 @@ spark-submit against the real Kafka and Postgres; its exit code decides the retr
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
 from tests.airflow.conftest import dag_env, new_pipeline, task
-from tests.helpers import ROOT, query, result_keys, stored_offsets, toml_config, watermarks
+from tests.helpers import (
+    ROOT,
+    query,
+    result_keys,
+    run_cli,
+    stored_offsets,
+    toml_config,
+    watermarks,
+)
 
 pytestmark = pytest.mark.airflow
 
@@ -32,15 +41,19 @@ def test_ingest_dags_of_two_pipelines_each_land_their_own_records(stack, airflow
     assert task(first, "ingest")["state"] == "success"
     assert task(first, "ingest")["try_number"] == 1
     assert f"{SUBMIT} {ROOT}/.venv/bin/spark-submit --master local[2]" in first["log"]
-    assert f"run --config {a.config} --json" in first["log"]
+    assert f"run --config {a.config} --summary-file " in first["log"]
     ends = {(a.name, part): high for part, (_, high) in watermarks(a.name).items()}
     assert sum(ends.values()) == 20
     assert stored_offsets(a.name) == ends
     assert result_keys(a.name) == sorted(
         (a.name, part, offset) for (_, part), high in ends.items() for offset in range(high))
-    summary = first["xcom"]["ingest"]  # the job's --json summary, pushed by the operator
+    # The XCom is the summary the job wrote to the file the operator named; stdout, free
+    # of it, carries the job's summary for people into the task log.
+    summary = first["xcom"]["ingest"]
     assert (summary["kind"], summary["status"], summary["rows_written"]) == (
         "ingest", "succeeded", 20)
+    assert f"run {summary['run_id']} (ingest) succeeded: 20 records, 20 rows written" in (
+        first["log"])
 
     assert second["state"] == "success", second["log"][-4000:]
     assert second["xcom"]["ingest"]["status"] == "noop"
@@ -52,7 +65,7 @@ def test_ingest_dags_of_two_pipelines_each_land_their_own_records(stack, airflow
 
     [other] = airflow.dag_test(b.ingest, None, env=dag_env(tmp_path))
     assert other["state"] == "success", other["log"][-4000:]
-    assert f"run --config {b.config} --json" in other["log"]
+    assert f"run --config {b.config} --summary-file " in other["log"]
     assert runs_of(b.name) == [("ingest", "succeeded", 7, 7)]
     assert result_keys(b.name) == [(b.name, 0, offset) for offset in range(7)]
     assert len(result_keys(a.name)) == 20
@@ -97,7 +110,8 @@ def test_transient_exit_code_is_retried(failing_runs):
     assert (ti["state"], ti["try_number"], ti["max_tries"]) == ("failed", 2, 1)
     assert transient["log"].count(SUBMIT) == 2
     retried = [line for line in transient["log"].splitlines()
-               if line.startswith("_common.PipelineTransientError: pipeline exited 75")]
+               if line.startswith("pipeline_airflow.outcome.PipelineTransientError: pipeline "
+                                  "exited 75")]
     assert len(retried) == 2, transient["log"][-4000:]
     assert "error: Postgres unreachable at postgresql://postgres@127.0.0.1:1/" in retried[0]
 
@@ -125,3 +139,40 @@ def test_stopped_task_terminates_the_job_which_rolls_back(stack, airflow, tmp_pa
     assert "SIGTERM" in error
     assert result_keys(p.name) == []
     assert stored_offsets(p.name) == {}
+
+
+def test_a_dag_with_a_config_mistake_fails_at_once_naming_it(stack, airflow, tmp_path):
+    """A schedule Airflow refuses (the job cannot see it: it ignores [airflow]) keeps the
+    pipeline's DAGs parsing; its runs fail before anything is submitted, without a retry,
+    saying what to write instead."""
+    p = new_pipeline(tmp_path, "af_cron", partitions=1, records=2)
+    p.config.write_text(p.config.read_text() + '[airflow]\nschedule = "hourly"\n')
+    [run] = airflow.dag_test(p.ingest, None, env=dag_env(tmp_path))
+    assert run["state"] == "failed"
+    ti = task(run, "ingest")
+    assert (ti["state"], ti["try_number"], ti["max_tries"]) == ("failed", 1, 3)
+    assert SUBMIT not in run["log"]
+    failure = [line for line in run["log"].splitlines()
+               if line.startswith("airflow.sdk.exceptions.AirflowFailException: ")]
+    assert len(failure) == 1, run["log"][-4000:]
+    assert f"[airflow] schedule = 'hourly' of {p.config} is not a schedule" in failure[0]
+    assert failure[0].endswith("or \"none\" - not retried")
+    assert runs_of(p.name) == []
+
+
+def test_the_summary_file_holds_what_json_prints(stack, tmp_path):
+    """The operator's contract with the job: --summary-file gets the document --json
+    prints (here a run with nothing to read), whatever else reaches stdout."""
+    p = new_pipeline(tmp_path, "af_summary", partitions=1, records=0)
+    summary = tmp_path / "summary.json"
+    run = run_cli("run", "--config", str(p.config), "--json", "--summary-file", str(summary))
+    assert run.returncode == 0, run.stderr
+    assert json.loads(summary.read_text()) == json.loads(run.stdout)
+    assert json.loads(run.stdout)["status"] == "noop"
+
+    nowhere = tmp_path / "nowhere" / "summary.json"
+    refused = run_cli("run", "--config", str(p.config), "--summary-file", str(nowhere))
+    assert refused.returncode == 2
+    assert f"--summary-file must be a file in an existing folder (got '{nowhere}')" in (
+        refused.stderr)
+    assert runs_of(p.name) == [("ingest", "noop", 0, 0)]

@@ -558,7 +558,7 @@ def test_a_crashed_runs_staging_is_dropped_for_the_longest_pipeline_name(spark):
     produce_orders(topic, range(50))
     s = init_db(make_settings((unique("l") + "_" + "x" * 48)[:48], [topic]))
     crashed = Store(s)  # a run that died after creating its staging table
-    crashed.create_staging(crashed.start_run("ingest", []))
+    crashed.staging.create(crashed.runs.start("ingest", []))
     crashed.close()
 
     result = run_ingest(s)

@@ -21,6 +21,7 @@ from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import Timer
 from pipeline.errors import ConflictError, DataError
 from pipeline.plan.offsets import plan_ranges
+from pipeline.sinks import for_settings
 from pipeline.store import Store
 from pipeline.store.run import staging_table
 from tests.helpers import (
@@ -168,15 +169,16 @@ def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_se
     s = init_db(make_settings(unique("cas"), [topic]))
     store = Store(s)
     meta = KafkaMeta(s.kafka)
-    stale = plan_ranges(store.load_offsets(), meta.topic_offsets([topic]))
+    stale = plan_ranges(store.offsets.load(), meta.topic_offsets([topic]))
     run_ingest(s)  # publishes the same ranges first
     rows_before = result_keys(s.sink.table)
 
-    store.lock_or_fail()
-    run = store.start_run("ingest", stale.partitions)
+    store.locks.lock_or_fail()
+    run = store.runs.start("ingest", stale.partitions)
     run_id = run.id
     with pytest.raises(ConflictError, match=r"another run already published \[0, \d+\)"):
-        execute_ranges(s, store, meta, run, stale.ranges, stale.offset_updates, Timer(), None)
+        execute_ranges(s, store, for_settings(s), meta, run, stale.ranges,
+                       stale.offset_updates, Timer(), None)
     store.close()
 
     assert result_keys(s.sink.table) == rows_before
@@ -391,7 +393,7 @@ def test_the_lock_holding_session_ends_within_minutes_when_its_driver_vanishes(s
     s = init_db(make_settings(unique("alive"), ["t"]))
     store = Store(s)
     try:
-        store.lock_or_fail()
+        store.locks.lock_or_fail()
         settings = {name: store.execute(f"SHOW {name}").fetchone()[0] for name in (
             "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
             "tcp_user_timeout")}

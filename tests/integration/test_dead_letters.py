@@ -186,7 +186,7 @@ def test_replay_takes_turns_with_the_ingest(broken):
     altered = query("SELECT data_type FROM information_schema.columns WHERE table_name = %s "
                     "AND column_name = 'qty'", (s.sink.table,)) == [("double precision",)]
     with Store(s) as ingest:
-        ingest.lock_or_fail()  # as a running ingest holds it
+        ingest.locks.lock_or_fail()  # as a running ingest holds it
         with pytest.raises(ConflictError, match="ingest lock"):
             run_replay(fixed(s) if altered else s, DeadLetterFilter())
 

@@ -367,8 +367,8 @@ def test_a_deadlock_postgres_reports_is_named_a_deadlock_and_transient(stack):
 
     import psycopg
 
-    from pipeline.driver.database import sort_error
     from pipeline.errors import EXIT_TRANSIENT, ConflictError
+    from pipeline.store.database import sort_error
 
     caught: list[BaseException] = []
     first, second = (psycopg.connect(TEST_DB_URL) for _ in range(2))

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 from sqlalchemy import inspect
 
+from pipeline.sinks import for_settings
 from pipeline.store import Store, tables
 from tests.helpers import TEST_DB_URL, init_db, make_settings, unique
 
@@ -43,7 +44,7 @@ def test_init_db_creates_exactly_the_tables_of_pipeline_tables(stack, fmt):
     try:
         with store.transaction():
             inspector = inspect(store.session)
-            declared = [*tables.metadata.tables.values(), store.results]
+            declared = [*tables.metadata.tables.values(), for_settings(settings).results]
             assert sorted(inspector.get_table_names(settings.schema)) == sorted(
                 t.name for t in declared)
             for table in declared:
@@ -52,8 +53,8 @@ def test_init_db_creates_exactly_the_tables_of_pipeline_tables(stack, fmt):
             indexes = {i["name"]: i["column_names"] for i in
                        inspector.get_indexes(tables.runs.name, settings.schema)}
             assert indexes == {i.name: [c.name for c in i.columns] for i in tables.runs.indexes}
-        store.check_schema()
-        store.check_results_table()
+        store.schema.check([for_settings(settings)])
+        store.schema.check_results_tables([for_settings(settings)])
     finally:
         store.close()
         drop_schema(settings.schema)
@@ -71,7 +72,7 @@ def test_a_schema_missing_a_declared_column_asks_for_init_db(stack):
     try:
         with pytest.raises(Exception, match=r"older than this version \(no "
                            r"pipeline_offsets.topic_id\): run 'pipeline init-db"):
-            store.check_schema()
+            store.schema.check([for_settings(settings)])
     finally:
         store.close()
         drop_schema(settings.schema)

@@ -21,6 +21,7 @@ from pipeline.executor.staging import DEAD, ROW
 from pipeline.formats.encode import Encoder
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import plan_ranges
+from pipeline.sinks import for_settings
 from pipeline.store import Store, tables
 from pipeline.store.run import Run
 from tests.helpers import (
@@ -66,11 +67,11 @@ def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack
     produce_orders(topic, range(10))
     s = init_db(make_settings(unique("resub"), [topic]))
     store = Store(s)
-    plan = plan_ranges(store.load_offsets(), KafkaMeta(s.kafka).topic_offsets([topic]))
+    plan = plan_ranges(store.offsets.load(), KafkaMeta(s.kafka).topic_offsets([topic]))
     (r,) = plan.ranges
-    store.lock_or_fail()
-    run = store.start_run("ingest", plan.partitions)
-    store.create_staging(run)
+    store.locks.lock_or_fail()
+    run = store.runs.start("ingest", plan.partitions)
+    store.staging.create(run)
     encoder = Encoder(s.sink.format, [(c.name, c.type, c.required) for c in s.sink.columns],
                       run.id)
     reader = reader_config(s.kafka.client_config(), s.kafka.isolation_level, "t-reader")
@@ -84,7 +85,7 @@ def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack
         {"part": 0, "attempt": 0, "task": 7}
     stage_as(store, run, [first_stage, second_stage], blobs)
 
-    with Publisher(store, run, plan.ranges,
+    with Publisher(store, for_settings(s), run, plan.ranges,
                    binary=binary_rows(s.sink.record_format,
                                       [(c.name, c.type) for c in s.sink.columns])) as publisher:
         publisher.take()

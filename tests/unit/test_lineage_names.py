@@ -1,6 +1,7 @@
-"""OpenLineage's names for what a run reads and writes (airflow_dags/_lineage.py, pure: it
-imports openlineage only when the provider asks for facets), and the offsets facet's ranges
-from the job's JSON summary. The real events are checked in tests/airflow/test_lineage.py."""
+"""OpenLineage's names for what a run reads and writes (airflow_dags/pipeline_airflow/
+lineage.py, pure: it imports openlineage only when the provider asks for facets), and the
+offsets facet's ranges from the job's JSON summary. The real events are checked in
+tests/airflow/test_lineage.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from tests.helpers import ROOT
 
 
 def load_lineage():
-    spec = importlib.util.spec_from_file_location("_lineage", ROOT / "airflow_dags" / "_lineage.py")
+    spec = importlib.util.spec_from_file_location(
+        "lineage", ROOT / "airflow_dags" / "pipeline_airflow" / "lineage.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -2,7 +2,8 @@
 OpenLineage's naming spec, and the run's published offsets as a custom run facet.
 
 The OpenLineage provider (apache-airflow-providers-openlineage) calls the operator's
-get_openlineage_facets_on_complete / _on_failure, which call ``operator_lineage`` here.
+get_openlineage_facets_on_complete / _on_failure (operator.py), which call
+``operator_lineage`` here.
 Only that imports openlineage: without the provider nothing calls it, and the operator
 runs as before (lineage is optional).
 

@@ -1,7 +1,8 @@
-"""The driver's way to Postgres: its SQLAlchemy engine, and how a database failure becomes
+"""The Store's way to Postgres: its SQLAlchemy engine, and how a database failure becomes
 one of the pipeline's errors (exit code and one-line message).
 
-Only the driver uses this; the executors connect with plain psycopg (pipeline/executor/stage.py).
+The driver's side only (the Store, and the publisher's reader of staged blobs); the
+executors connect with plain psycopg (pipeline/executor/stage.py).
 """
 
 from __future__ import annotations
