@@ -9,7 +9,7 @@ up. Scenarios (partitions x records per partition, JSON orders):
     200 x 100, 4 x 5,000    the same 20,000 records on a wide and a narrow topic: this
                             pipeline only (the target: the wide run within 2x of the narrow);
                             on 200 x 100 also the transform path (an identity transform over
-                            the built-in path's own read tasks, executor/feed.py)
+                            the built-in path's own read tasks, executor/transform/feed.py)
 
 All contenders of all shapes run in turns (A, B, C, A, B, C: BENCH_REPEAT rounds), so a
 change in the load of this shared machine falls on all of them; the 1-minute load average

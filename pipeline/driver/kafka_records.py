@@ -19,8 +19,8 @@ def batches(reader: dict, r: OffsetRange, timeout: float, what: str = "verify"
             ) -> Iterator[list]:
     """The records Kafka returns for ``r`` (Messages), a batch at a time, with progress;
     ``what`` reads them (it starts the log lines and errors)."""
+    from pipeline.errors import Kind, TaskError
     from pipeline.executor.consume import read_range
-    from pipeline.executor.task_errors import Kind, TaskError
 
     seen = 0
     try:

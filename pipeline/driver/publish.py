@@ -38,8 +38,8 @@ from sqlalchemy.schema import CreateTable
 
 from pipeline import faults
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.executor.stage import DEAD, HASH, RECEIVED, ROW, TOMBSTONE
-from pipeline.formats import copy_binary
+from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, reader_part
+from pipeline.formats.wire import binary as copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.sinks import Sink
 from pipeline.store import Store, tables
@@ -92,7 +92,7 @@ class Publisher:
         self.settings = sink.settings  # [sink]
         self.ranges = list(ranges)
         self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
-        self.readers = 0  # a transform's read tasks, staged under their own parts (feed.py)
+        self.readers = 0  # a transform's read tasks, staged under staging.reader_part's parts
         self.staging = run.staging
         self.cols = identifiers(c.name for c in tables.written(sink.records))
         self.finished = False
@@ -143,7 +143,7 @@ class Publisher:
 
     def choose_wire(self, binary: bool) -> None:
         """A transform's run (``binary=None``): its writers stage COPY binary tuples, or
-        text lines (formats/arrow_binary.exact); called before its job starts."""
+        text lines (executor/transform/arrow_binary.exact); called before its job starts."""
         if self._copy_cm is not None or self.binary is not None:
             raise RuntimeError("the publisher's COPY wire is chosen once, before any blob")
         self.binary = binary
@@ -169,7 +169,7 @@ class Publisher:
     # ---- while Spark reads --------------------------------------------------------------
     def expect_readers(self, tasks: int) -> None:
         """A transform's run: ``tasks`` read tasks each stage their dead letters and range
-        summaries under the part executor/feed.reader_part names (0: none)."""
+        summaries under the part executor/staging.reader_part names (0: none)."""
         self.readers = tasks
 
     def take(self) -> int:
@@ -252,8 +252,6 @@ class Publisher:
     def _check_readers(self) -> None:
         """Every read task of a transform's run committed once: else the transform did not
         read its input to the end (a limit, a take), and the ledger would miss ranges."""
-        from pipeline.executor.feed import reader_part
-
         missing = [i for i in range(self.readers) if reader_part(i) not in self.parts]
         if missing:
             raise ConfigError(

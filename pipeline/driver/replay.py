@@ -115,8 +115,8 @@ def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
 
 def _replay(store: Store, sink: Sink, settings: Settings, run: Run, f: DeadLetterFilter,
             report: ReplayReport, timer: Timer, additions: Sequence[Addition]) -> None:
+    from pipeline.errors import TaskError
     from pipeline.executor.task import EncoderSettings
-    from pipeline.executor.task_errors import TaskError
     from pipeline.spark.errors import task_error
 
     dry, replay = report.dry_run, store.replay

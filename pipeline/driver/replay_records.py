@@ -14,16 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.config import Settings
-from pipeline.formats.copy_text import text
 from pipeline.formats.dead_letters import dead_line
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import PG_END_MS
+from pipeline.formats.wire.text import text
 
 CREATE_TIME = 1  # confluent-kafka's TIMESTAMP_CREATE_TIME; the formats read only the ms
 
 
 def headers_from_json(doc: list[dict] | None) -> list[tuple[str, bytes | None]] | None:
-    """pipeline_dead_letters.headers (copy_text.headers_plain, or headers_escaped for keys
+    """pipeline_dead_letters.headers (wire/text.headers_plain, or headers_escaped for keys
     jsonb refuses) -> the record's headers as confluent-kafka returns them (None: none)."""
     if not doc:
         return None

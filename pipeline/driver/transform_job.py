@@ -1,6 +1,6 @@
 """A run's read and stage with a user transform ([sink] transform): the read tasks as a
-DataFrame (executor/feed.py), the user's code over it (spark/transform.py), its output
-staged by the writer (executor/stage.blob_writer). driver/job.stage calls it in place of
+DataFrame (executor/transform/feed.py), the user's code over it (spark/transform.py), its output
+staged by the writer (executor/transform/writer.blob_writer). driver/job.stage calls it in place of
 the built-in path's stage_ranges; everything before and after (plan, publish) is the
 run's (driver/job.py).
 """
@@ -21,17 +21,17 @@ log = logging.getLogger("pipeline")
 def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange],
                       choose_wire: Callable[[bool], None] = lambda binary: None) -> int:
     """A user transform works on a DataFrame of the good records, read and decoded by the
-    built-in sinks' own reader and Encoder (executor/feed.py: one Spark partition per read
-    task, the tasks stage_ranges would run), which stages the dead letters and each range's
-    summary itself; the transform's rows become COPY binary tuples
-    (formats/arrow_binary.py) when every staged column's Spark type is one Postgres takes
-    as it is, else COPY text lines (formats/arrow_copy.py), told to ``choose_wire`` before
-    the job, and are staged by blob_writer. Returns how many read tasks there were: the
-    publisher must find each one's summaries (Publisher.finish)."""
+    built-in sinks' own reader and Encoder (executor/transform/feed.py: one Spark partition
+    per read task, the tasks stage_ranges would run), which stages the dead letters and each
+    range's summary itself; the transform's rows become COPY binary tuples
+    (executor/transform/arrow_binary.py) when every staged column's Spark type is one
+    Postgres takes as it is, else COPY text lines (executor/transform/arrow_copy.py), told
+    to ``choose_wire`` before the job, and are staged by blob_writer. Returns how many read
+    tasks there were: the publisher must find each one's summaries (Publisher.finish)."""
     from pyspark.sql import SparkSession
 
+    from pipeline.errors import Kind, decode
     from pipeline.executor.task import EncoderSettings, StagingTarget
-    from pipeline.executor.task_errors import Kind, decode
     from pipeline.plan.split import pack_ranges, split_ranges
     from pipeline.spark.arrow_settings import (
         MAX_BYTES_PER_BATCH,
@@ -65,7 +65,7 @@ def stage_transformed(sc, settings: Settings, run: Run, ranges: Sequence[OffsetR
     # before the transform builds its plan: its own Arrow UDFs get the same. A cap in
     # [spark.conf], spark-submit's --conf or spark-defaults.conf wins. Its batches are then
     # bounded by rows alone: records too big for that stop it at their first batch
-    # (executor/feed.too_big), and it runs again with the check on.
+    # (executor/transform/feed.too_big), and it runs again with the check on.
     users = {**dict(sc.getConf().getAll()), **settings.spark.conf}
     fast = writer_sql_conf(users)
     with session_settings(spark, fast):
@@ -92,11 +92,11 @@ def _transformed(sc, spark, settings: Settings, run: Run, tasks, target, encodin
                  row_bytes: int | None) -> int:
     from pyspark.sql import functions as F
 
-    from pipeline.executor.feed import feed_schema, feeder
-    from pipeline.executor.stage import WRITER_SCHEMA, blob_writer
     from pipeline.executor.task import LineStageTask
-    from pipeline.executor.worker_imports import NO_PANDAS, runs_only_ours
-    from pipeline.formats.arrow_binary import exact
+    from pipeline.executor.transform.arrow_binary import exact
+    from pipeline.executor.transform.feed import feed_schema, feeder
+    from pipeline.executor.transform.worker_imports import NO_PANDAS, runs_only_ours
+    from pipeline.executor.transform.writer import WRITER_SCHEMA, blob_writer
     from pipeline.spark.topic_literal import TOPIC, proven_literal, with_topic
     from pipeline.spark.transform import apply
     from pipeline.store import tables
@@ -108,15 +108,15 @@ def _transformed(sc, spark, settings: Settings, run: Run, tasks, target, encodin
         feed_schema(encoding.format, encoding.columns, topic is None))
     results = apply(records if topic is None else with_topic(records, topic), sink)
     columns = tables.typed(tables.from_record(tables.record_rows(sink)))
-    # The writer makes each row a COPY tuple or line in Arrow (formats/arrow_binary.py,
-    # arrow_copy.py): the JVM only hands the transform's rows over.
+    # The writer makes each row a COPY tuple or line in Arrow (executor/transform/: arrow_binary,
+    # arrow_copy): the JVM only hands the transform's rows over.
     # The writers cut their blobs by the read tasks' ranges (each one ledger row), not by
     # the planned ones: a big planned range is read in pieces, and a transform that
     # shuffles mixes the pieces' rows in every batch.
     pieces = tuple(r for task in tasks for r in task)
     staged = results.select(*[F.col(f"`{n}`") for n, _ in columns])
     # No user Python in the plan: the workers run only ours and keep pandas out
-    # (executor/worker_imports.py: ~40 MB a worker).
+    # (executor/transform/worker_imports.py: ~40 MB a worker).
     sc.setLocalProperty(NO_PANDAS, "true" if runs_only_ours(staged) else None)
     if topic is not None and not proven_literal(staged, topic):
         topic = None  # the transform's rows carry their own topic
@@ -141,7 +141,7 @@ def _transformed(sc, spark, settings: Settings, run: Run, tasks, target, encodin
 
 def feed_task(settings: Settings, target, encoding, tasks, topic: str | None = None,
               row_bytes: int | None = None):
-    """The spec of a transform's read tasks (executor/feed.py): the built-in path's reader
+    """The spec of a transform's read tasks (executor/transform/feed.py): the built-in path's reader
     with smaller batches and queue (consume.FEED_BATCH: memory); a queued.min.messages of
     the user's [kafka.consumer] still wins. ``topic``: the run's one topic, left out of the
     batches (FeedTask.topic); ``row_bytes``: FeedTask.row_bytes_limit."""

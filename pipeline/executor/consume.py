@@ -18,9 +18,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+from pipeline.errors import Kind
 from pipeline.executor.group_lookup import look_up_group
 from pipeline.executor.read_errors import RangeReadError, refusal, refused
-from pipeline.executor.task_errors import Kind
 from pipeline.plan.offsets import OffsetRange
 
 __all__ = ["RangeReadError", "read_range", "read_ranges", "reader_config"]
@@ -30,13 +30,13 @@ BATCH = 10_000  # messages per consume() call: one Python call per batch, not pe
 # Messages librdkafka queues per partition ahead of a reader (reader_config says why 20k).
 QUEUED_MESSAGES = 20_000
 
-# A transform's reader (executor/feed.py) hands each batch to Arrow and Spark, so it holds
+# A transform's reader (executor/transform/feed.py) hands each batch to Arrow and Spark, so it holds
 # the batch's Messages, its columns and its Arrow batch at once, beside librdkafka's queue:
 # half the batch and a quarter of the queue held ~15 MB less a reader (two in a 2-core
 # run) at the same CPU (docs/benchmarks.md, "Memory of the transform path, round three").
 FEED_BATCH = 5_000
 FEED_QUEUED_MESSAGES = 5_000
-# ... and at most this many bytes of records a batch (executor/feed.py asks each consume()
+# ... and at most this many bytes of records a batch (executor/transform/feed.py asks each consume()
 # for fewer messages once it has seen the records' size, and cuts its Arrow batches at it):
 # 5,000 records of 150 KB made 750 MB batches, which the JVM could not hold.
 FEED_BATCH_BYTES = 16 * 2**20

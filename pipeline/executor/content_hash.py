@@ -9,7 +9,7 @@ different records (or a null and an empty value) frame the same bytes. Headers a
 timestamps are left out: they are not what the tables are compared on.
 
 A run with a [sink] transform hashes with ContentHash too (its input is the built-in read,
-executor/feed.py). Ledger rows of transform runs from before that carry another kind
+executor/transform/feed.py). Ledger rows of transform runs from before that carry another kind
 (``hash_kind``): ``md5sum``, the sum modulo 2**128 of each record's MD5 over the same
 framing, which Spark SQL computed where Spark's Kafka source read, combined across however
 Spark split a range; verify still recomputes it for them (RecordSum). A changed, removed or

@@ -24,7 +24,9 @@ import importlib
 import os
 import sys
 
-# What the read/decode/COPY tasks import (executor/, formats/) and their dependencies.
+# What the read/decode/COPY tasks import (executor/, formats/; a transform's read and write
+# tasks: executor/transform/) and their dependencies. Module paths: a unit test holds each
+# to a module that exists (a rename must not drop one silently).
 PREIMPORTS = (
     "pyarrow",
     "pyarrow.compute",
@@ -33,15 +35,16 @@ PREIMPORTS = (
     "orjson",
     "pipeline.executor.consume",
     "pipeline.executor.stage",
-    "pipeline.executor.feed",
     "pipeline.executor.task",
     "pipeline.formats.encode",
     "pipeline.formats.registry",
-    "pipeline.formats.arrow_copy",
-    "pipeline.formats.arrow_binary",
-    "pipeline.formats.typed_rows",
-    "pipeline.formats.arrow_rows",
-    "pipeline.formats.arrow_columns",
+    "pipeline.executor.transform.feed",
+    "pipeline.executor.transform.writer",
+    "pipeline.executor.transform.arrow_copy",
+    "pipeline.executor.transform.arrow_binary",
+    "pipeline.executor.transform.typed_rows",
+    "pipeline.executor.transform.arrow_rows",
+    "pipeline.executor.transform.arrow_columns",
 )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from pipeline.errors import Kind
 from pipeline.executor.read_errors import RangeReadError, refusal, refused
-from pipeline.executor.task_errors import Kind
 from pipeline.plan.offsets import OffsetRange
 
 

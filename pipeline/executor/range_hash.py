@@ -42,8 +42,8 @@ def span_hasher(reader: dict, timeout_seconds: float):
     message)) when a range cannot be read: only these small results reach the driver."""
 
     def hash_spans(items):
+        from pipeline.errors import TaskError
         from pipeline.executor.consume import read_range
-        from pipeline.executor.task_errors import TaskError
 
         for index, span in items:
             try:

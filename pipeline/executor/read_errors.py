@@ -3,13 +3,13 @@ broker's refusals of the reader (login, certificate, ACLs), which are the user's
 
 from __future__ import annotations
 
-from pipeline.executor.task_errors import Kind, TaskError, Where
+from pipeline.errors import Kind, TaskError, Where
 from pipeline.plan.offsets import OffsetRange
 
 
 class RangeReadError(TaskError):
     """Raised inside a Spark task when a range cannot be read exactly; it reaches the
-    driver as a typed TaskError (task_errors.decode), naming the range it was reading."""
+    driver as a typed TaskError (errors.decode), naming the range it was reading."""
 
     def __init__(self, kind: Kind | str, message: str, r: OffsetRange | None = None):
         super().__init__(kind, message, None if r is None else Where(

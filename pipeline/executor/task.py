@@ -1,7 +1,8 @@
 """What the driver hands a Spark task: one frozen, typed, picklable spec per kind of task
 (what Spark's KafkaBatchInputPartition is to its reader), plain Python with no Spark,
 SQLAlchemy or Kafka client inside, so that it pickles small and reads the same on both
-sides. The driver builds it (driver/job.py), executor/stage.py runs it.
+sides. The driver builds it (driver/job.py, driver/transform_job.py), executor/stage.py and
+executor/transform/ run it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.formats.avro_schemas import SchemaSource
+from pipeline.formats.schema_source import SchemaSource
 
 # One blob's bytes at most (but for a single line larger than that): a bytea value, and a
 # COPY row, cannot pass 1 GB, and 10,000 records of 100 KB would.
@@ -61,7 +62,7 @@ class EncoderSettings:
                    sink.truncate == "apply")
 
     def encoder(self, text_rows: bool = False):
-        """``text_rows``: a transform's feed (feed.py), which reads COPY text rows into
+        """``text_rows``: a transform's feed (transform/feed.py), which reads COPY text rows into
         Arrow; a run's staging, replay and verify take the format's own wire (job.py's
         publisher frames it: registry.binary_rows)."""
         from pipeline.formats.encode import Encoder
@@ -85,7 +86,7 @@ class RangeStageTask:
 
 @dataclass(frozen=True)
 class FeedTask:
-    """A user transform's input (executor/feed.py): read task ``i`` reads ``tasks[i]``
+    """A user transform's input (executor/transform/feed.py): read task ``i`` reads ``tasks[i]``
     exactly as a RangeStageTask would (``reader``, ``timeout_seconds``), decodes them
     (``encoding``, no tombstone key) into the DataFrame the transform receives, and stages
     its dead letters and range summaries in ``target``. ``topic``: the run's one topic,
@@ -111,8 +112,8 @@ class FeedTask:
 @dataclass(frozen=True)
 class LineStageTask:
     """A user transform's output task: its rows' staged ``columns`` ((name, Postgres
-    type), in order) as COPY text lines ending with ``run_id`` (formats/arrow_copy.py),
-    or with ``binary`` as COPY binary tuples (formats/arrow_binary.py, when the driver
+    type), in order) as COPY text lines ending with ``run_id`` (executor/transform/arrow_copy.py),
+    or with ``binary`` as COPY binary tuples (executor/transform/arrow_binary.py, when the driver
     found every column exact), one blob never across two of ``ranges`` (the read tasks'
     ranges, split_ranges' pieces: the ledger has one row each and counts its rows).
     ``topic``: every row's topic, when the driver proved it (spark/topic_literal.py) and

@@ -1,11 +1,11 @@
 """The declared column types' COPY binary fields (Postgres's binary input forms), for the
-avro format's rows (avro_rows.py): a field's 4-byte length, then its value.
+avro format's rows (avro/rows.py): a field's 4-byte length, then its value.
 
-The avro rows go to Postgres as COPY binary tuples (copy_binary.py), so that a timestamp
+The avro rows go to Postgres as COPY binary tuples (wire/binary.py), so that a timestamp
 is one subtraction and a pack, not text to write here and parse there, and a decimal is
 numeric's own form (docs/benchmarks.md, "Avro records"). Every check stays the text
 rules': the generated loop writes binary only for what it would have written as text,
-and the general path's text fields (avro_format.AvroFormat.fields, the typed rules) are
+and the general path's text fields (avro/format.AvroFormat.fields, the typed rules) are
 turned into binary by ``from_text``, which reads each back exactly as Postgres's text
 input does, so the rows stored are the same. A column type without a binary form here
 (an array) keeps its format's rows COPY text (``binary_types``).
@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from pipeline.formats.copy_binary import NULL_FIELD, PG_EPOCH_MS, pack_i, pack_iq
-from pipeline.formats.copy_text import NULL, unescape
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS, TimestampOutOfRange
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.binary import NULL_FIELD, PG_EPOCH_MS, pack_i, pack_iq
+from pipeline.formats.wire.text import NULL, unescape
 
 pack_ii = struct.Struct(">ii").pack  # an int4 field: its length (4) and value
 pack_id = struct.Struct(">id").pack  # a float8 field

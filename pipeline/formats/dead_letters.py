@@ -4,8 +4,8 @@ store.tables.DEAD_LETTER_FIELDS."""
 
 from __future__ import annotations
 
-from pipeline.formats.copy_text import NULL, bytea, headers_escaped, headers_json, text
 from pipeline.formats.timestamps import TimestampOutOfRange, kafka_timestamp
+from pipeline.formats.wire.text import NULL, bytea, headers_escaped, headers_json, text
 
 UNEXPECTED = "unexpected_error"
 

@@ -21,8 +21,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from uuid import UUID
 
-from pipeline.formats.copy_text import Unstorable, text
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json.values import WrongType
+from pipeline.formats.wire.text import Unstorable, text
 
 # "\u0000" in JSON text that is an escape (not an escaped backslash before "u0000"):
 # jsonb cannot store a NUL.

@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from pipeline.executor.task_errors import TaskError
+from pipeline.errors import TaskError
 from pipeline.formats import paths
-from pipeline.formats.avro_schemas import SchemaSource
-from pipeline.formats.copy_text import NULL, text
 from pipeline.formats.dead_letters import dead_line, unexpected
 from pipeline.formats.registry import CHOOSE_WIRE, binary_rows, record_format
+from pipeline.formats.schema_source import SchemaSource
 from pipeline.formats.timestamps import TimestampOutOfRange, kafka_timestamp
 from pipeline.formats.tombstones import EVERY_KEY, BadTombstone, key_fields
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import NULL, text
 
 
 class Encoded(NamedTuple):
@@ -42,7 +42,7 @@ class Encoder:
     (config.SinkSettings.deletes); empty otherwise, and a null value is a dead letter.
     ``schemas``: where the avro format's writer schemas come from ([schema_registry]).
     ``text_rows``: result rows as COPY text even where the format would write binary
-    (registry.binary_rows): a transform's feed (typed_rows.py) reads the text.
+    (registry.binary_rows): a transform's feed (executor/transform/typed_rows.py) reads the text.
     ``truncate``: a change-event format's truncate deletes every key ([sink] truncate =
     "apply"; its tombstone line's key fields are NULL) instead of being a dead letter."""
 
@@ -87,7 +87,7 @@ class Encoder:
     def columns(self, topic: str, partition: int, records) -> Encoded | None:
         """The batch as ``encode`` has it, its rows as one list of values per column
         (JsonFormat.value_columns: offsets, epoch ms, then the declared columns) for the
-        transform feed (formats/typed_rows.py); None where the format has no such form or
+        transform feed (executor/transform/typed_rows.py); None where the format has no such form or
         the batch raised (then ``encode``, whose per-record boundary finds the record)."""
         if self.format_columns is None:
             return None

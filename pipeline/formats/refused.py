@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from pipeline.formats import paths
 from pipeline.formats.binary_fields import kafka_millis
-from pipeline.formats.copy_binary import pack_iq
-from pipeline.formats.copy_text import Unstorable
 from pipeline.formats.timestamps import kafka_timestamp
+from pipeline.formats.wire.binary import pack_iq
+from pipeline.formats.wire.text import Unstorable
 
 
 class Refused(ValueError):

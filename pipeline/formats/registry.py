@@ -1,11 +1,12 @@
 """The record formats: how a Kafka record's value becomes a result row, or the reason it
 cannot, chosen once per run by ``[sink] format``.
 
-A format is a class with the interface below, in its own module; adding one (Avro,
-Protobuf, Debezium) is a module and a line in FORMATS. The COPY wire encoding of its rows
-(copy_text.TEXT or copy_binary.BINARY) is the format's ``wire``: staging writes the rows'
-blobs with it and the publisher frames them for it. What every format shares (the guard
-that makes any failing record a dead letter, tombstones, the dead-letter line) is
+A format is a class with the interface below, in its own folder of formats/ (its format.py,
+or one module per encoding: debezium/); adding one is a folder and a line in FORMATS
+(tests/unit/test_format_registry.py holds the two together). The COPY wire encoding of its
+rows (wire/text.TEXT or wire/binary.BINARY) is the format's ``wire``: staging writes the
+rows' blobs with it and the publisher frames them for it. What every format shares (the
+guard that makes any failing record a dead letter, tombstones, the dead-letter line) is
 encode.Encoder's.
 """
 
@@ -14,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from pipeline.formats.avro_format import AvroFormat
-from pipeline.formats.copy_binary import BinaryWire
-from pipeline.formats.copy_text import TextWire
-from pipeline.formats.debezium import DebeziumFormat
-from pipeline.formats.debezium_avro import DebeziumAvroFormat
-from pipeline.formats.json_format import JsonFormat
-from pipeline.formats.protobuf_format import ProtobufFormat
-from pipeline.formats.raw_format import RawFormat
+from pipeline.formats.avro.format import AvroFormat
+from pipeline.formats.debezium.avro import DebeziumAvroFormat
+from pipeline.formats.debezium.json import DebeziumFormat
+from pipeline.formats.json.format import JsonFormat
+from pipeline.formats.protobuf.format import ProtobufFormat
+from pipeline.formats.raw.format import RawFormat
+from pipeline.formats.wire.binary import BinaryWire
+from pipeline.formats.wire.text import TextWire
 
 
 class RecordFormat(Protocol):

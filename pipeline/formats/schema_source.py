@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.executor.task_errors import Kind, TaskError
+from pipeline.errors import Kind, TaskError
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from pipeline.formats import paths
-from pipeline.formats.copy_text import Unstorable
-from pipeline.formats.json_values import WrongType
+from pipeline.formats.json.values import WrongType
+from pipeline.formats.wire.text import Unstorable
 
 _NOT_JSON = object()
 # What a format's delete_key returns for a change that deletes every key (Debezium's

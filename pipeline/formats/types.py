@@ -2,9 +2,10 @@
 type, its Postgres type, the JSON and Avro formats' rules for a value of it and the row
 encoder's inlined form of the JSON rule.
 
-settings/columns.py validates declarations against it, store/tables.py builds the SQLAlchemy types
-from its Postgres types, spark/transform.py takes its Spark types, executor/stage.py how
-Spark writes each Postgres type as COPY text, json_rows.py its inlined checks. A new
+settings/columns.py validates declarations against it, store/tables.py builds the SQLAlchemy
+types from its Postgres types, spark/transform.py takes its Spark types, a transform's
+writer (executor/transform/arrow_copy.py) how each Postgres type is written as COPY text,
+json/rows.py its inlined checks. A new
 column type is one entry here (and a new format's value rule, a new field). Plain Python:
 the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` and ``array<T>`` (a
 Postgres T[] of a scalar type; jsonb and arrays: documents.py) are parsed here only.
@@ -17,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from pipeline.formats import avro_values as av
 from pipeline.formats import documents as doc
-from pipeline.formats import json_values as jv
-from pipeline.formats.json_diagnose import json_kind
+from pipeline.formats.avro import values as av
+from pipeline.formats.json import values as jv
+from pipeline.formats.json.diagnose import json_kind
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class ColumnType:
     pg: str  # Postgres's type, as DDL spells it (store.tables.ddl_type)
     from_json: Callable  # a parsed JSON value -> its COPY text field; raises WrongType
     from_avro: Callable  # a value fastavro decoded -> its COPY text field; raises WrongType
-    # The row encoder's inlined from_json (json_rows.py): lines that leave x's COPY text
+    # The row encoder's inlined from_json (json/rows.py): lines that leave x's COPY text
     # in f{i} or raise; () = call from_json.
     inline: tuple[str, ...] = ()
     sum: str | None = None  # the declared type of sum(column); None: not a number
@@ -93,7 +94,7 @@ SPELLED = (", ".join(SCALARS) + ", decimal(p,s), jsonb or array<T> (T one of the
 
 @cache
 def decimal(precision: int, scale: int) -> ColumnType:
-    if precision > 15:  # parsed as Decimal (json_format.loader): the exact path
+    if precision > 15:  # parsed as Decimal (json/format.loader): the exact path
         inline: tuple[str, ...] = ()
     else:
         # A float or int well inside the precision (no rounding can overflow it) is passed
@@ -138,8 +139,9 @@ def column_type(declared: str) -> ColumnType:
     return decimal(int(m.group(1)), int(m.group(2)))
 
 
-# How a value of a Postgres type is written as COPY text from Arrow (formats/arrow_copy.py), for
-# the declared types and the fixed columns (coordinates, raw records, dead letters).
+# How a value of a Postgres type is written as COPY text from Arrow
+# (executor/transform/arrow_copy.py), for the declared types and the fixed columns
+# (coordinates, raw records, dead letters).
 HEX, TIMESTAMP, ESCAPED, PLAIN = "hex", "timestamp", "escaped", "plain"
 _COPY_FORMS = {"bytea": HEX, "timestamptz": TIMESTAMP, "timestamp with time zone": TIMESTAMP,
                "text": ESCAPED, "jsonb": ESCAPED}

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import model_validator
 
-from pipeline.formats.avro_schemas import SchemaSource
+from pipeline.formats.schema_source import SchemaSource
 from pipeline.settings.airflow import AirflowTable
 from pipeline.settings.base import Identifier, Table
 from pipeline.settings.database import DatabaseTable

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr
 
 from pipeline.errors import ConfigError
-from pipeline.formats.avro_schemas import SchemaSource
+from pipeline.formats.schema_source import SchemaSource
 from pipeline.settings.base import Table, expand_env
 from pipeline.settings.secrets import mask
 

@@ -38,7 +38,7 @@ class SinkSettings:
     tombstones: str = "delete"  # upsert: a null value with a key deletes | dead_letter
     aggregates: tuple[Aggregate, ...] = ()
     evolve: Evolve = "off"
-    envelope: str = "none"  # "debezium": values are change events (formats/debezium.py)
+    envelope: str = "none"  # "debezium": values are change events (formats/debezium/)
     # debezium: a truncate (op t) is a dead letter, or "apply": it deletes every row older
     # than it by the upsert's ordering rule (sinks/upsert.py).
     truncate: str = "dead_letter"
@@ -89,7 +89,7 @@ class SinkTable(Table):
             raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
         for c in columns if transform is not None else ():
             # A transform's DataFrame holds the Encoder's rows as typed Spark columns
-            # (formats/typed_rows.py, paths too): scalars only.
+            # (executor/transform/typed_rows.py, paths too): scalars only.
             if not types.column_type(c.type).scalar:
                 what = c.type
                 raise ConfigError(

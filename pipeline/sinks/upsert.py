@@ -5,7 +5,7 @@ stored row only if it is newer, so a re-read of an old range (or of an old parti
 the topic grew) never overwrites newer state. Tombstones delete, and are kept in
 ``<table>_deleted`` so that an older record replayed later cannot bring the row back.
 
-Debezium's change events (formats/debezium.py) add two things, both placed by the same
+Debezium's change events (formats/debezium/) add two things, both placed by the same
 order: a truncate (a tombstone line without a key) deletes every key it is newer than, and
 a column an update left out (``_unavailable``) keeps the value the row had."""
 

@@ -1,5 +1,5 @@
 """Spark's Arrow settings for a run with a user transform (issue 25): what the JVM pays per
-row of the Arrow -> rows -> Arrow round trip (executor/feed.py in, executor/stage.py's
+row of the Arrow -> rows -> Arrow round trip (executor/transform/feed.py in, executor/stage.py's
 blob_writer out), cut by settings only. Pure planning: the driver applies them
 (driver/transform_job.py, the writer's SQL settings).
 
@@ -52,7 +52,7 @@ def bounded_sql_conf(user_conf: dict[str, str]) -> dict[str, str]:
 
 def row_bytes_limit(user_conf: dict[str, str], sql_conf: dict[str, str]) -> int | None:
     """The average bytes a row above which a job run with ``sql_conf`` must not go on
-    (its read tasks refuse such records, executor/feed.py): None when its batches are
+    (its read tasks refuse such records, executor/transform/feed.py): None when its batches are
     bounded by bytes already (our cap, or the user's)."""
     if sql_conf.get(MAX_BYTES_PER_BATCH, user_conf.get(MAX_BYTES_PER_BATCH)) \
             != UNCHECKED_BYTES:

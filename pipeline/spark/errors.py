@@ -2,7 +2,7 @@
 
 Spark hands the driver one long text (a Py4JJavaError quoting the JVM's stack and the
 failed task's Python traceback). An executor's own expected failure arrives typed
-(executor/task_errors.TaskError, decoded from that text: the executors' Kafka reads report
+(errors.TaskError, decoded from that text: the executors' Kafka reads report
 theirs so); everything else is recognised here by the root cause the text names: executors
 without the job's Python or modules, a Python worker that died, Postgres unreachable. What
 is not recognised is returned as it is (an internal error: exit 1).
@@ -14,8 +14,15 @@ import re
 from collections.abc import Sequence
 
 from pipeline.config import Settings, redact_url
-from pipeline.errors import ConfigError, DataError, PipelineError, TransientError
-from pipeline.executor.task_errors import Kind, TaskError, decode
+from pipeline.errors import (
+    ConfigError,
+    DataError,
+    Kind,
+    PipelineError,
+    TaskError,
+    TransientError,
+    decode,
+)
 from pipeline.plan.offsets import OffsetRange
 
 # On executors: the job's Python or one of its modules is not there (a cluster whose workers

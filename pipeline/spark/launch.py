@@ -31,7 +31,7 @@ def start_spark(settings: Settings, records: int = 0):
                     ", which the built-in sinks do not: pip install "
                     "'kafka-offset-pipeline[transform]'; nothing was read")
         # No run reads through Spark's Kafka source (a transform's input is the built-in
-        # read, executor/feed.py): no connector jars.
+        # read, executor/transform/feed.py): no connector jars.
         jvm = "transform" if transform else "light"
         archive = driver_archive(settings, transform, jvm)
         conf = settings.spark.conf

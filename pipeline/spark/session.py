@@ -13,7 +13,7 @@ from pipeline.spark import numpy_converter
 # them; under spark-submit the JVM is up already), for every kind of run ("light": the
 # built-in sinks; "transform": a run with a user transform, whose JVM also turns rows to
 # Arrow and back, with Arrow Java's own bounds and null checks on). Per-record work is in
-# Python on both (a transform's input since executor/feed.py): the client compiler alone
+# Python on both (a transform's input since executor/transform/feed.py): the client compiler alone
 # and the serial collector start the JVM ~1.5 s sooner, and at 2M records under an
 # identity transform the JVM spent the same CPU as with C2 and the parallel collector, its
 # peak RSS ~245 MB less (docs/benchmarks.md).

@@ -1,5 +1,5 @@
 """A user transform ([sink] transform = "module:function"): loaded, applied to the
-DataFrame of decoded records (executor/feed.py), and its output held to the sink's
+DataFrame of decoded records (executor/transform/feed.py), and its output held to the sink's
 contract before anything is read.
 """
 
@@ -16,7 +16,7 @@ COORDINATES = ["topic", "partition", "offset"]
 
 
 def apply(records, sink: SinkSettings):
-    """The user's transform over ``records`` (the result columns, executor/feed.py's
+    """The user's transform over ``records`` (the result columns, executor/transform/feed.py's
     DataFrame), its output checked against the sink's contract; run on the driver, where
     it only builds a plan."""
     from pyspark.errors import AnalysisException, ParseException
@@ -45,7 +45,7 @@ PARTIAL = {"GlobalLimit": "limit()", "LocalLimit": "limit()", "Offset": "offset(
 
 def partial_read(plan) -> str | None:
     """What in a logical plan (py4j) reads only part of the transform's input (the
-    read tasks' ``MapInArrow`` over ``Range``, executor/feed.py), if any: a limit over a
+    read tasks' ``MapInArrow`` over ``Range``, executor/transform/feed.py), if any: a limit over a
     dimension table joined in is not one."""
     todo = [(plan, None)]
     while todo:
@@ -62,7 +62,7 @@ def partial_read(plan) -> str | None:
 
 def refuse_partial_reads(results, sink: SinkSettings) -> None:
     """A transform must read all of its input: its read tasks commit their dead letters and
-    range summaries only when read to the end (executor/feed.py). A limit or sample over
+    range summaries only when read to the end (executor/transform/feed.py). A limit or sample over
     the input is refused here, from the plan, before anything is read; the publisher
     refuses any other read that stopped early (Publisher.finish), which is also what is
     left when the plan cannot be read (pyspark's private ``_jdf``)."""

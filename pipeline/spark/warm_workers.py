@@ -27,12 +27,12 @@ def start_python_workers(spark) -> threading.Thread:
     """Run a one-task ``mapInArrow`` job in a daemon thread and return the thread. Its
     failure is only logged: the read tasks start the daemon themselves and report what
     fails."""
-    from pipeline.executor.worker_imports import NO_PANDAS
+    from pipeline.executor.transform.worker_imports import NO_PANDAS
 
     def warm():
         try:
             # Local properties are the thread's: its worker keeps pandas out, as the read
-            # tasks' do (executor/worker_imports.py), so it is the same worker they reuse.
+            # tasks' do (executor/transform/worker_imports.py), so it is the same worker they reuse.
             spark.sparkContext.setLocalProperty(NO_PANDAS, "true")
             spark.range(0, 1, 1, 1).mapInArrow(_nothing, "id long").collect()
         except Exception:  # noqa: BLE001 - the real job reports a daemon that cannot start

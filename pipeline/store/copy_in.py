@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from psycopg import sql
 
-from pipeline.formats import copy_binary
+from pipeline.formats.wire import binary as copy_binary
 
 
 def copy_statement(table: sql.Composable, columns: sql.Composable | None = None,

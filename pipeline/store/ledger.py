@@ -1,5 +1,5 @@
 """The ledger of published ranges (pipeline_ranges, sql/006): written in the publishing
-transaction from the staging table's range summaries (executor/stage.py, kind HASH) of the
+transaction from the staging table's range summaries (executor/staging.py, kind HASH) of the
 attempts the publisher chose, read by ``pipeline verify`` (driver/ledger_check.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from psycopg import sql
 from sqlalchemy import Table, and_, func, or_, select
 
 from pipeline.executor.content_hash import BLAKE2B
-from pipeline.executor.stage import DEAD, HASH, ROW, TOMBSTONE
+from pipeline.executor.staging import DEAD, HASH, ROW, TOMBSTONE
 from pipeline.plan.offsets import OffsetRange
 from pipeline.store.results import in_range
 from pipeline.store.run import Run
@@ -34,9 +34,9 @@ class LedgerRow(NamedTuple):
 
 # One ledger row per range summary; its counts are those of the chosen attempts' blobs
 # inside the range (a blob never spans two ranges: stage.range_stager makes them per range,
-# stage.blob_writer cuts a transform's rows by range). The built-in sinks' blobs are the
+# transform/writer.blob_writer cuts a transform's rows by range). The built-in sinks' blobs are the
 # summary's own attempt's; a transform's rows are staged by other tasks than its reads
-# (executor/feed.py), and what it filtered out is in neither table.
+# (executor/transform/feed.py), and what it filtered out is in neither table.
 _RECORD = """
 INSERT INTO {ranges} (pipeline, run_id, topic, "partition", from_offset, until_offset,
                       records, rows_written, dead_letters, deletes, skipped, filtered,

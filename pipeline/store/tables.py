@@ -191,7 +191,7 @@ def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
     else:
         body = [Column("kafka_timestamp", TIMESTAMPTZ)] + [
             Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
-    if sink.envelope == "debezium":  # the columns a change left out (formats/debezium.py)
+    if sink.envelope == "debezium":  # the columns a change left out (formats/debezium/)
         body.append(Column(UNAVAILABLE, postgresql.ARRAY(Text)))
     return Table(
         name, MetaData(schema=SCHEMA),
@@ -239,7 +239,7 @@ def written(table: Table) -> list[Column]:
     """The columns a run writes into a table, in COPY order (the pipeline's ingested_at,
     updated_at and deleted_at are defaulted: by their server default, not their name, so
     a declared column called updated_at is written): for ``record_rows``, the executors'
-    lines (encode.py, formats/arrow_copy.py), which end with run_id."""
+    lines (encode.py, executor/transform/arrow_copy.py), which end with run_id."""
     return [c for c in table.columns if c.server_default is None]
 
 

@@ -1,10 +1,10 @@
-"""A transform's rows as COPY binary tuples (formats/arrow_binary.py) store exactly what their
-COPY text lines (formats/arrow_copy.py) store: the same Arrow batches, built the way Spark
-hands them to the writer (a null in every column, sliced batches), COPYed both ways into
-tables of every type the tuples cover, in the real Postgres, and read back both as
-Postgres prints the rows and as its own binary output (the stored form: a numeric's
-digits, weight and display scale as Postgres normalized them). Values that Postgres
-refuses as text it refuses as a tuple too."""
+"""A transform's rows as COPY binary tuples (executor/transform/arrow_binary.py) store
+exactly what their COPY text lines (executor/transform/arrow_copy.py) store: the same Arrow
+batches, built the way Spark hands them to the writer (a null in every column, sliced
+batches), COPYed both ways into tables of every type the tuples cover, in the real Postgres,
+and read back both as Postgres prints the rows and as its own binary output (the stored
+form: a numeric's digits, weight and display scale as Postgres normalized them). Values that
+Postgres refuses as text it refuses as a tuple too."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pytest
 from psycopg import sql
 
-from pipeline.formats import arrow_binary, arrow_copy
+from pipeline.executor.transform import arrow_binary, arrow_copy
 from pipeline.formats.timestamps import PG_FIRST_MS, TimestampOutOfRange
 from pipeline.store.copy_in import copy_in
 from tests.helpers import TEST_DB_URL

@@ -121,7 +121,7 @@ def _edge(i: int, amount, whole, fine, at, day, at_ms=None) -> dict:
 def test_numeric_and_timestamp_edges_store_what_the_text_rows_store(tmp_path):
     import json
 
-    from pipeline.formats.avro_schemas import SchemaSource
+    from pipeline.formats.schema_source import SchemaSource
 
     (tmp_path / "1.avsc").write_text(json.dumps(EDGES))
     plain = json.loads(json.dumps(EDGES).replace('"logicalType"', '"x"'))

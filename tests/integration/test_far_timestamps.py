@@ -1,5 +1,5 @@
 """A transform run over records whose Kafka timestamp Spark cannot hold (issue 23): the read
-tasks that feed the transform (executor/feed.py) make them dead letters, counted in the
+tasks that feed the transform (executor/transform/feed.py) make them dead letters, counted in the
 run's ledger like every record - on the real broker, Postgres and Spark."""
 
 from __future__ import annotations

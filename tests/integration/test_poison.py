@@ -2,7 +2,7 @@
 run (exit 1, nothing committed, the next run the same) and must now be a result row or a
 dead letter of a named type, exactly once, with the offsets at the end (issue 23). Through
 the real CLI on the real broker and Postgres, on the built-in path (json and raw sinks) and
-on the transform path (the same read and decode feeding a DataFrame, executor/feed.py)."""
+on the transform path (the same read and decode feeding a DataFrame, executor/transform/feed.py)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def beyond_topic(stack):
 
 @pytest.mark.parametrize("fmt, transform", [
     ("json", None), ("raw", None),
-    # The transform's input is the built-in read and decode (executor/feed.py): the
+    # The transform's input is the built-in read and decode (executor/transform/feed.py): the
     # same dead letter as the built-in path's.
     ("json", "tests.integration.transforms.orders:identity"),
     ("raw", "tests.integration.transforms.orders:identity"),

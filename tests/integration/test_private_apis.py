@@ -6,7 +6,7 @@ its rows. Each thing is broken the way a newer or patched release could break it
   ``zipimporter.invalidate_caches`` gone (executor/zip_imports.py), ``pyspark.daemon``
   without ``manager`` and zipimport's directory cache refusing ``pop``
   (executor/daemon.py), the driver's gateway without ``proc`` (spark/driver_jvm.py,
-  the class archive) and a Dataset without ``queryExecution`` (executor/worker_imports.py,
+  the class archive) and a Dataset without ``queryExecution`` (executor/transform/worker_imports.py,
   spark/topic_literal.py, spark/transform.py);
 - in process: py4j without ``INPUT_CONVERTER`` (spark/numpy_converter.py).
 """

@@ -28,7 +28,7 @@ from confluent_kafka.schema_registry import Schema
 
 from pipeline.driver.job import run_ingest
 from pipeline.errors import EXIT_TRANSIENT, TransientError
-from pipeline.formats.protobuf_schemas import compile_proto
+from pipeline.formats.protobuf.schemas import compile_proto
 from tests.helpers import (
     create_topic,
     init_cli,

@@ -1,6 +1,6 @@
 """A user transform over Avro and Protobuf records through the real stack and its Schema
 Registry (the transform path: the records read and decoded by the built-in sinks' reader
-and Encoder, executor/feed.py), held to what the built-in
+and Encoder, executor/transform/feed.py), held to what the built-in
 path does with the same records:
 
 - Avro: v1, a compatible v2 and an incompatible v3 (quantity long -> string), a wrong magic

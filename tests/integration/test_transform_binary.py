@@ -1,4 +1,4 @@
-"""A transform's rows reach Postgres as COPY binary tuples (formats/arrow_binary.py) when
+"""A transform's rows reach Postgres as COPY binary tuples (executor/transform/arrow_binary.py) when
 every staged column's Spark type is one Postgres takes as it is, else as COPY text lines:
 the driver chooses before the job (transform_job.stage_transformed -> Publisher.choose_wire). Either
 way a run stores what the built-in path stores from the same records (its COPY text),

@@ -17,7 +17,7 @@ from pipeline.driver.publish import Publisher
 from pipeline.errors import ConfigError
 from pipeline.executor import task
 from pipeline.executor.consume import read_range, reader_config
-from pipeline.executor.stage import DEAD, ROW
+from pipeline.executor.staging import DEAD, ROW
 from pipeline.formats.encode import Encoder
 from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import plan_ranges

@@ -1,13 +1,13 @@
 """What keeps a transform run's processes small reaches them (docs/benchmarks.md, "Memory
 of the transform path"): the allocator settings reach Spark's Python workers, and the
 driver lets the workers keep pandas out only when the transform's plan runs no Python of
-the user's (executor/worker_imports.py)."""
+the user's (executor/transform/worker_imports.py)."""
 
 from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from pipeline.executor.worker_imports import runs_only_ours
+from pipeline.executor.transform.worker_imports import runs_only_ours
 
 
 def _report(batches):

@@ -20,7 +20,7 @@ DRIVER = """
 import json, os
 from pathlib import Path
 
-from pipeline.executor.worker_imports import NO_PANDAS
+from pipeline.executor.transform.worker_imports import NO_PANDAS
 from pipeline.spark.session import get_context
 from pipeline.spark.warm_workers import start_python_workers
 

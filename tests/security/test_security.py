@@ -105,7 +105,7 @@ def test_ingest_over_sasl_ssl_as_the_pipeline_role_lands_every_record_exactly_on
 
 
 def test_a_transform_reads_over_sasl_ssl_with_the_executors_consumer(secure):
-    """A transform's input is the built-in read (executor/feed.py): librdkafka with
+    """A transform's input is the built-in read (executor/transform/feed.py): librdkafka with
     [kafka.consumer]'s SASL_SSL settings, as every run; no Java client takes part."""
     name = unique("pipeline_sec")
     secure.init(name)
@@ -224,8 +224,8 @@ def test_a_reader_whose_group_the_acls_forbid_is_refused_before_it_takes_a_recor
     lookup raced the (allowed) fetches: of 20 such reads of one partition 3-4 read their
     range whole and returned its records (this test failed so; the CLI test above fetched
     1 KB at a time to make the race unlikely)."""
+    from pipeline.errors import Kind
     from pipeline.executor.consume import RangeReadError, read_ranges, reader_config
-    from pipeline.executor.task_errors import Kind
     from pipeline.plan.offsets import OffsetRange
 
     client = {"bootstrap.servers": secure.bootstrap, "security.protocol": "SASL_SSL",

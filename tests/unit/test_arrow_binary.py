@@ -1,4 +1,4 @@
-"""Which transforms' rows may be COPY binary tuples (formats/arrow_binary.exact): a Spark
+"""Which transforms' rows may be COPY binary tuples (executor/transform/arrow_binary.exact): a Spark
 type that Postgres takes as it is, else the run's rows stay COPY text; the real-Postgres
 comparison is tests/integration/test_arrow_binary.py."""
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipeline.formats.arrow_binary import exact, tuples
+from pipeline.executor.transform.arrow_binary import exact, tuples
 
 
 @pytest.mark.parametrize(("pg", "spark"), [

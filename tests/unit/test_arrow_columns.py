@@ -1,8 +1,9 @@
 """The transform feed's JSON batches as columns (typed_rows.feed_converter: Encoder.columns
--> formats/arrow_columns.py), held to the lines' path it skips (Encoder.encode -> COPY text
--> arrow_rows.RowReader, itself held to the exact read-back in test_arrow_rows.py): the
-same typed batch and the same dead letters for every scalar type, NULLs, escapes, far
-timestamps, decimals rounded as Postgres does and refused records; no Kafka, no Spark."""
+-> executor/transform/arrow_columns.py), held to the lines' path it skips (Encoder.encode ->
+COPY text -> arrow_rows.RowReader, itself held to the exact read-back in
+test_arrow_rows.py): the same typed batch and the same dead letters for every scalar type,
+NULLs, escapes, far timestamps, decimals rounded as Postgres does and refused records; no
+Kafka, no Spark."""
 
 import random
 import struct
@@ -13,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from pipeline.executor.task import EncoderSettings
-from pipeline.formats import typed_rows as tr
+from pipeline.executor.transform import typed_rows as tr
+from pipeline.executor.transform.typed_rows import SPARK_MAX_MS
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
-from pipeline.formats.typed_rows import SPARK_MAX_MS
 from tests.unit.test_arrow_rows import (
     KAFKA_MS,
     VALUES,

@@ -1,5 +1,5 @@
 """A transform's output rows (typed Arrow, as mapInArrow hands them to the writer) as COPY
-text lines (formats/arrow_copy.py): what Postgres reads back exactly; no Spark."""
+text lines (executor/transform/arrow_copy.py): what Postgres reads back exactly; no Spark."""
 
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -7,7 +7,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.formats import arrow_copy
+from pipeline.executor.transform import arrow_copy
 
 COLUMNS = [("topic", "text"), ("partition", "integer"), ("offset", "bigint"),
            ("kafka_timestamp", "timestamp with time zone"), ("name", "text"),

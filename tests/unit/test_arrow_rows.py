@@ -1,6 +1,7 @@
-"""The Encoder's COPY text result lines -> one typed Arrow batch (formats/arrow_rows.py),
-held to the exact per-field read-back (copy_readback.reader, what the transform path
-gives today) on lines the real Encoder writes; no Kafka, no Spark."""
+"""The Encoder's COPY text result lines -> one typed Arrow batch
+(executor/transform/arrow_rows.py), held to the exact per-field read-back (``field_reader``
+below: what each field means, one value at a time; once formats/copy_readback.py, which no
+run used) on lines the real Encoder writes; no Kafka, no Spark."""
 
 import json
 import math
@@ -9,18 +10,19 @@ import random
 import re
 import struct
 import time
-from datetime import date, timedelta
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 import pyarrow as pa
 import pytest
 
-from pipeline.formats import arrow_rows as ar
-from pipeline.formats import copy_readback as dc
-from pipeline.formats.arrow_rows import micros
-from pipeline.formats.copy_text import NULL, unescape
+from pipeline.executor.transform import arrow_rows as ar
+from pipeline.executor.transform.arrow_rows import micros
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import PG_END_MS, PG_FIRST_MS
+from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import NULL, unescape
 from tests.unit.test_avro import LOGICAL, schemas, wire  # noqa: F401 - a fixture
 from tests.unit.test_encode import Record
 
@@ -81,8 +83,30 @@ def encoded_lines(columns=COLUMNS, recs=None, topic="orders\\eu", partition=3):
     return out.rows
 
 
+def field_reader(declared: str) -> Callable[[str], object]:
+    """A COPY text field the Encoder wrote for a column of ``declared`` -> its value: the
+    plain statement of what each field means, one value at a time."""
+    t = column_type(declared)
+    if not t.scalar:
+        raise ValueError(f"column type {declared} is not read back for a transform")
+    if t.precision is not None:
+        return Decimal
+    return {"string": unescape, "long": int, "int": int, "double": float,
+            "boolean": lambda f: f == "t", "timestamp": datetime.fromisoformat,
+            "date": date.fromisoformat}[declared]
+
+
+def field_arrow_type(declared: str, pa):
+    t = column_type(declared)
+    if t.precision is not None:
+        return pa.decimal128(t.precision, t.scale)
+    return {"string": pa.string(), "long": pa.int64(), "int": pa.int32(),
+            "double": pa.float64(), "boolean": pa.bool_(), "timestamp": pa.timestamp(
+                "us", tz="UTC"), "date": pa.date32()}[declared]
+
+
 def read_back(lines, columns=COLUMNS, kafka_ms=None):
-    """The exact per-field read-back, as copy_readback gives the declared columns; the
+    """The exact per-field read-back, as field_reader gives the declared columns; the
     head as the records hold it."""
     declared = [(n, t) for n, t, *_ in columns]
     rows = [line.rstrip("\n").split("\t") for line in lines]
@@ -92,9 +116,9 @@ def read_back(lines, columns=COLUMNS, kafka_ms=None):
         out["kafka_timestamp"] = [kafka_ms[(o - 100) % len(kafka_ms)] * 1000
                                   for o in out["offset"]]
     for c, (name, t) in enumerate(declared):
-        read = dc.reader(t)
+        read = field_reader(t)
         typed = pa.array([None if r[4 + c] == NULL else read(r[4 + c]) for r in rows],
-                         dc.arrow_type(t, pa))
+                         field_arrow_type(t, pa))
         out[name] = instants(typed).to_pylist()
     return out
 
@@ -172,8 +196,8 @@ def postgres_numeric(text: str, scale: int) -> Decimal:
 
 
 def test_a_decimal_written_with_more_places_than_its_scale_is_rounded_as_postgres_does():
-    # The JSON format passes a float's repr as written (json_values.decimal's fast path);
-    # copy_readback' read-back cannot even build the column (pyarrow refuses to round).
+    # The JSON format passes a float's repr as written (json/values.decimal's fast path);
+    # field_reader's read-back cannot even build the column (pyarrow refuses to round).
     amounts = [1.005, 2.675, -0.125, 19.999, 0.1 + 0.2, -9999999999.994, 1.25, None]
     columns = (("id", "long", True), ("amount", "decimal(12,2)", False))
     lines = encoded_lines(columns, records({"id": list(range(8)), "amount": amounts}))

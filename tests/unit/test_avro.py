@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import fastavro
 import pytest
 
+from pipeline.errors import Kind, TaskError
 from pipeline.executor.task import EncoderSettings
-from pipeline.executor.task_errors import Kind, TaskError
-from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder as Encoder_
+from pipeline.formats.schema_source import SchemaSource
 from tests.unit.test_encode import Record, placed
 
 # The typed rules, read off the COPY text rows (a transform's feed reads them; a run's
@@ -101,7 +101,7 @@ def test_logical_types_map_to_their_columns(schemas):
         "t", 0, [Record(0, wire(7, LOGICAL, value))])
     assert encoded.dead == []
     # A bytes decimal of the column's scale as its unscaled integer and the scale's
-    # exponent (formats/avro_raw.py): Postgres and Arrow read it as -1234.50.
+    # exponent (formats/avro/raw.py): Postgres and Arrow read it as -1234.50.
     assert fields(encoded.rows[0]) == [
         "-123450e-2", "2024-02-29 12:00:01.005000+00:00", "1969-12-31 23:59:59.999999+00:00",
         "2024-03-01", str(u), "1"]

@@ -1,4 +1,4 @@
-"""The avro format's fast decode (formats/avro_raw.py: logical types of the fields columns
+"""The avro format's fast decode (formats/avro/raw.py: logical types of the fields columns
 take straight to text read raw) writes exactly what the typed rules write, and refuses
 exactly what they refuse, with the same messages: the same records through both."""
 
@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from pipeline.formats import avro_format
-from pipeline.formats.avro_schemas import SchemaSource
+from pipeline.formats.avro import format as avro_format
 from pipeline.formats.encode import Encoder
+from pipeline.formats.schema_source import SchemaSource
 from tests.unit.test_avro import wire
 from tests.unit.test_encode import Record
 
@@ -67,7 +67,7 @@ def test_the_fast_decode_writes_and_refuses_exactly_as_the_typed_rules(tmp_path,
 
     fast, plans = run()
     # Every column read raw but "fine" (the writer's scale 4 is not the column's 2).
-    assert len(plans) == 1 and [c[2].__module__ == "pipeline.formats.avro_raw"
+    assert len(plans) == 1 and [c[2].__module__ == "pipeline.formats.avro.raw"
                                 for c in plans[0]] == [True, False, True, True, True, True]
     monkeypatch.setattr(avro_format, "raw_plan", lambda schema, columns: (
         None, [None] * len(columns)))
@@ -92,7 +92,7 @@ def test_the_fast_decode_writes_and_refuses_exactly_as_the_typed_rules(tmp_path,
 def test_only_a_column_of_the_matching_type_reads_a_field_raw(column, raw):
     import fastavro
 
-    from pipeline.formats.avro_raw import raw_plan
+    from pipeline.formats.avro.raw import raw_plan
 
     parsed = fastavro.parse_schema(SCHEMA, named_schemas={})
     fmt = avro_format.AvroFormat((("amount", column, False),), 1, SchemaSource(schemas_dir="."))

@@ -1,4 +1,4 @@
-"""The avro format's generated batch loop (formats/avro_rows.py) writes exactly the rows and
+"""The avro format's generated batch loop (formats/avro/rows.py) writes exactly the rows and
 dead letters of the general path (a value at a time through AvroFormat.project): the same
 records, bench orders and varied ones (schema evolution, logical types, nested paths, text
 to escape, values out of range, corrupt and foreign records), through both."""
@@ -14,9 +14,9 @@ import pytest
 
 from bench.avro_orders import SCHEMA as ORDERS
 from bench.avro_orders import avro_order
-from pipeline.formats import avro_format
-from pipeline.formats.avro_schemas import SchemaSource
+from pipeline.formats.avro import format as avro_format
 from pipeline.formats.encode import Encoder
+from pipeline.formats.schema_source import SchemaSource
 from tests.unit.test_avro import wire
 from tests.unit.test_encode import Record
 
@@ -43,7 +43,7 @@ ORDERS_V3 = {"type": "record", "name": "Order", "namespace": "bench", "fields": 
                                 "scale": 4}},
     {"name": "placed_at", "type": "long"},
 ]}
-# v4: flat, every kind the generated decode reads (avro_decode.py), nulls either side.
+# v4: flat, every kind the generated decode reads (avro/decode.py), nulls either side.
 ORDERS_V4 = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     {"name": "order_id", "type": "long"},
     {"name": "customer", "type": ["string", "null"]},
@@ -59,7 +59,7 @@ ORDERS_V4 = {"type": "record", "name": "Order", "namespace": "bench", "fields": 
     {"name": "tag", "type": "bytes"},
 ]}
 # v6 and v7: records the columns' paths reach into, of plain fields (the generated
-# decode, avro_decode.py): who a nullable record (v6), a record holding a nullable record
+# decode, avro/decode.py): who a nullable record (v6), a record holding a nullable record
 # (v7); "who" read by who.id (an int column: a long beyond it is wrong_type) and who.ref.
 _WHO = [{"name": "id", "type": "long"}, {"name": "ref", "type": ["null", "string"]}]
 ORDERS_V6 = {"type": "record", "name": "Order", "namespace": "bench", "fields": [

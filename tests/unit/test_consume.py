@@ -5,6 +5,7 @@ a batch that cannot fill."""
 import pytest
 from confluent_kafka import KafkaError, Message
 
+from pipeline.errors import Kind, Where
 from pipeline.executor.consume import (
     BATCH,
     RangeReadError,
@@ -16,7 +17,6 @@ from pipeline.executor.consume import (
     read_ranges,
     reader_config,
 )
-from pipeline.executor.task_errors import Kind, Where
 from pipeline.plan.offsets import OffsetRange
 
 

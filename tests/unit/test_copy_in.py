@@ -3,7 +3,7 @@ into real Postgres by test_arrow_binary, test_avro_binary, the publisher and rep
 
 from psycopg import sql
 
-from pipeline.formats.copy_binary import SIGNATURE, TRAILER
+from pipeline.formats.wire.binary import SIGNATURE, TRAILER
 from pipeline.store.copy_in import copy_statement, framed
 
 

@@ -11,6 +11,7 @@ import pytest
 from pipeline.executor.daemon import (
     PREIMPORTS,
     REGISTRY_ENV,
+    REGISTRY_PREIMPORTS,
     drop_jars,
     prefer_installed,
     preimport,
@@ -30,6 +31,15 @@ def no_running_jvm(monkeypatch):
 
 def test_a_missing_module_is_skipped_not_fatal():
     assert preimport(("pipeline_no_such_module", "json", "pipeline.no_such")) == ["json"]
+
+
+def test_every_preimport_names_a_module_that_exists():
+    # preimport() skips a name it cannot import: a module moved or renamed would silently
+    # leave every worker to import it again.
+    from importlib.util import find_spec
+
+    missing = [name for name in PREIMPORTS + REGISTRY_PREIMPORTS if find_spec(name) is None]
+    assert missing == []
 
 
 def test_java_archives_leave_the_import_path_and_its_caches(tmp_path):

@@ -15,8 +15,8 @@ import pytest
 
 from pipeline.config import parse_settings
 from pipeline.errors import ConfigError
-from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder
+from pipeline.formats.schema_source import SchemaSource
 from tests.unit.test_encode import Record
 
 NS = "shop.public.orders"

@@ -1,7 +1,7 @@
 """The explanation of a bad record, without Spark."""
 
-from pipeline.formats.copy_text import escape as copy_escape
-from pipeline.formats.json_diagnose import diagnose
+from pipeline.formats.json.diagnose import diagnose
+from pipeline.formats.wire.text import escape as copy_escape
 
 COLUMNS = [("order_id", "long"), ("customer", "string"), ("amount", "decimal(12,2)")]
 

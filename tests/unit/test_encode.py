@@ -7,10 +7,10 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
-from pipeline.formats.copy_text import headers_json, text
 from pipeline.formats.encode import Encoder
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
+from pipeline.formats.wire.text import headers_json, text
 
 COLUMNS = (("order_id", "long", True), ("customer", "string", True),
            ("amount", "decimal(12,2)", False), ("placed_at", "timestamp", False))
@@ -306,7 +306,8 @@ def test_any_exception_while_encoding_one_record_makes_it_a_dead_letter_naming_i
 
 
 def test_any_exception_in_the_raw_sink_or_a_tombstone_makes_one_dead_letter(monkeypatch):
-    from pipeline.formats import raw_format, types
+    from pipeline.formats import types
+    from pipeline.formats.raw import format as raw_format
 
     real_headers, real_key = raw_format.headers_plain, types.TYPES["long"].from_json
 
@@ -402,8 +403,8 @@ def test_inner_whitespace_of_a_bare_string_key_is_kept():
 
 # ---- record formats: chosen once, behind one interface -----------------------------------
 def test_the_encoder_picks_its_format_once_and_stages_rows_in_its_wire_encoding():
-    from pipeline.formats.json_format import JsonFormat
-    from pipeline.formats.raw_format import RawFormat
+    from pipeline.formats.json.format import JsonFormat
+    from pipeline.formats.raw.format import RawFormat
     from pipeline.formats.registry import binary_rows
 
     json_sink, raw_sink = Encoder("json", COLUMNS, 1), Encoder("raw", (), 1)
@@ -419,7 +420,7 @@ def test_the_encoder_picks_its_format_once_and_stages_rows_in_its_wire_encoding(
 class Upper:
     """A new format, as Avro or Protobuf would be one: a module with this class, a line in
     registry.FORMATS. Its value is an ASCII word, stored upper-cased in the one column."""
-    from pipeline.formats.copy_text import TEXT as wire
+    from pipeline.formats.wire.text import TEXT as wire
 
     def __init__(self, columns, run_id):
         self.tail = f"\t{run_id}\n"

@@ -1,12 +1,12 @@
 """A transform's read task bounds its batches by bytes as well as by records
-(executor/feed.ByteBound): big records come in slices the JVM can hold, and the next
+(executor/transform/feed.ByteBound): big records come in slices the JVM can hold, and the next
 consume() asks for as many as the bound holds; records of the usual size are never cut."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline.executor.feed import ByteBound
+from pipeline.executor.transform.feed import ByteBound
 
 
 def values(n: int, size: int) -> pa.RecordBatch:
@@ -42,9 +42,9 @@ def test_one_record_bigger_than_the_bound_is_a_batch_of_its_own():
 def test_records_too_big_for_row_bounded_batches_stop_the_job_before_the_jvm_sees_them():
     import pytest
 
-    from pipeline.executor.feed import too_big
+    from pipeline.errors import Kind, TaskError
     from pipeline.executor.task import FeedTask
-    from pipeline.executor.task_errors import Kind, TaskError
+    from pipeline.executor.transform.feed import too_big
     from pipeline.plan.offsets import OffsetRange
 
     def spec(limit):

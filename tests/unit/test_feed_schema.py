@@ -1,7 +1,7 @@
-"""The DataFrame a transform receives (executor/feed.feed_schema): with its topic, and
+"""The DataFrame a transform receives (executor/transform/feed.feed_schema): with its topic, and
 without it for a run of one topic, whose driver adds it back as a literal first."""
 
-from pipeline.executor.feed import feed_schema
+from pipeline.executor.transform.feed import feed_schema
 
 COLUMNS = [("order_id", "long", True, None), ("amount", "decimal(12,2)", False, None)]
 

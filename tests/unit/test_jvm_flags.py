@@ -1,6 +1,6 @@
 """Every run's driver JVM starts with the client compiler alone and the serial collector
 (issue 25): a transform's per-record work is in Python too since its input is the
-built-in read (executor/feed.py), and C2 with the parallel collector cost as much CPU at
+built-in read (executor/transform/feed.py), and C2 with the parallel collector cost as much CPU at
 2M records and ~245 MB more peak RSS (docs/benchmarks.md)."""
 
 from __future__ import annotations

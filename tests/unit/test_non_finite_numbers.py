@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder
+from pipeline.formats.schema_source import SchemaSource
 from tests.unit.test_avro import wire
 from tests.unit.test_encode import Record
 from tests.unit.test_paths import dead

@@ -10,8 +10,8 @@ import pytest
 from pipeline.config import parse_settings
 from pipeline.errors import ConfigError
 from pipeline.formats import paths
-from pipeline.formats.avro_schemas import SchemaSource
 from pipeline.formats.encode import Encoder
+from pipeline.formats.schema_source import SchemaSource
 from pipeline.formats.types import column_type
 from tests.unit.test_avro import wire
 from tests.unit.test_encode import Record

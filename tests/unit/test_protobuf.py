@@ -8,11 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from pipeline.config import load_settings, parse_settings
-from pipeline.errors import ConfigError
-from pipeline.executor.task_errors import Kind, TaskError
+from pipeline.errors import ConfigError, Kind, TaskError
 from pipeline.formats.encode import Encoder
-from pipeline.formats.protobuf_schemas import writer_schema
-from pipeline.formats.protobuf_wire import encode_header, header
+from pipeline.formats.protobuf.header import encode_header, header
+from pipeline.formats.protobuf.schemas import writer_schema
 from pipeline.formats.refused import Refused
 from pipeline.formats.schema_source import SchemaSource
 from tests.unit.test_avro import dead, fields
@@ -210,7 +209,7 @@ def test_the_config_takes_protobuf_with_a_schema_source_and_refuses_a_transform(
     s = parse_settings(doc(mode="upsert", key=["order_id"]), environ={})
     assert (s.sink.format, s.sink.mode, s.schema_registry.url) == (
         "protobuf", "upsert", "http://r:8081")
-    # A transform gets the decoded columns (executor/feed.py), a nested path too.
+    # A transform gets the decoded columns (executor/transform/feed.py), a nested path too.
     t = parse_settings(doc(transform="m:f", columns={"c": {"type": "long", "from": "a.b"}}),
                        environ={})
     assert (t.sink.transform, t.sink.columns[0].source) == ("m:f", ("a", "b"))

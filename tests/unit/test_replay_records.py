@@ -14,7 +14,7 @@ from pipeline.driver.replay_records import (
     refusal,
 )
 from pipeline.executor.task import EncoderSettings
-from pipeline.formats.copy_text import headers_escaped, headers_plain
+from pipeline.formats.wire.text import headers_escaped, headers_plain
 from pipeline.store.dead_letters import DeadLetterFilter
 from tests.helpers import make_settings
 

@@ -13,11 +13,11 @@ from pipeline.errors import (
     EXIT_TRANSIENT,
     ConfigError,
     DataError,
+    Kind,
     PipelineError,
     TransientError,
 )
 from pipeline.executor.consume import RangeReadError
-from pipeline.executor.task_errors import Kind
 from pipeline.plan.offsets import OffsetRange
 from pipeline.spark.errors import SHIP_ENVIRONMENT, classify_spark_error
 
@@ -170,8 +170,8 @@ def test_a_task_out_of_memory_names_the_settings_to_change_not_an_internal_error
 
 
 def test_a_python_workers_memory_error_names_the_settings_to_change():
-    got = classify(job_failed("", "  File \"/opt/job/pipeline/executor/feed.py\", line 99, "
-                                  "in _read_task\nMemoryError"))
+    got = classify(job_failed("", "  File \"/opt/job/pipeline/executor/transform/feed.py\", "
+                                  "line 99, in _read_task\nMemoryError"))
     assert type(got) is ConfigError and exit_code(got) == EXIT_CONFIG
     assert "ran out of memory" in got.message and "MemoryError" in got.message
     assert "spark.executor.memory" in got.message

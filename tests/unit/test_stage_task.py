@@ -10,7 +10,8 @@ from contextlib import contextmanager
 import pytest
 
 from pipeline.executor import stage
-from pipeline.executor.stage import DEAD, ROW, TOMBSTONE, Blob, stage_attempt
+from pipeline.executor.stage import stage_attempt
+from pipeline.executor.staging import DEAD, ROW, TOMBSTONE, Blob
 from pipeline.executor.task import (
     BLOB_BYTES,
     EncoderSettings,

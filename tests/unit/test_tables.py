@@ -65,7 +65,7 @@ def test_the_executors_import_no_sqlalchemy():
     import sys
 
     code = ("import sys, pipeline.executor.stage, pipeline.formats.encode, "
-            "pipeline.executor.consume, pipeline.formats.json_diagnose, "
+            "pipeline.executor.consume, pipeline.formats.json.diagnose, "
             "pipeline.formats.types, pipeline.store.run;"
             "print(any(m.startswith('sqlalchemy') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

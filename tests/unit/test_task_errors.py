@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pickle
 
+from pipeline.errors import TAG, Kind, TaskError, Where, decode
 from pipeline.executor.consume import RangeReadError
-from pipeline.executor.task_errors import TAG, Kind, TaskError, Where, decode
 from pipeline.plan.offsets import OffsetRange
 
 

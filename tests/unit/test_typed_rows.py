@@ -1,4 +1,4 @@
-"""The transform path's input rows (formats/typed_rows.py): a batch of Kafka records,
+"""The transform path's input rows (executor/transform/typed_rows.py): a batch of Kafka records,
 encoded by the built-in sinks' Encoder, becomes the declared columns typed (Arrow types
 Spark reads as the declared Spark types) plus the batch's dead letters; no Kafka, no Spark."""
 
@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline.executor.task import EncoderSettings
-from pipeline.formats import typed_rows as tr
-from pipeline.formats.typed_rows import SPARK_MAX_MS
+from pipeline.executor.transform import typed_rows as tr
+from pipeline.executor.transform.typed_rows import SPARK_MAX_MS
 from tests.unit.test_avro import LOGICAL, V1, V2, schemas, wire  # noqa: F401 - a fixture
 from tests.unit.test_encode import Record as encoded_record
 
@@ -107,7 +107,7 @@ def test_a_far_timestamp_in_a_text_format_is_a_dead_letter_the_rest_rows():
 @pytest.mark.parametrize("text", ["plain", "tab\there", "back\\slash", "nl\nx\rx", "\\t",
                                   "é\\\\n"])
 def test_unescape_undoes_copy_text(text):
-    from pipeline.formats.copy_text import text as copy_text
-    from pipeline.formats.copy_text import unescape
+    from pipeline.formats.wire.text import text as copy_text
+    from pipeline.formats.wire.text import unescape
 
     assert unescape(copy_text(text)) == text

@@ -3,7 +3,7 @@ worker keeps pandas out as the read tasks' workers do (so they reuse it)."""
 
 import logging
 
-from pipeline.executor.worker_imports import NO_PANDAS
+from pipeline.executor.transform.worker_imports import NO_PANDAS
 from pipeline.spark.warm_workers import start_python_workers
 
 

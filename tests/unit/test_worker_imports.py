@@ -1,5 +1,5 @@
 """The transform path's workers keep pandas out when only our code runs there
-(executor/worker_imports.py): pyarrow's first conversion of Python objects imports pandas
+(executor/transform/worker_imports.py): pyarrow's first conversion of Python objects imports pandas
 (~40 MB a worker, docs/benchmarks.md "Memory of the transform path")."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import json
 import subprocess
 import sys
 
-from pipeline.executor.worker_imports import python_free, runs_only_ours
+from pipeline.executor.transform.worker_imports import python_free, runs_only_ours
 
 # What a worker does with pyarrow (the reader's typed rows, the writer's COPY lines), then
 # what a later task in the same worker may need of pandas.
 _WORKER = """
 import json, sys
 import pyarrow as pa, pyarrow.compute as pc
-from pipeline.executor.worker_imports import without_pandas
+from pipeline.executor.transform.worker_imports import without_pandas
 with without_pandas({active}):
     pa.array(["a", None], pa.large_string())
     pc.fill_null(pa.array([None], pa.string()), "\\\\N")
