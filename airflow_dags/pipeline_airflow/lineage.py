@@ -55,11 +55,17 @@ def lineage_datasets(doc: dict[str, Any], args: list[str], env: dict[str, str], 
     config's ${VAR} references."""
     kafka, database = doc.get("kafka", {}), doc.get("database", {})
     servers = servers or kafka["bootstrap_servers"]
-    topics = [args[args.index("--topic") + 1]] if "--topic" in args else kafka["topics"]
+    # A kafka.topic_pattern's topics, and a [sink] table template's tables, are the run's
+    # to find: only what the config names is told.
+    topics = ([args[args.index("--topic") + 1]] if "--topic" in args
+              else kafka.get("topics") or [])
     url = url or _ENV_REF.sub(lambda m: env.get(m.group(1), ""), database["url"])
-    output = postgres_namespace_and_table(url, database.get("schema", "public"),
-                                          doc["sink"]["table"])
-    return {"inputs": [(kafka_namespace(servers), t) for t in topics], "outputs": [output]}
+    tables = [t for t in [doc["sink"]["table"], *(
+        own["table"] for topic, own in doc["sink"].get("topics", {}).items()
+        if "table" in own and topic in topics)] if "{" not in t]
+    outputs = [postgres_namespace_and_table(url, database.get("schema", "public"), t)
+               for t in dict.fromkeys(tables)]
+    return {"inputs": [(kafka_namespace(servers), t) for t in topics], "outputs": outputs}
 
 
 def published_ranges(summary: dict[str, Any]) -> list[dict[str, Any]]:

@@ -33,12 +33,12 @@ def counts_table(counts: list[dict]) -> str:
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     f = selection(args, last=False)
     with Store(settings) as store:
-        store.schema.check([for_settings(settings)])
+        store.schema.check(for_tables(settings, settings.kafka.topics))
         counts = store.dead_letters.counts(f)
         newest = store.dead_letters.newest(f, args.last or NEWEST)
     if args.json:
@@ -62,9 +62,11 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.commands.offsets import confirm
     from pipeline.driver.replay import run_replay
     from pipeline.driver.replay_records import refusal
+    from pipeline.driver.routing import one_table_settings
     from pipeline.sinks import for_settings
     from pipeline.store import Store
 
+    settings = one_table_settings(settings, "dead-letters replay")
     if why := refusal(settings):
         raise ConfigError(why)
     f = selection(args)

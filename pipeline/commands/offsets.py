@@ -140,8 +140,8 @@ def apply_offset_changes(store, sink, changes: Sequence[OffsetChange], target: T
                          command: str, topic_ids: dict[str, str] | None = None,
                          archive: dict[str, list[str]] | None = None) -> tuple[int, dict]:
     """Record the change as a run of kind 'offsets', then write it (archiving the rows of
-    recreated topics, in ``sink``'s table, in the same transaction). Caller holds the
-    lock."""
+    recreated topics, in ``sink``'s table, in the same transaction; None: the topic has no
+    table yet). Caller holds the lock."""
     from pipeline.store.run import Kind
 
     details = {"command": command, "to": str(target), "topic_ids": topic_ids or {},
@@ -150,7 +150,7 @@ def apply_offset_changes(store, sink, changes: Sequence[OffsetChange], target: T
     run = store.runs.start(Kind.OFFSETS, [], details)
     try:
         archived = store.offsets.change({(c.topic, c.partition): c.new for c in changes}, run,
-                                        topic_ids, archive, sinks=[sink])
+                                        topic_ids, archive, sinks=[sink] if sink else [])
     except BaseException as e:
         store.runs.fail(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
                         getattr(e, "exit_code", 1), {})
@@ -160,7 +160,7 @@ def apply_offset_changes(store, sink, changes: Sequence[OffsetChange], target: T
 
 def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.driver.kafka_meta import KafkaMeta
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_sink
     from pipeline.store import Store
     from pipeline.store.archive import archive_table
 
@@ -168,9 +168,12 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     target = parse_target(args.to if args.to is not None else settings.kafka.starting_offsets)
     require_topic(settings, args.topic)
     meta = KafkaMeta(settings.kafka)
-    sink = for_settings(settings)
+    # The table the topic's records go to (its route).
+    sink = for_sink(settings.routes.for_topic(args.topic), settings.schema, settings.name)
     with Store(settings) as store:
-        store.schema.check([sink])
+        if settings.kafka.topic_pattern is not None and store.schema.missing_tables([sink]):
+            sink = None  # a pattern's topic no run has read yet: it has no table yet
+        store.schema.check([sink] if sink else [])
         # Held until we exit: no run can start (or be half-way) while offsets change.
         store.locks.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
         stored = store.offsets.load([args.topic])
@@ -196,7 +199,8 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
         if old_ids:
             print(f"topic '{args.topic}' was deleted and recreated (ID {', '.join(old_ids)} -> "
                   f"{topic_id}): its result rows and dead letters of pipeline "
-                  f"'{settings.name}' will be moved to {archive_table(sink)} and "
+                  f"'{settings.name}' will be moved to "
+                  f"{archive_table(sink) if sink else 'the archive'} and "
                   "pipeline_dead_letters_archived, so that the new topic's records are "
                   "written", file=out)
         if not effective:
@@ -205,7 +209,7 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
                 print_json({"run_id": None, "changes": []})
             return EXIT_OK
         rewound = [(c, span) for c in effective if (span := recounted(c))]
-        if rewound and not old_ids:
+        if rewound and not old_ids and sink is not None:
             c, (start, until) = rewound[0]
             refused = sink.refuses_reread(
                 f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new} (re-reads "
@@ -238,11 +242,11 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_offsets_show(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.schema.check([for_settings(settings)])
+        store.schema.check(for_tables(settings, settings.kafka.topics))
         rows = store.offsets.rows()
     if args.json:
         print_json({"pipeline": settings.name, "offsets": rows})

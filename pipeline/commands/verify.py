@@ -38,8 +38,11 @@ def ledger_cell(p) -> str:
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.driver.routing import one_table_settings
     from pipeline.driver.verdict import MATCH, MISMATCH, worst
     from pipeline.driver.verify import SKIP_KINDS, Filters, run_verify
+
+    settings = one_table_settings(settings, "verify")
 
     if args.from_offset is not None and args.to_offset is not None \
             and args.to_offset <= args.from_offset:

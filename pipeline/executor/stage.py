@@ -96,9 +96,9 @@ def range_stager(spec: RangeStageTask):
     """A picklable function for ``RDD.mapPartitions`` over read tasks (one Spark partition
     holds one group of split.pack_ranges, a list of OffsetRanges, or bare OffsetRanges):
     read the task's ranges on the executor with one consumer (consume.read_ranges), encode
-    each batch (encode.Encoder) and store it as one blob per kind (ROW, DEAD, TOMBSTONE),
-    all of a task attempt in one transaction (stage_attempt). Yields one summary tuple per
-    task: (part, attempt, rows, dead letters, tombstones)."""
+    each batch (encode.Encoder: its topic's route's) and store it as one blob per kind
+    (ROW, DEAD, TOMBSTONE), all of a task attempt in one transaction (stage_attempt). Yields
+    one summary tuple per task: (part, attempt, rows, dead letters, tombstones)."""
 
     def stage_ranges(items):
         from pipeline.executor import zip_imports
@@ -107,11 +107,14 @@ def range_stager(spec: RangeStageTask):
 
         zip_imports.install()  # the worker's next tasks start sooner
 
-        encoder = spec.encoding.encoder()
+        encoders: dict = {}  # per topic, its route's, made when its first batch comes
         ranges = [r for item in items for r in (item if isinstance(item, list) else [item])]
 
         def blobs_of(r, records) -> Iterator[Blob]:
             lo, hi = records[0].offset(), records[-1].offset()
+            encoder = encoders.get(r.topic)
+            if encoder is None:
+                encoder = encoders[r.topic] = spec.encoding(r.topic).encoder()
             encoded = encoder.encode(r.topic, r.partition, records)
             for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
                 for lines in line_chunks(batch, spec.target.max_blob_bytes):

@@ -1,5 +1,7 @@
 """[sink]: the result table, how records become its rows (format, columns, a transform) and
-how rows meet the table (mode: sink_modes.py; evolve; a Debezium envelope)."""
+how rows meet the table (mode: sink_modes.py; evolve; a Debezium envelope). ``table`` may
+be a template of the topic's name, and [sink.topics."<topic>"] a topic's own route keys:
+settings/routes.py makes each topic's route of them."""
 
 from __future__ import annotations
 
@@ -7,13 +9,14 @@ import re
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, create_model
 
 from pipeline.errors import ConfigError
 from pipeline.formats import types
-from pipeline.settings.base import Identifier, Table, about_key
+from pipeline.settings.base import Table, about_key
 from pipeline.settings.columns import Column, column
 from pipeline.settings.sink_modes import Aggregate, mode_fields
+from pipeline.settings.table_template import check_template
 
 SINK_FORMATS = ("raw", "json", "avro", "protobuf")
 # The formats whose rows are the declared [sink.columns] (raw's columns are fixed).
@@ -27,7 +30,7 @@ Evolve = Literal["off", "add_columns"]
 @dataclass(frozen=True)
 class SinkSettings:
     format: str
-    table: str
+    table: str  # [sink]'s may be a template (settings/routes.py); a route's is resolved
     max_bad_records: int = -1
     transform: str | None = None
     columns: tuple[Column, ...] = ()
@@ -65,7 +68,7 @@ def _transform(value: str) -> str:
 
 class SinkTable(Table):
     format: Literal["raw", "json", "avro", "protobuf"] = "raw"
-    table: Identifier
+    table: Annotated[str, AfterValidator(check_template)]
     max_bad_records: int = Field(-1, ge=-1, description="-1 = no limit")
     transform: Annotated[str, AfterValidator(_transform)] | None = None
     columns: dict[str, Any] = {}
@@ -78,6 +81,8 @@ class SinkTable(Table):
     evolve: Evolve = "off"
     envelope: Literal["none", "debezium"] = "none"
     truncate: Literal["apply", "dead_letter"] | None = None
+    # [sink.topics."<topic>"]: the keys of ROUTE_KEYS for one topic (settings/routes.py).
+    topics: dict[str, RouteTable] = {}
 
     def value(self) -> SinkSettings:
         fmt, transform = self.format, self.transform
@@ -101,6 +106,25 @@ class SinkTable(Table):
             self.mode, sink.columns, transform, key=self.key, tombstones=self.tombstones,
             group_by=self.group_by, aggregates=self.aggregates))
         return _envelope(self, _evolve(self, sink))
+
+
+# The keys a topic's route may set apart from [sink] ([sink.topics."<topic>"]): where its
+# rows go and how they meet that table. format, envelope and transform stay the pipeline's:
+# one pipeline reads one source's encoding (its executors' decoder and schema registry, and
+# the transaction metadata of a Debezium connector's topics, are the pipeline's).
+ROUTE_KEYS = ("table", "columns", "mode", "key", "tombstones", "group_by", "aggregates",
+              "evolve", "truncate", "max_bad_records")
+# A route's keys as [sink] has them, each optional (None: [sink]'s applies); their checks
+# are [sink]'s, as written there.
+def _optional(info) -> Any:
+    kind = (Annotated[(info.annotation, *info.metadata)] if info.metadata
+            else info.annotation)
+    return (kind | None, Field(None, description=info.description))
+
+
+RouteTable = create_model("RouteTable", __base__=Table,
+                          **{k: _optional(SinkTable.model_fields[k]) for k in ROUTE_KEYS})
+SinkTable.model_rebuild()
 
 
 def _evolve(s: SinkTable, sink: SinkSettings) -> SinkSettings:

@@ -27,6 +27,7 @@ class Aggregate:
 
 _FOR_MODE = {"key": "upsert", "tombstones": "upsert", "group_by": "aggregate",
              "aggregates": "aggregate"}
+MODE_KEYS = tuple(_FOR_MODE)  # the [sink] keys one mode reads
 
 
 def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *,

@@ -389,6 +389,10 @@ class Upsert(Sink):
         conn.execute(sql.SQL(
             "DELETE FROM {gone} AS d USING {latest} AS l WHERE {live}{on} AND {newer}").format(
             gone=gone, latest=latest, live=live, on=on("l", "d"), newer=newer("l", "d")))
+        # The next table's merge in the same transaction makes its own (a run of several
+        # tables: driver/publish.py).
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
+            latest, sql.Identifier(_CANDIDATES)))
         return Merged(written, deleted)
 
     def _carry_sql(self, latest: sql.Identifier, stored: sql.Composable,

@@ -6,6 +6,7 @@ caller builds them from the settings)."""
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from pipeline.store.locks import LOCK_CLASS
 from pipeline.store.results import Sink
 from pipeline.store.session import Session
 from pipeline.store.tables import offsets
+
+log = logging.getLogger("pipeline")
 
 # The migrations ship inside the package (pipeline/sql links to the repository's sql/), so a
 # wheel installed anywhere applies them; in a checkout the link leads to the same files.
@@ -59,6 +62,30 @@ class Schema:
                 for statement in sink.upgrades():
                     conn.execute(statement)
         return applied
+
+    def create_missing(self, sinks: Sequence[Sink]) -> list[str]:
+        """The tables of ``sinks`` that are not there yet, created (as init-db would) in a
+        short transaction of their own; their names. A pipeline that reads a pattern of
+        topics meets new tables as new topics appear (docs/operations.md)."""
+        db, schema = self.db, self.db.settings.schema
+        wanted = [t for sink in sinks for t in sink.tables]
+        missing = [t for t in wanted if t.name in self.missing_tables(sinks)]
+        if not missing:
+            return []
+        with db.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))  # as init-db
+            for table in missing:
+                db.session.execute(CreateTable(table, if_not_exists=True))
+        names = [f"{schema}.{t.name}" for t in missing]
+        log.info("created tables %s for topics new to the pipeline", ", ".join(names),
+                 extra={"event": "tables.created", "tables": names})
+        return names
+
+    def missing_tables(self, sinks: Sequence[Sink]) -> list[str]:
+        """The names of the ``sinks``' tables that are not there."""
+        wanted = [t.name for sink in sinks for t in sink.tables]
+        live = self._reflect(wanted)
+        return [name for name in wanted if name not in live]
 
     def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """The live columns of the tables ``names`` that exist (one catalog query). It takes

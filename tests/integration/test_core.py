@@ -19,9 +19,9 @@ from sqlalchemy.engine import make_url
 from pipeline.driver.job import execute_ranges, run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import Timer
+from pipeline.driver.routing import resolve_routes
 from pipeline.errors import ConflictError, DataError
 from pipeline.plan.offsets import plan_ranges
-from pipeline.sinks import for_settings
 from pipeline.store import Store
 from pipeline.store.run import staging_table
 from tests.helpers import (
@@ -177,7 +177,7 @@ def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_se
     run = store.runs.start("ingest", stale.partitions)
     run_id = run.id
     with pytest.raises(ConflictError, match=r"another run already published \[0, \d+\)"):
-        execute_ranges(s, store, for_settings(s), meta, run, stale.ranges,
+        execute_ranges(s, store, resolve_routes(s, [topic]), meta, run, stale.ranges,
                        stale.offset_updates, Timer(), None)
     store.close()
 
