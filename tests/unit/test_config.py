@@ -297,3 +297,14 @@ def test_a_secret_of_the_wrong_type_is_not_quoted_in_the_error(changes):
 def test_a_database_url_whose_port_is_not_a_number_is_a_config_error():
     with pytest.raises(ConfigError, match="'database.url' is not a valid URL"):
         parse_settings(doc(database={"url": "postgresql://u@h:notaport/db"}), environ={})
+
+
+@pytest.mark.parametrize("sink, message", [
+    ({"columns": {"a": "long"}},
+     "[sink.columns] is only for sink.format = 'json', 'avro' or 'protobuf'"),
+    ({"mode": "upsert", "key": ["a"]},
+     "sink.mode = 'upsert' needs sink.format = 'json', 'avro' or 'protobuf'"),
+])
+def test_a_raw_sinks_errors_name_every_format_with_columns(sink, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_settings(doc(sink=sink), environ={})
