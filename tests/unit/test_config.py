@@ -206,6 +206,8 @@ def test_an_airflow_table_is_accepted_for_the_dags_and_ignored_by_the_job():
     ({"retries": True}, "'airflow.retries' must be an integer, got a boolean"),
     ({"retry_delay_seconds": "1m"}, "'airflow.retry_delay_seconds' must be a number"),
     ({"execution_timeout_seconds": 0}, "'airflow.execution_timeout_seconds' must be >= 1"),
+    # Airflow's timedelta overflows at 1e300: the job names the key instead.
+    ({"execution_timeout_seconds": 1e300}, "'airflow.execution_timeout_seconds' must be <= "),
     ({"pool_slots": 0}, "'airflow.pool_slots' must be >= 1"),
     ({"owner": " "}, "'airflow.owner' must not be empty"),
     ({"tags": "orders"}, "'airflow.tags' must be a list"),
