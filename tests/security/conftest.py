@@ -17,6 +17,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from tests.helpers import (
     ROOT,
+    TEST_DB_NAME,
     TEST_DB_URL,
     admin,
     create_topic,
@@ -57,7 +58,7 @@ class Secure:
                          ('mirror_group = "pipeline_demo-mirror"',
                           f'mirror_group = "{name}-mirror"'),
                          ('schema = "public"', f'schema = "{SCHEMA}"'),
-                         ("@127.0.0.1:5433/pipeline?", f"@{db_host}/pipeline_test?"),
+                         ("@127.0.0.1:5433/pipeline?", f"@{db_host}/{TEST_DB_NAME}?"),
                          ('bootstrap_servers = "127.0.0.1:9094"',
                           f'bootstrap_servers = "{self.bootstrap}"')):
             assert old in text, f"conf/secure.toml no longer has {old!r}"
