@@ -60,6 +60,8 @@ def pytest_configure(config):
         "markers", "xdist_group(name): tests of one group run on one xdist worker, in turn")
 
 
+# First: the groups must be set before xdist's own hook looks for them.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(f"/{d}/" in str(item.fspath) for d in ("integration", "airflow", "security", "cdc")):
@@ -69,6 +71,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
     if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike
         longest_first(items)
+        if getattr(config.option, "loadgroup", False):
+            group_node_ids(items)
+
+
+def group_node_ids(items) -> None:
+    """What xdist's --dist loadgroup does on a worker, done here: a test's group is the
+    suffix '@group' of the node id the controller schedules by. xdist 3.8 writes it into
+    item._nodeid, which pytest 9.2 no longer reads (the id is item._id), so without this
+    every group would be spread over the workers."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")
 
 
 def longest_first(items) -> None:
