@@ -50,8 +50,14 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
             seen: Seen) -> RunResult:
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
+    pattern = settings.kafka.topic_pattern is not None
     try:
-        if dry_run:
+        # A list of topics: the tables are the config's, checked before the lock as always.
+        # A pattern: the topics (and so the tables) are known once the lock is held.
+        routes = None if pattern else resolve_routes(settings, settings.kafka.topics)
+        if routes is not None:
+            additions = store.ready_for("run", routes.sinks, lock=not dry_run)
+        elif dry_run:
             store.schema.check([])
         else:
             store.lock_for("run")
@@ -76,16 +82,16 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         for gap in plan.lost_ranges:
             log.warning("data loss skipped (on_data_loss=skip): %s was deleted before it was read",
                         gap, extra={"event": "plan.data_loss_skipped", **gap.as_dict()})
-        routes = resolve_routes(settings, topics)
+        if routes is None:
+            routes = resolve_routes(settings, topics)
+            _report_topics(settings, store, topics, routes)
+            # Every table of the run's topics, checked (and its columns to add planned)
+            # before anything is read; a new topic's table is made first.
+            additions = _pattern_tables_ready(store, routes, dry_run)
         for topic, (had, added) in partitions_added(stored, kafka).items():
             log.info("topic %s grew: partitions %s are new to the pipeline (it had read %s)%s",
                      topic, added, had, routes.table_of(topic).sink.growth_note(),
                      extra={"event": "plan.partitions_added", "topic": topic, "added": added})
-        if settings.kafka.topic_pattern is not None:
-            _report_topics(settings, store, topics, routes)
-        # Every table of the run's topics, checked (and its columns to add planned) before
-        # anything is read; a pattern's new topic's table is made first.
-        additions = _tables_ready(settings, store, routes, dry_run)
         faults.inject("after_plan")
         if dry_run:
             return RunResult("ingest", "planned", None, planned, lost,
@@ -107,13 +113,11 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         store.close()
 
 
-def _tables_ready(settings: Settings, store: Store, routes: RunRoutes,
-                  dry_run: bool) -> tuple[Addition, ...]:
-    """The run's tables as its routes say (Store.tables_ready); under a topic pattern a
-    table not there yet is made (a dry run only says it would be)."""
+def _pattern_tables_ready(store: Store, routes: RunRoutes,
+                          dry_run: bool) -> tuple[Addition, ...]:
+    """A pattern's run: its tables as its routes say (Store.tables_ready), a table not
+    there yet made (a dry run only says it would be)."""
     sinks = routes.sinks
-    if settings.kafka.topic_pattern is None:
-        return store.tables_ready(sinks)
     if not dry_run:
         return store.tables_ready(sinks, create=True)
     missing = store.schema.missing_tables(sinks)
@@ -183,7 +187,7 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
                                 "ranges": [r.as_dict() for r in ranges],
                                 "duration": timer.stages["read_and_stage"]})
             for t in tables:
-                _check_bad_records(run_id, t, ranges, staged)
+                _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
             faults.inject("after_stage")
             if topic_ids and ranges:
                 # A topic recreated after the plan: what was read may be either topic's.
@@ -226,14 +230,17 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
 
 
 def _check_bad_records(run_id: int, table: RunTable, ranges: Sequence[OffsetRange],
-                       staged: dict[tuple[str, int], dict[str, int]]) -> None:
-    """sink.max_bad_records, per table: the dead letters of its topics in this run."""
+                       staged: dict[tuple[str, int], dict[str, int]], *,
+                       several: bool) -> None:
+    """sink.max_bad_records, per table: the dead letters of its topics in this run
+    (``several``: the run writes several tables, the message names this one)."""
     limit = table.route.max_bad_records
     dead = sum(v["dead"] for (topic, _), v in staged.items() if topic in table.topics)
     if limit >= 0 and dead > limit:
         mine = [r for r in ranges if r.topic in table.topics]
+        where = f" (table {table.name})" if several else ""
         raise DataError(
-            f"run {run_id}: {dead} bad records in {describe(mine)} (table {table.name}) "
+            f"run {run_id}: {dead} bad records in {describe(mine)}{where} "
             f"exceed sink.max_bad_records = {limit}; nothing committed - inspect the topic "
             "or raise the limit")
 
