@@ -120,19 +120,37 @@ def resolve_routes(settings: Settings, topics: Sequence[str]) -> RunRoutes:
         for t in group(routes)))
 
 
-def one_table_settings(settings: Settings, what: str) -> Settings:
-    """The settings of a command that works on one results table (``what``: verify, a
-    dead-letter replay), with [sink] that table's route: exit 2 for a pipeline of several
-    tables (such a command per table is not built yet)."""
+@dataclass(frozen=True)
+class TableScope:
+    """What a command that works on one results table (verify, a dead-letter replay) works
+    on: the ``settings`` with [sink] the table's route and kafka.topics its topics; and
+    ``topics``, the records it may look at (None: a pipeline of one table, all of them, as
+    it always was)."""
+
+    table: str
+    settings: Settings
+    topics: tuple[str, ...] | None = None
+
+
+def table_scopes(settings: Settings, topics: Sequence[str], *, table: str | None = None,
+                 topic: str | None = None) -> list[TableScope]:
+    """The tables a per-table command works on, by name: every table of ``topics`` (the
+    pipeline's now: run_topics), or only ``table``, or only ``topic``'s. Exit 2 naming the
+    pipeline's tables when ``table`` is none of them."""
     routes = settings.routes
-    if routes.one_table is not None:
-        return settings
-    if settings.kafka.topic_pattern is None:
-        tables = routes.tables(settings.kafka.topics)
-        if len(tables) == 1:
-            return replace(settings, sink=tables[0].sink, sink_overrides=())
-        names = ", ".join(t.table for t in tables)
-    else:
-        names = f"a table per topic of kafka.topic_pattern = {settings.kafka.topic_pattern!r}"
-    raise ConfigError(f"{what}: not yet for several tables (pipeline '{settings.name}' writes "
-                      f"{names}); it works on a pipeline of one table")
+    if routes.one_table is not None and table in (None, routes.one_table):
+        return [TableScope(routes.one_table, settings)]
+    tables = routes.tables(topics)
+    if topic is not None:
+        tables = tuple(t for t in tables if topic in t.topics)
+    if table is not None:
+        tables = tuple(t for t in tables if t.table == table)
+    if not tables:
+        known = ", ".join(t.table for t in routes.tables(topics)) or "none yet"
+        what = f"--table {table}" if table is not None else f"--topic {topic}"
+        raise ConfigError(f"{what}: no topic of pipeline '{settings.name}' goes to it (its "
+                          f"tables: {known}); give one of them")
+    k = replace(settings.kafka, topics=(), topic_pattern=None)
+    return [TableScope(t.table, replace(settings, sink=t.sink, sink_overrides=(),
+                                        kafka=replace(k, topics=t.topics)), t.topics)
+            for t in tables]

@@ -110,9 +110,11 @@ def check_filters(settings: Settings, partition, from_offset, to_offset,
 
 
 def run_state_verify(settings: Settings, topic: str | None = None,
-                     filters=None, skip_lost: bool = False) -> StateReport:
+                     filters=None, skip_lost: bool = False,
+                     topics: tuple[str, ...] | None = None) -> StateReport:
     """``filters`` (driver/verify.Filters): an append sink's window (``verify --values``);
     its rows are compared one by one, so any window is a true part of its state.
+    ``topics``: the table's, in a pipeline of several tables (None: every topic published).
     ``skip_lost``: what Kafka no longer holds is out of the scope (listed, not a verdict)."""
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.driver.reconcile import clip
@@ -146,6 +148,8 @@ def run_state_verify(settings: Settings, topic: str | None = None,
                     if t in settings.kafka.topics and topic in (None, t)]
             if topic is not None:
                 ranges = {tp: rs for tp, rs in ranges.items() if tp[0] == topic}
+            if topics is not None:
+                ranges = {tp: rs for tp, rs in ranges.items() if tp[0] in topics}
             if filters is not None:
                 ranges = {tp: list(clip(rs, w.from_offset, w.until_offset))
                           for tp, rs in ranges.items()
