@@ -107,14 +107,17 @@ def range_stager(spec: RangeStageTask):
 
         zip_imports.install()  # the worker's next tasks start sooner
 
-        encoders: dict = {}  # per topic, its route's, made when its first batch comes
+        # One encoder per route's settings (a table's topics share one), made when its
+        # first batch comes.
+        encoders: dict = {}
         ranges = [r for item in items for r in (item if isinstance(item, list) else [item])]
 
         def blobs_of(r, records) -> Iterator[Blob]:
             lo, hi = records[0].offset(), records[-1].offset()
-            encoder = encoders.get(r.topic)
+            encoding = spec.encoding(r.topic)
+            encoder = encoders.get(encoding)
             if encoder is None:
-                encoder = encoders[r.topic] = spec.encoding(r.topic).encoder()
+                encoder = encoders[encoding] = encoding.encoder()
             encoded = encoder.encode(r.topic, r.partition, records)
             for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
                 for lines in line_chunks(batch, spec.target.max_blob_bytes):

@@ -38,6 +38,9 @@ def test_example_configs_are_valid():
         "conf/examples/avro-schemas")
     enriched = load_settings("conf/examples/transform.toml", environ={}).sink
     assert enriched.transform == "order_enrichment:enrich" and enriched.mode == "append"
+    shop = load_settings("conf/examples/tables.toml", environ={})
+    assert [(t.table, t.sink.key) for t in shop.routes.tables(shop.kafka.topics)] == [
+        ("order_lines", ("order_id", "line_no")), ("orders", ("id",))]
 
 
 @pytest.mark.parametrize("changes, message", [
