@@ -330,7 +330,8 @@ def register(sub) -> None:
         p = add_action(name, "move stored offsets" if name == "set" else
                        "move stored offsets (--to defaults to kafka.starting_offsets)",
                        SET_HELP, SET_EXAMPLES)
-        p.add_argument("--topic", required=True, help="a topic of this pipeline's kafka.topics")
+        p.add_argument("--topic", required=True,
+                       help="a topic of this pipeline's (kafka.topics, or kafka.topic_pattern's)")
         p.add_argument("--partition", type=PARTITION, action="append", metavar="P",
                        help="partition to move (repeat for several; default: all partitions)")
         p.add_argument("--to", required=required, metavar="TARGET",

@@ -12,22 +12,16 @@ one mode. Pure: no I/O; the topics of a pattern are the driver's to find (driver
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
 
 from pipeline.errors import ConfigError
-from pipeline.settings.sink import ROUTE_KEYS, SinkSettings, SinkTable
+from pipeline.settings.sink import SinkSettings, SinkTable
 from pipeline.settings.sink_modes import MODE_KEYS
-from pipeline.settings.table_template import (
-    PLACEHOLDERS,
-    check_template,
-    name_parts,
-    placeholders,
-    resolve_table,
-)
+from pipeline.settings.table_template import placeholders, resolve_table
 
 
 @dataclass(frozen=True)
@@ -108,8 +102,6 @@ def group(routes: Mapping[str, SinkSettings]) -> tuple[TableRoute, ...]:
 
 
 def _with_table(sink: SinkSettings, table: str) -> SinkSettings:
-    from dataclasses import replace
-
     return replace(sink, table=table)
 
 
@@ -166,7 +158,3 @@ def _route_value(topic: str, keys: Mapping[str, Any]) -> SinkSettings:
     except ConfigError as e:
         raise ConfigError(f"{where} (the route of topic '{topic}', over [sink]): "
                           f"{e.message}") from None
-
-
-__all__ = ["PLACEHOLDERS", "ROUTE_KEYS", "Routes", "TableRoute", "check_template", "group",
-           "name_parts", "resolve_table", "routes_of"]

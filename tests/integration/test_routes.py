@@ -104,6 +104,14 @@ def test_one_run_writes_each_topics_table_in_one_transaction_and_a_crash_commits
     assert stored_offsets(prefix) == {(t, p): hi for t in topics
                                       for p, (_, hi) in watermarks(t).items()}
 
+    # A backfill of one topic publishes into its table only: the row deleted comes back.
+    assert query(f"DELETE FROM {prefix}_lines WHERE line_id = 5 RETURNING line_id") == [(5,)]
+    backfill = run_cli("backfill", "--config", str(config), "--topic",
+                       f"{prefix}.public.lines", "--from-offset", "0", "--to-offset", "21")
+    assert backfill.returncode == 0, backfill.stderr[-2000:]
+    assert lines(prefix) == [(j, j) for j in range(20)]
+    assert orders(prefix) == {i: "paid" if i % 2 == 0 else "new" for i in range(10)}
+
     produce(f"{prefix}.public.orders", [(b"1", json.dumps({"id": 1, "status": "x"}).encode()),
                                         (b"3", json.dumps({"id": 3, "status": "x"}).encode())])
     lag = run_cli("lag", "--config", str(config), "--json")
