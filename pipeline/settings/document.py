@@ -106,7 +106,10 @@ class Settings:
             },
             "database_url": redact_url(self.database_url),
             "sink": {"format": self.sink.format, "table": self.sink.table,
-                     "mode": self.sink.mode},
+                     "mode": self.sink.mode,
+                     **({"topics": {t: {"table": r.table, "mode": r.mode}
+                                    for t, r in self.sink_overrides}}
+                        if self.sink_overrides else {})},
             **({"schema_registry": self.schema_registry.describe()}
                if self.schema_registry else {}),
         }

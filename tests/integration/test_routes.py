@@ -135,20 +135,30 @@ def test_a_topic_the_pattern_matches_later_joins_at_the_next_run_and_verify_chec
     assert len(orders(prefix)) == 10
     assert not query("SELECT to_regclass(%s)", (f"{prefix}_lines",))[0][0]
 
+    # Two topics new to the pipeline, and new orders: three tables, two of them upserts
+    # (each merge with its own temp tables), in the next run's one transaction.
     create_topic(f"{prefix}.public.lines", 1)
+    create_topic(f"{prefix}.public.customers", 1)
     produce_lines(prefix)
+    produce(f"{prefix}.public.customers",
+            [(str(i).encode(), json.dumps({"id": i, "status": "vip"}).encode())
+             for i in range(3)])
+    produce(f"{prefix}.public.orders", [(b"4", json.dumps({"id": 4, "status": "sent"}).encode())])
     second = run(config)
     assert second.returncode == 0, second.stderr[-2000:]
     assert lines(prefix) == [(j, j) for j in range(20)]
+    assert dict(query(f"SELECT id, status FROM {prefix}_customers")) == {
+        0: "vip", 1: "vip", 2: "vip"}
+    assert orders(prefix)[4] == "sent"
 
     verified = run_cli("verify", "--config", str(config))
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
-    assert f"verified: 2 table(s) match Kafka: {prefix}_lines, {prefix}_orders" in \
-        verified.stdout
+    assert (f"verified: 3 table(s) match Kafka: {prefix}_customers, {prefix}_lines, "
+            f"{prefix}_orders") in verified.stdout
 
     assert query(f"DELETE FROM {prefix}_lines WHERE line_id = 7 RETURNING line_id") == [(7,)]
     tampered = run_cli("verify", "--config", str(config))
     assert tampered.returncode == 3, tampered.stderr[-2000:]
     error = tampered.stderr.strip().splitlines()[-1]
     assert f"table(s) {prefix}_lines of pipeline" in error and "MISMATCH" in error
-    assert f"{prefix}_orders" not in error
+    assert f"{prefix}_orders" not in error and f"{prefix}_customers" not in error
