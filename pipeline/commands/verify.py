@@ -48,7 +48,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         from pipeline.driver.kafka_meta import KafkaMeta
 
         topics = run_topics(settings, KafkaMeta(settings.kafka))
-    scopes = table_scopes(settings, topics, table=args.table, topic=args.topic)
+    scopes = table_scopes(settings, topics, table=getattr(args, "table", None), topic=args.topic)
     if scopes[0].topics is None:  # a pipeline of one table: as it always was
         return verify_table(args, scopes[0].settings, print_json)
     docs: dict[str, dict] = {}

@@ -271,28 +271,11 @@ class Publisher:
         """The chosen attempts' result blobs into their tables' COPY, one blob at a time,
         table by table: the table whose COPY is open first (a run of one table keeps one
         COPY open for the whole run), then by name."""
-        if len(self.targets) == 1:
-            (t,) = self.targets
+        for t in sorted(self.targets, key=lambda t: (t is not self._copying, t.name)):
             if t.binary is None:  # a transform's run that staged no row yet
-                return
-            copy = None
-            for blob in self._blobs(ROW, parts):
-                copy = copy or self._copy_into(t)
-                copy.write(blob)
-            return
-        order = sorted(self.targets, key=lambda t: (t is not self._copying, t.name))
-        topics = [(topic, rank) for rank, t in enumerate(order) for topic in sorted(t.topics)]
-        with self._read.cursor(name="blobs_rows") as cur:
-            cur.itersize = BLOBS_PER_FETCH
-            cur.execute(sql.SQL(
-                "SELECT g.rank, s.blob FROM {} AS s JOIN unnest(%s::text[], %s::int[]) AS "
-                "g(topic, rank) USING (topic) WHERE s.kind = %s AND (s.part, s.task) IN "
-                "(SELECT * FROM unnest(%s::int[], %s::bigint[])) ORDER BY g.rank, s.part, "
-                "s.seq").format(self.staging),
-                ([t for t, _ in topics], [r for _, r in topics], ROW, list(parts),
-                 list(parts.values())), binary=True)  # bytea, no hex
-            for rank, blob in cur:
-                self._copy_into(order[rank]).write(blob)
+                continue
+            for blob in self._blobs(ROW, parts, t.topics if len(self.targets) > 1 else None):
+                self._copy_into(t).write(blob)
 
     def _blobs(self, kind: str, parts: dict[int, int],
                topics: frozenset[str] | None = None) -> Iterator[bytes]:

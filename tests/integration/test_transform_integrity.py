@@ -185,17 +185,14 @@ def test_staged_blobs_are_bounded_by_bytes_on_both_paths(spark, monkeypatch, fmt
     monkeypatch.setattr(task, "StagingTarget",
                         functools.partial(task.StagingTarget, max_blob_bytes=SMALL_BLOB))
     streamed: list[tuple[str, int]] = []
-    stream = Publisher._stream
+    blobs = Publisher._blobs
 
-    def spied(self, kind, parts, copy):
-        class Spy:
-            def write(self, blob):
-                streamed.append((kind, len(blob)))
-                copy.write(blob)
+    def spied(self, kind, parts, topics=None):
+        for blob in blobs(self, kind, parts, topics):
+            streamed.append((kind, len(blob)))
+            yield blob
 
-        stream(self, kind, parts, Spy())
-
-    monkeypatch.setattr(Publisher, "_stream", spied)
+    monkeypatch.setattr(Publisher, "_blobs", spied)
 
     result = run_ingest(settings)
 
