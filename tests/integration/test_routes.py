@@ -104,6 +104,15 @@ def test_one_run_writes_each_topics_table_in_one_transaction_and_a_crash_commits
     assert stored_offsets(prefix) == {(t, p): hi for t in topics
                                       for p, (_, hi) in watermarks(t).items()}
 
+    # A dead letter is replayed with its topic's route, into its table.
+    unrouted = run_cli("dead-letters", "replay", "--config", str(config), "--yes")
+    assert unrouted.returncode == 2 and "give --topic" in unrouted.stderr, unrouted.stderr
+    replay = run_cli("dead-letters", "replay", "--config", str(config), "--yes", "--topic",
+                     f"{prefix}.public.lines")
+    assert replay.returncode == 0, replay.stderr[-2000:]
+    assert f"replayed 0 of 1 dead letters into 0 rows of {prefix}_lines; 1 still failing" in \
+        replay.stdout
+
     # A backfill of one topic publishes into its table only: the row deleted comes back.
     assert query(f"DELETE FROM {prefix}_lines WHERE line_id = 5 RETURNING line_id") == [(5,)]
     backfill = run_cli("backfill", "--config", str(config), "--topic",
