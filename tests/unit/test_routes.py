@@ -128,3 +128,20 @@ def test_a_pattern_pipelines_overrides_must_name_topics_it_can_match():
 def test_a_template_is_checked_when_the_config_is_read():
     assert check_template("{prefix}_{schema}_{table}") == "{prefix}_{schema}_{table}"
     assert check_template("events") == "events"
+
+
+def test_a_per_table_command_works_on_each_table_or_the_one_named():
+    from pipeline.driver.routing import table_scopes
+
+    s = settings()
+    assert [(x.table, x.topics, x.settings.sink.table, x.settings.kafka.topics)
+            for x in table_scopes(s, s.kafka.topics)] == [
+        ("order_lines", (LINES,), "order_lines", (LINES,)),
+        ("orders", (ORDERS,), "orders", (ORDERS,))]
+    assert [x.table for x in table_scopes(s, s.kafka.topics, topic=ORDERS)] == ["orders"]
+    with pytest.raises(ConfigError, match=r"--table nope: no topic of pipeline 'p1' goes to it "
+                                          r"\(its tables: order_lines, orders\)"):
+        table_scopes(s, s.kafka.topics, table="nope")
+    one = settings(table="events")  # a pipeline of one table: as it always was
+    assert [(x.table, x.topics, x.settings) for x in table_scopes(one, one.kafka.topics)] == [
+        ("events", None, one)]
