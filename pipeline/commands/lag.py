@@ -119,12 +119,15 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
             "total_lag": sum(t["lag"] for t in totals.values()),
         })
         return EXIT_OK
+    # The table column for a pipeline of several tables only (one table: as it always was).
+    several = len(set(table_of.values())) > 1
     print(render_table(
-        ["table", "topic", "partition", "stored", "earliest", "latest", "lag", "last_run",
-         "finished_at", "note"],
-        [[r.table or "-", r.topic, r.partition, r.stored, r.earliest, r.latest, r.lag,
-          r.last_run_id, r.last_run_finished_at,
-          r.note or ("" if r.table else "not read: no longer one of the pipeline's topics")]
+        ["table"] * several + ["topic", "partition", "stored", "earliest", "latest", "lag",
+                               "last_run", "finished_at", "note"],
+        [[r.table or "-"] * several + [
+            r.topic, r.partition, r.stored, r.earliest, r.latest, r.lag, r.last_run_id,
+            r.last_run_finished_at,
+            r.note or ("" if r.table else "not read: no longer one of the pipeline's topics")]
          for r in rows]))
     for topic, t in totals.items():
         print(f"{topic}: lag {t['lag']} over {t['partitions']} partitions (max {t['max_lag']})")
