@@ -423,9 +423,7 @@ class Publisher:
     def _publish_table(self, t: Target) -> None:
         """One table's part of the transaction, under the merge locks: its rows are in its
         temp table (or, copied directly, in the table already); a reprocess clears what its
-        ranges held; then its sink's merge. (Rows a later step must leave out, e.g. beyond
-        a cut of whole source transactions, are to be deleted from the temp table here,
-        before the merge.)"""
+        ranges held; then its sink's merge."""
         if self.run.overwrite:
             t.results.clear(t.ranges)
         if t.direct:

@@ -2,9 +2,9 @@
 against the broker's topics now), then each topic's route resolved and grouped into the
 run's tables, one sink each (settings/routes.py says what a route is).
 
-``resolve_routes`` is the one step of a run that decides routes, after the plan and before
-any table is checked or read: where ``columns = "schema"`` will make a route's columns and
-key from its topic's writer schema.
+``resolve_routes`` is the one step of a run that decides routes, before any table is
+checked or read (a list's run: before the lock, from the config; a pattern's: once its
+topics are known).
 """
 
 from __future__ import annotations
@@ -110,10 +110,8 @@ def stored_elsewhere(stored_topics: Iterable[str], topics: Sequence[str]) -> lis
 
 def resolve_routes(settings: Settings, topics: Sequence[str]) -> RunRoutes:
     """The run's routes, resolved: each topic's route ([sink] and its [sink.topics.*]
-    keys, its table named), grouped into the run's tables, one sink each. This is the one
-    place a run decides a route: a route whose columns come from the writer's schema
-    (columns = "schema") is to be resolved here, per topic, before the grouping (which holds
-    the topics of one table to one set of columns) and before any table is checked."""
+    keys, its table named), grouped into the run's tables (settings/routes.group: the
+    topics of one table agree on its columns, key and mode), one sink each."""
     routes = {topic: settings.routes.for_topic(topic) for topic in topics}
     return RunRoutes(tuple(
         RunTable(t.sink, for_sink(t.sink, settings.schema, settings.name), t.topics)
