@@ -221,10 +221,11 @@ def _topics_of_the_module_deleted(request):
     del CREATED_TOPICS[start:]
     if mine:
         try:
-            futures = admin().delete_topics(mine, operation_timeout=30)
+            client = admin()  # alive until its futures resolve (else they never do)
+            futures = client.delete_topics(mine, operation_timeout=30, request_timeout=60)
             for f in futures.values():
                 with contextlib.suppress(Exception):  # gone already (a test deleted it)
-                    f.result()
+                    f.result(timeout=90)
         except Exception as e:  # noqa: BLE001 - cleanup never fails a test
             print(f"could not delete {len(mine)} topics of the module: {e}")
 
