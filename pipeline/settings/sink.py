@@ -89,13 +89,14 @@ class SinkTable(Table):
             raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
         for c in columns if transform is not None else ():
             # A transform's DataFrame holds the Encoder's rows as typed Spark columns
-            # (executor/transform/typed_rows.py, paths too): scalars only.
-            if not types.column_type(c.type).scalar:
-                what = c.type
+            # (executor/transform/typed_rows.py, paths too): scalars only, and no decimal
+            # without precision (no Spark type keeps each value's own scale).
+            t = types.column_type(c.type)
+            if not t.scalar or t.own_scale:
                 raise ConfigError(
-                    f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' "
-                    f"= {transform!r} yet: remove sink.transform, or read the field in the "
-                    "transform")
+                    f"'sink.columns.{c.name}' ({c.type}) is not supported with "
+                    f"'sink.transform' = {transform!r} yet: remove sink.transform, declare it "
+                    "decimal(p,s), or read the field in the transform")
         sink = SinkSettings(fmt, self.table, self.max_bad_records, transform, tuple(columns))
         sink = replace(sink, **mode_fields(
             self.mode, sink.columns, transform, key=self.key, tombstones=self.tombstones,

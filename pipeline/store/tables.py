@@ -166,7 +166,7 @@ RESULTS_ARCHIVE_COLUMNS = _archive_columns()
 _POSTGRES_TYPES = {"text": Text, "bigint": BigInteger, "integer": Integer,
                    "double precision": DOUBLE_PRECISION, "boolean": Boolean,
                    "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date,
-                   "jsonb": JSONB}
+                   "jsonb": JSONB, "numeric": Numeric}
 
 
 def sink_type(declared: str) -> TypeEngine:
@@ -208,7 +208,8 @@ def business_key(sink: SinkSettings) -> list[Column]:
 
 def aggregate_type(a, declared) -> TypeEngine:
     """count: bigint; min/max: the column's type; sum: the registry's sum type (bigint of
-    integers, double of doubles, numeric(38, s) of decimal(p, s): a sum outgrows p)."""
+    integers, double of doubles, numeric(38, s) of decimal(p, s): a sum outgrows p;
+    numeric of decimal)."""
     if a.function == "count":
         return BigInteger()
     kind = declared[a.of].type
