@@ -16,6 +16,8 @@ Nothing here runs on the executors (they get column lists and COPY statements as
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -36,7 +38,7 @@ from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB, TIMES
 from sqlalchemy.types import TypeEngine
 
 from pipeline.config import SinkSettings
-from pipeline.formats.types import column_type
+from pipeline.formats.types import SCALARS, column_type
 
 SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
 UNAVAILABLE = "_unavailable"  # a staged change event's columns it left out (text[])
@@ -178,6 +180,24 @@ def sink_type(declared: str) -> TypeEngine:
     if t.precision is not None:
         return Numeric(t.precision, t.scale)
     return _POSTGRES_TYPES[t.pg]()
+
+
+def declared_type(ddl: str) -> str | None:
+    """The [sink.columns] type whose column is of Postgres type ``ddl`` (as ddl_type spells
+    it: 'numeric(14,2)', 'text[]'), or None for a type the pipeline does not write."""
+    for declared in (*SCALARS, "jsonb"):
+        if ddl_type(sink_type(declared)) == ddl:
+            return declared
+    if ddl.endswith("[]"):
+        element = declared_type(ddl[:-2])
+        return f"array<{element}>" if element and column_type(element).scalar else None
+    m = re.fullmatch(r"numeric\((\d+),(\d+)\)", ddl)
+    if m is None:
+        return None
+    try:
+        return column_type(f"decimal({m[1]},{m[2]})").declared
+    except KeyError:  # wider than decimal(p,s) declares
+        return None
 
 
 def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:

@@ -1,0 +1,339 @@
+"""``[sink] columns = "schema"``: a Debezium route's columns and upsert key from the writer's
+schema, found at the start of each run, before its table is checked (driver/job.py).
+
+For each planned range of the topic, its newest records are read on the driver (the last
+few, further back only past tombstones and records without a schema): the newest value's
+schema (Kafka Connect's JSON envelope; Avro: its schema id -> ``[schema_registry]``) gives
+the columns, the newest key's the key (formats/debezium/schema_columns.py). A topic with
+no planned range has nothing to resolve. The columns are the union of the writers' fields
+and the table's: a column the source no longer sends stays (NULL in new rows), a field the
+table lacks is added by ``[sink] evolve = "add_columns"`` (store/evolve.py; evolve off:
+exit 2 naming the ALTER, as for declared columns) and never as NOT NULL to a table that
+exists, a table that does not exist yet is made from the schema (store/schema.py:
+``create_missing``). A field whose type differs from the table's column, or that no column
+type holds, stops the run (exit 2) naming table, topic, column, both types and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pipeline.config import KafkaSettings, Settings, SinkSettings
+from pipeline.driver.kafka_records import batches
+from pipeline.errors import ConfigError, Kind, TaskError, TransientError
+from pipeline.formats.debezium.schema_columns import (
+    NotAnEnvelope,
+    SchemaColumn,
+    Unmapped,
+    WriterColumns,
+    from_avro,
+    from_connect,
+)
+from pipeline.formats.schema_source import SchemaSource, UnknownSchema
+from pipeline.plan.offsets import OffsetRange
+from pipeline.settings.columns import column
+from pipeline.settings.sink_modes import mode_fields
+from pipeline.sinks import Sink, for_settings
+from pipeline.store import tables
+from pipeline.store.evolve import Addition
+from pipeline.store.schema import LiveTable
+
+log = logging.getLogger("pipeline")
+
+TAIL = 16  # records read back from a range's end at first; then 16 times as many
+PROBE_GROUP = "pipeline-schema-probe"  # librdkafka's group.id: nothing is committed
+# What an upsert table holds besides the record's columns (sinks/upsert.py).
+FIXED_COLUMNS = frozenset({"topic", "partition", "offset", "kafka_timestamp", "run_id",
+                           "ingested_at", "_order_time"})
+
+
+@dataclass(frozen=True)
+class Writer:
+    """What the newest records of one planned range say: ``columns`` (their writer's), and
+    ``where`` they were read, for messages."""
+
+    columns: WriterColumns
+    where: str
+
+
+def resolve_schema_columns(sink: SinkSettings, topic: str, ranges: Sequence[OffsetRange],
+                           kafka: KafkaSettings, registry: SchemaSource | None,
+                           store) -> SinkSettings:
+    """``sink`` (a route of ``topic``) with its columns and key from the writer's schema of
+    the topic's planned ``ranges`` (others are ignored), united with its table's
+    (``store``: the run's Store); unchanged when the topic has no range to read, or when
+    the sink's columns are declared. Raises ConfigError (exit 2) or TransientError."""
+    mine = [r for r in ranges if r.topic == topic and r.count > 0]
+    if not sink.columns_from_schema or not mine:
+        return sink
+    writers = [w for r in mine if (w := newest_writer(sink, r, kafka, registry)) is not None]
+    for w in writers:
+        for warning in w.columns.warnings:
+            log.warning("%s, %s: %s", sink.table, w.where, warning,
+                        extra={"event": "schema_columns.warning", "table": sink.table,
+                               "topic": topic})
+    resolved = with_writer_columns(sink, topic, writers, store.schema.live_table(sink.table))
+    log.info("table %s: columns %s, key (%s) from the writer's schema of %s", sink.table,
+             ", ".join(f"{c.name} {c.type}" for c in resolved.columns), ", ".join(resolved.key),
+             "; ".join(w.where for w in writers) or topic,
+             extra={"event": "schema_columns.resolved", "table": sink.table, "topic": topic,
+                    "columns": {c.name: c.type for c in resolved.columns},
+                    "key": list(resolved.key)})
+    return resolved
+
+
+def with_schema_columns(settings: Settings, store, ranges: Sequence[OffsetRange]
+                        ) -> tuple[Settings, Sink, tuple[Addition, ...]]:
+    """Today's single-table run: the settings with [sink]'s columns and key resolved for
+    every topic of the planned ``ranges``, its sink, its table made if it is new, then
+    checked (Store.ready_for; the lock is held already): the additions sink.evolve makes."""
+    sink = settings.sink
+    for topic in sorted({r.topic for r in ranges}):
+        sink = resolve_schema_columns(sink, topic, ranges, settings.kafka,
+                                      settings.schema_registry, store)
+    if not sink.columns:  # no record read: the table's columns, if it has any
+        table = store.schema.live_table(sink.table)
+        if table is None:
+            raise ConfigError(
+                f"table {sink.table} does not exist yet and this run reads no record of "
+                f"{', '.join(settings.kafka.topics)} to take its columns from (sink.columns = "
+                "'schema'; kafka.starting_offsets = 'latest' plans an empty first run): start "
+                "from 'earliest' (Debezium's snapshot is where a replica begins), or declare "
+                "[sink.columns]; nothing was read")
+        sink = with_writer_columns(sink, ", ".join(settings.kafka.topics), [], table)
+    settings = replace(settings, sink=sink)
+    results = for_settings(settings)
+    for made in store.schema.create_missing([results]):
+        log.info("created %s from the writer's schema (sink.columns = 'schema')", made,
+                 extra={"event": "schema_columns.created", "table": sink.table})
+    return settings, results, store.ready_for("run", [results], lock=False)
+
+
+def table_columns(settings: Settings) -> Settings:
+    """sink.columns = 'schema' for what re-reads ranges a run published (verify, backfill,
+    dead-letters replay): [sink]'s columns and key are its table's, as the runs made it;
+    other settings are returned as they are."""
+    if not settings.sink.columns_from_schema or settings.sink.columns:
+        return settings
+    from pipeline.store import Store
+
+    with Store(settings) as store:
+        table = store.schema.live_table(settings.sink.table)
+    if table is None:
+        raise ConfigError(f"table {settings.sink.table} does not exist yet: its columns come "
+                          "from the writer's schema (sink.columns = 'schema'), and no run has "
+                          "read the topic yet - run the pipeline first")
+    return replace(settings, sink=with_writer_columns(
+        settings.sink, ", ".join(settings.kafka.topics), [], table))
+
+
+# ---- the union (pure) ------------------------------------------------------------------
+
+def with_writer_columns(sink: SinkSettings, topic: str, writers: Sequence[Writer],
+                        table: LiveTable | None) -> SinkSettings:
+    """The columns and key of ``sink``: the writers' fields (in their order), the columns
+    the sink has already (another topic of its table), then the table's other columns;
+    raises ConfigError on a conflict, naming its fix."""
+    name = sink.table
+    found: dict[str, tuple[SchemaColumn, str]] = {}
+    keys: list[tuple[tuple[str, ...], str]] = []
+    earlier = [(SchemaColumn(c.name, c.type, c.required), "another topic of the table")
+               for c in sink.columns]
+    for columns, where in [*((w.columns.columns, w.where) for w in writers),
+                           *(((c,), w) for c, w in earlier)]:
+        for c in columns:
+            if c.name not in found:
+                found[c.name] = (c, where)
+            elif found[c.name][0].type != c.type:
+                raise ConfigError(
+                    f"table {name}, topic {topic}: field '{c.name}' is {c.type} in {where} "
+                    f"and {found[c.name][0].type} in {found[c.name][1]}: one column cannot be "
+                    "both; route the topics to tables of their own, or declare the table's "
+                    "columns")
+            elif not c.required:  # not null only where every writer says so
+                found[c.name] = (c, found[c.name][1])
+    keys = [(w.columns.key, w.where) for w in writers if w.columns.key]
+    columns = [c for c, _ in found.values()]
+    if table is not None:
+        columns = _with_table(name, topic, columns, {n: w for n, (_, w) in found.items()},
+                              table)
+    if not columns:
+        raise ConfigError(f"table {name}: no record of topic {topic}'s planned ranges carries "
+                          "a writer schema (tombstones or unreadable records only) and the "
+                          "table does not exist: nothing says its columns; rerun when the "
+                          "topic has a change event, or declare [sink.columns]")
+    return _validated(sink, topic, columns, _key(sink, topic, keys, table))
+
+
+def _key(sink: SinkSettings, topic: str, keys: list[tuple[tuple[str, ...], str]],
+         table: LiveTable | None) -> tuple[str, ...]:
+    """The key the writers' Kafka keys agree on (else the sink's so far, else the table's)."""
+    distinct = {k for k, _ in keys}
+    if len(distinct) > 1:
+        raise ConfigError(
+            f"table {sink.table}, topic {topic}: the Kafka keys name different key columns ("
+            + "; ".join(f"({', '.join(k)}) in {where}" for k, where in keys) + "): the source "
+            "table's primary key changed; rebuild the table with the new key (a new "
+            "sink.table, then a backfill), or declare the columns and key")
+    key = next(iter(distinct), None) or sink.key or (table.key if table else ())
+    if not key:
+        raise ConfigError(
+            f"table {sink.table}: the records of topic {topic} have no Kafka key with a schema "
+            "(a source table without a primary key?): an upsert needs the key - give the "
+            "source table a primary key (or Debezium's message.key.columns), or declare the "
+            "columns and key")
+    return key
+
+
+def _with_table(name: str, topic: str, columns: list[SchemaColumn], where: dict[str, str],
+                table: LiveTable) -> list[SchemaColumn]:
+    """The writers' columns checked against the table's; a field the table lacks is added
+    without NOT NULL (rows already there have no value for it), a column the writers lack
+    is kept (NULL in new rows)."""
+    out = []
+    for c in columns:
+        live = table.columns.get(c.name)
+        want = tables.ddl_type(tables.sink_type(c.type))
+        if live is None:
+            out.append(replace(c, required=False))
+            continue
+        if live[0] != want:
+            raise ConfigError(
+                f"table {name}: column {c.name} is {live[0]}, the writer's schema of topic "
+                f"{topic} says {c.type} ({want}) in {where[c.name]}: run 'ALTER TABLE {name} "
+                f"ALTER COLUMN {c.name} TYPE {want}' as the table's owner (or point "
+                "sink.table at a new table); nothing was read")
+        out.append(c)
+    have = {c.name for c in out}
+    for cname, (ddl, _) in table.columns.items():
+        declared = tables.declared_type(ddl)
+        if cname in have or cname in FIXED_COLUMNS or declared is None:
+            continue  # a pipeline column, or one the pipeline does not write
+        out.append(SchemaColumn(cname, declared, False))
+    return out
+
+
+def _validated(sink: SinkSettings, topic: str, columns: list[SchemaColumn],
+               key: tuple[str, ...]) -> SinkSettings:
+    """The columns and key through [sink]'s own checks (names, reserved columns, the
+    upsert key), each refusal naming the topic and the fix."""
+    try:
+        made = tuple(column(c.name, f"{c.type}{' not null' if c.required else ''}")
+                     for c in columns)
+        fields = mode_fields("upsert", made, None, key=list(key), tombstones="delete")
+    except ConfigError as e:
+        raise ConfigError(
+            f"table {sink.table}, topic {topic}: the writer's schema cannot be the table's "
+            f"columns as it is ({e.message.replace('sink.columns.', 'column ')}): declare the "
+            "table's columns for the topic (with from = \"<field>\" for a name to change) "
+            "instead of columns = 'schema'") from None
+    return replace(sink, columns=fields["columns"], key=fields["key"])
+
+
+# ---- reading the newest records (I/O) ----------------------------------------------------
+
+def newest_writer(sink: SinkSettings, r: OffsetRange, kafka: KafkaSettings,
+                  registry: SchemaSource | None) -> Writer | None:
+    """The writer's schema of range ``r``'s newest record with a schema (its value's) and
+    newest key (its key's), read back from the range's end; None when none has one."""
+    from pipeline.executor.consume import reader_config
+
+    reader = reader_config(kafka.client_config(), kafka.isolation_level, PROBE_GROUP,
+                           queued=1000)
+    value = key = None
+    until, window = r.until_offset, TAIL
+    while until > r.from_offset and (value is None or key is None):
+        start = max(r.from_offset, until - window)
+        part = OffsetRange(r.topic, r.partition, start, until)
+        records = [m for batch in batches(reader, part, kafka.timeout_seconds,
+                                          "columns = 'schema'") for m in batch]
+        for m in reversed(records):
+            if value is None and m.value() is not None:
+                value = _value_schema(sink, registry, m)
+            if key is None and m.key() is not None:
+                key = _key_schema(sink, registry, m)
+        until, window = start, window * 16
+    if value is None:
+        return None
+    schema, where = value
+    try:
+        columns = (from_avro(schema, key) if sink.format == "avro"
+                   else from_connect(schema, key))
+    except Unmapped as e:
+        raise ConfigError(
+            f"table {sink.table}: {e} (the writer's schema of {where}): declare the table's "
+            f"columns for topic {r.topic} instead of columns = 'schema', leaving '{e.field}' "
+            "out or reading it as a string; nothing was read") from None
+    except NotAnEnvelope as e:
+        raise ConfigError(f"table {sink.table}: {where} is not a Debezium change event ({e}): "
+                          "columns = 'schema' reads Debezium's topics only") from None
+    return Writer(columns, where)
+
+
+def _value_schema(sink: SinkSettings, registry: SchemaSource | None, m):
+    """(the value's writer schema, where it was read) or None (a record without one: the
+    run makes it a dead letter)."""
+    where = f"{m.topic()}[{m.partition()}] offset {m.offset()}"
+    if sink.format == "avro":
+        schema_id = _schema_id(m.value())
+        schema = None if schema_id is None else _registry_schema(registry, schema_id)
+        return None if schema is None else (schema, f"{where} (writer schema id {schema_id})")
+    doc = _json(m.value())
+    if type(doc) is dict and type(doc.get("schema")) is dict and "payload" in doc:
+        return doc["schema"], where
+    if type(doc) is dict and "op" in doc:
+        raise ConfigError(
+            f"table {sink.table}: {where} has no schema (Kafka Connect's JsonConverter with "
+            "schemas.enable=false): columns = 'schema' needs value.converter.schemas.enable"
+            "=true, or declare [sink.columns]")
+    return None
+
+
+def _key_schema(sink: SinkSettings, registry: SchemaSource | None, m):
+    """The key's writer schema (a JSON key without one: a schema of its fields), or None."""
+    avro = sink.format == "avro"
+    if avro and (schema_id := _schema_id(m.key())) is not None:
+        return _registry_schema(registry, schema_id)
+    doc = _json(m.key())
+    if type(doc) is dict and type(doc.get("schema")) is dict and "payload" in doc:
+        names = [f.get("field") for f in doc["schema"].get("fields") or ()]
+    elif type(doc) is dict:  # a bare JSON key: its fields
+        names = list(doc)
+    else:
+        return None
+    if avro:
+        return {"type": "record", "name": "Key", "fields": [{"name": n} for n in names]}
+    return {"type": "struct", "fields": [{"field": n} for n in names]}
+
+
+def _schema_id(data: bytes) -> int | None:
+    if len(data) < 5 or data[0] != 0:
+        return None
+    return int.from_bytes(data[1:5], "big")
+
+
+def _registry_schema(registry: SchemaSource | None, schema_id: int):
+    """The parsed writer schema of an id, None for an id the registry does not know (its
+    record is a dead letter of the run); a registry that fails stops the run."""
+    from pipeline.formats.avro.schemas import writer_schema
+
+    if registry is None:
+        raise ConfigError("sink.columns = 'schema' with format = 'avro' needs "
+                          "[schema_registry]")
+    try:
+        return writer_schema(registry, schema_id)
+    except UnknownSchema:
+        return None
+    except TaskError as e:
+        error = ConfigError if e.kind == Kind.CONFIG else TransientError
+        raise error(f"sink.columns = 'schema': {e.message}") from None
+
+
+def _json(data: bytes):
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
