@@ -15,7 +15,7 @@ from pipeline.commands.args import PARTITION, add_command, parse_time_ms
 from pipeline.commands.output import print_json, render_table
 from pipeline.commands.partitions import require_topic, select_partitions
 from pipeline.config import Settings
-from pipeline.errors import EXIT_OK, ConfigError, DataError
+from pipeline.errors import EXIT_OK, ConfigError, DataError, TransientError
 from pipeline.plan.offsets import PartitionOffsets, TopicPartition
 
 # ---- planning a change (pure) ------------------------------------------------------------
@@ -169,10 +169,10 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     require_topic(settings, args.topic)
     meta = KafkaMeta(settings.kafka)
     sink = for_settings(settings)
-    with Store(settings) as store:
-        store.schema.check([sink])
-        # Held until we exit: no run can start (or be half-way) while offsets change.
-        store.locks.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
+    out = sys.stderr if args.json else sys.stdout
+
+    def plan(store) -> tuple[list[OffsetChange], list[OffsetChange], list[str], str]:
+        """The changes, those that change a row, the recreated topic's old IDs, its ID."""
         stored = store.offsets.load([args.topic])
         [(topic_id, parts)] = meta.describe([args.topic]).values()
         old_ids = sorted(store.offsets.topic_ids([args.topic]).get(args.topic, set())
@@ -189,10 +189,15 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
         for_time = meta.offsets_for_time(tps, target.value) if target.kind == "time" else None
         changes = plan_offset_changes(stored, kafka, target, for_time,
                                       [(args.topic, p) for p in gone])
-        out = sys.stderr if args.json else sys.stdout
-        print(change_table(changes), file=out)
         # A recreated topic: every row is rewritten, with the new topic ID.
-        effective = [c for c in changes if c.changes or old_ids]
+        return changes, [c for c in changes if c.changes or old_ids], old_ids, topic_id
+
+    with Store(settings) as store:
+        store.schema.check([sink])
+        # Planned and confirmed without the run locks: an operator thinking at the prompt
+        # must not keep the scheduled runs out (they would exit 75 meanwhile).
+        changes, effective, old_ids, topic_id = plan(store)
+        print(change_table(changes), file=out)
         if old_ids:
             print(f"topic '{args.topic}' was deleted and recreated (ID {', '.join(old_ids)} -> "
                   f"{topic_id}): its result rows and dead letters of pipeline "
@@ -216,6 +221,15 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
                        f"'{settings.name}'?", args.yes):
             print("cancelled: nothing changed", file=out)
             return EXIT_OK
+        # Held until we exit: no run can start (or be half-way) while offsets change; what
+        # was confirmed is what is written, or nothing.
+        store.locks.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
+        now = store.offsets.load([args.topic])
+        if any(now.get((c.topic, c.partition)) != c.old for c in changes):
+            raise TransientError(
+                f"offsets {command} did nothing: the stored offsets of topic '{args.topic}' "
+                f"(pipeline '{settings.name}') changed while the change was being confirmed "
+                "(a run published); run the command again to see the new table")
         run_id, archived = apply_offset_changes(
             store, sink, effective, target, command, {args.topic: topic_id},
             {args.topic: old_ids} if old_ids else None)

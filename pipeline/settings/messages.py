@@ -53,9 +53,13 @@ def message(e: dict[str, Any], root: type[BaseModel]) -> str:
         choices = ", ".join(re.findall(r"'([^']*)'", ctx.get("expected", "")))
         return f"'{key}' = {value!r}: must be one of {choices}"
     hint = _hint(root, loc)
-    if kind in ("greater_than_equal", "greater_than"):
-        bound, op = (ctx["ge"], ">=") if kind == "greater_than_equal" else (ctx["gt"], ">")
-        return f"'{key}' must be {op} {bound:g}, got {value!r}{hint}"
+    bounds = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"),
+              "less_than_equal": ("le", "<="), "less_than": ("lt", "<")}
+    if kind in bounds:
+        name, op = bounds[kind]
+        bound = ctx[name]
+        bound = int(bound) if float(bound).is_integer() else f"{bound:g}"
+        return f"'{key}' must be {op} {bound}, got {value!r}{hint}"
     return f"'{key}': {e['msg']}{hint}"  # a check without a message of its own
 
 

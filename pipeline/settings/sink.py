@@ -99,7 +99,8 @@ class SinkTable(Table):
             raise ConfigError(f"sink.format = '{fmt}' needs at least one column in "
                               "[sink.columns]")
         if fmt == "raw" and columns:
-            raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
+            raise ConfigError("[sink.columns] is only for sink.format = 'json', 'avro' or "
+                              "'protobuf'")
         for c in columns if transform is not None else ():
             # A transform's DataFrame holds the Encoder's rows as typed Spark columns
             # (executor/transform/typed_rows.py, paths too): scalars only, and no decimal

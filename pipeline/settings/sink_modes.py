@@ -44,9 +44,9 @@ def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *
     if mode == "append":
         return {}
     if not columns:  # a raw sink: its columns are fixed, none declared (settings/sink.py)
-        raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json' or 'avro': its "
-                          f"{'key' if mode == 'upsert' else 'group_by'} columns are declared "
-                          "in [sink.columns]")
+        raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json', 'avro' or "
+                          f"'protobuf': its {'key' if mode == 'upsert' else 'group_by'} "
+                          "columns are declared in [sink.columns]")
     name = "key" if mode == "upsert" else "group_by"
     keys = given[name]
     if keys is None:
