@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from pipeline.config import KafkaSettings, Settings, SinkSettings
 from pipeline.driver.kafka_records import batches
-from pipeline.errors import ConfigError, Kind, TaskError, TransientError
+from pipeline.errors import ConfigError, DataError, Kind, TaskError, TransientError
 from pipeline.formats.debezium.schema_columns import (
     NotAnEnvelope,
     SchemaColumn,
@@ -110,6 +110,30 @@ def with_schema_columns(settings: Settings, store, ranges: Sequence[OffsetRange]
         log.info("created %s from the writer's schema (sink.columns = 'schema')", made,
                  extra={"event": "schema_columns.created", "table": sink.table})
     return settings, results, store.ready_for("run", [results], lock=False)
+
+
+def held_columns(settings: Settings, store) -> Settings:
+    """init-db of sink.columns = 'schema': [sink]'s columns and key from the newest writer
+    schema of what the topics hold now, so that init-db makes the table (as the owner, as
+    for declared columns); the settings unchanged when no topic holds a record yet (or
+    exists yet: Debezium makes its topics with their first event): the first run that reads
+    one makes the table then."""
+    from pipeline.driver.kafka_meta import KafkaMeta
+
+    if not settings.sink.columns_from_schema:
+        return settings
+    try:
+        held = KafkaMeta(settings.kafka).topic_offsets(settings.kafka.topics)
+    except DataError as e:  # a topic that does not exist yet
+        log.info("%s: the table's columns wait for the topic", e.message,
+                 extra={"event": "schema_columns.no_topic", "table": settings.sink.table})
+        return settings
+    ranges = [OffsetRange(k.topic, k.partition, k.earliest, k.latest) for k in held]
+    sink = settings.sink
+    for topic in sorted({r.topic for r in ranges if r.count > 0}):
+        sink = resolve_schema_columns(sink, topic, ranges, settings.kafka,
+                                      settings.schema_registry, store)
+    return replace(settings, sink=sink)
 
 
 def table_columns(settings: Settings) -> Settings:
@@ -243,7 +267,7 @@ def newest_writer(sink: SinkSettings, r: OffsetRange, kafka: KafkaSettings,
 
     reader = reader_config(kafka.client_config(), kafka.isolation_level, PROBE_GROUP,
                            queued=1000)
-    value = key = None
+    value = key = schemaless = None
     until, window = r.until_offset, TAIL
     while until > r.from_offset and (value is None or key is None):
         start = max(r.from_offset, until - window)
@@ -253,8 +277,14 @@ def newest_writer(sink: SinkSettings, r: OffsetRange, kafka: KafkaSettings,
         for m in reversed(records):
             if value is None and m.value() is not None:
                 value = _value_schema(sink, registry, m)
+                if value is None and schemaless is None:
+                    schemaless = _schemaless(sink, m)
             if key is None and m.key() is not None:
                 key = _key_schema(sink, registry, m)
+        if value is None and schemaless is not None:
+            # The newest records are events without a schema (not a stray bad record among
+            # events with one): the topic's writer sends none.
+            raise ConfigError(_no_schema(sink, r.topic, schemaless))
         until, window = start, window * 16
     if value is None:
         return None
@@ -282,14 +312,34 @@ def _value_schema(sink: SinkSettings, registry: SchemaSource | None, m):
         schema = None if schema_id is None else _registry_schema(registry, schema_id)
         return None if schema is None else (schema, f"{where} (writer schema id {schema_id})")
     doc = _json(m.value())
-    if type(doc) is dict and type(doc.get("schema")) is dict and "payload" in doc:
-        return doc["schema"], where
-    if type(doc) is dict and "op" in doc:
-        raise ConfigError(
-            f"table {sink.table}: {where} has no schema (Kafka Connect's JsonConverter with "
-            "schemas.enable=false): columns = 'schema' needs value.converter.schemas.enable"
-            "=true, or declare [sink.columns]")
+    return (doc["schema"], where) if _enveloped(doc) else None
+
+
+def _enveloped(doc) -> bool:
+    """Kafka Connect's JSON schema envelope: {"schema": {...}, "payload": ...}."""
+    return type(doc) is dict and type(doc.get("schema")) is dict and "payload" in doc
+
+
+def _schemaless(sink: SinkSettings, m) -> str | None:
+    """Where and what a record without a writer schema is, when it is a JSON object (an
+    event written without Kafka Connect's schema envelope) or, for avro, not in the wire
+    format; None for other bytes (a bad record: the run makes it a dead letter)."""
+    where = f"{m.topic()}[{m.partition()}] offset {m.offset()}"
+    if sink.format == "avro":
+        return None if _schema_id(m.value()) is not None else (
+            f"{where} is not in the Confluent wire format (no writer schema id)")
+    if type(doc := _json(m.value())) is dict and not _enveloped(doc):
+        return f"{where} is JSON without Kafka Connect's schema envelope {{schema, payload}}"
     return None
+
+
+def _no_schema(sink: SinkSettings, topic: str, what: str) -> str:
+    fix = ("write the topic with Confluent's AvroConverter and the registry of "
+           "[schema_registry]" if sink.format == "avro" else
+           "set the connector's value.converter.schemas.enable = true (and key.converter's)")
+    return (f"topic {topic} has no writer schema for table {sink.table} ({what}): columns = "
+            f"'schema' takes the columns from it - {fix}, or declare the columns in "
+            "[sink.columns] instead; nothing was read")
 
 
 def _key_schema(sink: SinkSettings, registry: SchemaSource | None, m):
@@ -298,7 +348,7 @@ def _key_schema(sink: SinkSettings, registry: SchemaSource | None, m):
     if avro and (schema_id := _schema_id(m.key())) is not None:
         return _registry_schema(registry, schema_id)
     doc = _json(m.key())
-    if type(doc) is dict and type(doc.get("schema")) is dict and "payload" in doc:
+    if _enveloped(doc):
         names = [f.get("field") for f in doc["schema"].get("fields") or ()]
     elif type(doc) is dict:  # a bare JSON key: its fields
         names = list(doc)

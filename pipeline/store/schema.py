@@ -213,14 +213,17 @@ class Schema:
                               f"ALTER COLUMN {sql.Identifier(cname).as_string(self.db.conn)} "
                               "DROP NOT NULL"))
         if fixes:
-            # sink.columns = 'schema': the columns are the writer's; a new one is added by
-            # sink.evolve.
-            other = ("set sink.evolve = 'add_columns'" if sink.settings.columns_from_schema
-                     else "change [sink.columns]")
+            # sink.columns = 'schema': the columns are the writer's; only a new one is
+            # sink.evolve's to add.
+            other = " or change [sink.columns]"
+            if sink.settings.columns_from_schema:
+                other = (" or set sink.evolve = 'add_columns'" if all(
+                    fix.startswith("ADD COLUMN") for _, fix in fixes) else
+                    " as the table's owner (the source's schema changed)")
             raise ConfigError(
                 f"results table {name} does not match [sink] of {settings.source}: "
                 + "; ".join(why for why, _ in fixes) + f" - run 'ALTER TABLE {name} "
-                + ", ".join(fix for _, fix in fixes) + f"' or {other}; nothing was read")
+                + ", ".join(fix for _, fix in fixes) + f"'{other}; nothing was read")
 
 
 @dataclass(frozen=True)

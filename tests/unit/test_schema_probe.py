@@ -4,10 +4,12 @@ source dropped, conflicts named with their fix; no Kafka, no Postgres."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipeline.config import parse_settings
-from pipeline.driver.schema_probe import Writer, with_writer_columns
+from pipeline.driver.schema_probe import Writer, _no_schema, _schemaless, with_writer_columns
 from pipeline.errors import ConfigError
 from pipeline.formats.debezium.schema_columns import SchemaColumn, WriterColumns
 from pipeline.settings import Column
@@ -194,3 +196,45 @@ def test_resolved_settings_are_a_declared_upsert_of_those_columns():
     s = with_writer_columns(SINK, "t", [writer(ORDERS)], None)
     assert s.columns[0] == Column("id", "long", True) and s.key == ("id",)
     assert s.columns_from_schema and s.deletes
+
+
+class Message:
+    """A consumed record as confluent-kafka gives it (what the probe reads of one)."""
+
+    def __init__(self, value: bytes, offset: int = 5):
+        self._value, self._offset = value, offset
+
+    def topic(self) -> str:
+        return "shop.public.orders"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+
+@pytest.mark.parametrize("fmt, value, what", [
+    ("json", b'{"before": null, "after": {"id": 1}, "op": "c"}',
+     "shop.public.orders[0] offset 5 is JSON without Kafka Connect's schema envelope"),
+    ("json", b"not json", None),  # a bad record: a dead letter of the run, not the topic's
+    ("json", b'{"schema": {"type": "struct"}, "payload": {}}', None),
+    ("avro", b'{"id": 1}', "shop.public.orders[0] offset 5 is not in the Confluent wire "
+                           "format (no writer schema id)"),
+    ("avro", b"\x00\x00\x00\x00\x07rest", None),
+])
+def test_a_record_without_a_writer_schema_is_told_from_a_bad_one(fmt, value, what):
+    found = _schemaless(replace(SINK, format=fmt), Message(value))
+    assert found == (what and f"{what}{' {schema, payload}' if fmt == 'json' else ''}")
+
+
+def test_a_topic_without_a_writer_schema_names_the_topic_and_the_converter_setting():
+    assert _no_schema(SINK, "shop.public.orders", "shop.public.orders[0] offset 5 is JSON") == (
+        "topic shop.public.orders has no writer schema for table orders (shop.public.orders[0] "
+        "offset 5 is JSON): columns = 'schema' takes the columns from it - set the "
+        "connector's value.converter.schemas.enable = true (and key.converter's), or declare "
+        "the columns in [sink.columns] instead; nothing was read")
+    assert "Confluent's AvroConverter" in _no_schema(replace(SINK, format="avro"), "t", "x")
