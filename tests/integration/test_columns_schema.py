@@ -5,7 +5,8 @@ key in the Kafka key's schema). init-db makes the table from the topic's writer 
 run lands the rows exactly, each balance with its own scale; a field the source adds later
 is exit 2 naming the ALTER with evolve off, and a new column with evolve = "add_columns";
 verify compares each balance with its scale. A topic without the envelope is one exit-2
-line naming the topic and the fix."""
+line naming the topic and the fix. The same from Avro: the writer schema by its id
+([schema_registry] schemas_dir, the registry's files)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK
 from tests.helpers import BOOTSTRAP, TEST_DB_URL, create_topic, produce, query, run_cli, unique
+from tests.unit.test_debezium_avro import PRICE, SOURCE, envelope_schema, key_schema, wire
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +85,9 @@ def row(i: int, balance: str, **more) -> dict:
             "updated_at": T0.replace(minute=i), **more}
 
 
-def config(path: Path, name: str, topic: str, evolve: str = "add_columns") -> Path:
+def config(path: Path, name: str, topic: str, evolve: str = "add_columns",
+           schemas_dir: Path | None = None) -> Path:
+    registry = f'[schema_registry]\nschemas_dir = "{schemas_dir}"' if schemas_dir else ""
     path.write_text(f"""
 [pipeline]
 name = "{name}"
@@ -94,12 +98,13 @@ timeout_seconds = 20
 [database]
 url = "{TEST_DB_URL}"
 [sink]
-format = "json"
+format = "{'avro' if schemas_dir else 'json'}"
 envelope = "debezium"
 mode = "upsert"
 table = "{name}"
 columns = "schema"
 evolve = "{evolve}"
+{registry}
 [spark]
 master = "local[1]"
 """)
@@ -195,3 +200,40 @@ def test_a_topic_without_the_schema_envelope_is_one_exit_2_line_naming_topic_and
             "'schema' takes the columns from it - set the connector's "
             "value.converter.schemas.enable = true") in line
     assert "or declare the columns in [sink.columns] instead" in line
+
+
+def test_an_avro_topics_writer_schema_by_its_id_makes_the_table(tmp_path):
+    ns = "shop.public.accounts"
+    vsd = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+           "connect.name": "io.debezium.data.VariableScaleDecimal",
+           "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}
+    value = {"type": "record", "name": "Value", "namespace": ns, "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "balance", "type": ["null", vsd], "default": None},
+        {"name": "price", "type": ["null", PRICE], "default": None},
+        {"name": "day", "type": {"type": "int", "connect.name": "io.debezium.time.Date"}}]}
+    schemas = {21: envelope_schema(ns, value), 22: key_schema(ns)}
+    for schema_id, schema in schemas.items():
+        (tmp_path / f"{schema_id}.avsc").write_text(json.dumps(schema))
+    name = unique("cols_avro")
+    topic = create_topic(name, 1)
+
+    def change(i: int, balance: str) -> tuple[bytes, bytes]:
+        bytes_, scale = unscaled(Decimal(balance))
+        after = {"id": i, "balance": {"scale": scale, "value": base64.b64decode(bytes_)},
+                 "price": Decimal("9.90"), "day": 20000 + i}
+        return (wire(22, schemas[22], {"id": i}), wire(21, schemas[21], {
+            "before": None, "after": after, "source": SOURCE, "transaction": None,
+            "op": "c", "ts_ms": 0}))
+
+    produce(topic, [change(1, "0.10"), change(2, "123456789.000000001")])
+    path = config(tmp_path / "p.toml", name, topic, schemas_dir=tmp_path)
+    code, out = cli("init-db", "--config", path)
+    assert code == EXIT_OK, out
+    assert columns_of(name) == [("id", "bigint", False), ("balance", "numeric", True),
+                                ("price", "numeric(10,2)", True), ("day", "date", False)]
+    code, out = cli("run", "--config", path)
+    assert code == EXIT_OK, out
+    assert query(f"SELECT id, balance::text, price::text, day - DATE '1970-01-01' FROM {name} "
+                 "ORDER BY id") == [(1, "0.10", "9.90", 20001),
+                                    (2, "123456789.000000001", "9.90", 20002)]
