@@ -6,7 +6,8 @@ run lands the rows exactly, each balance with its own scale; a field the source 
 is exit 2 naming the ALTER with evolve off, and a new column with evolve = "add_columns";
 verify compares each balance with its scale. A topic without the envelope is one exit-2
 line naming the topic and the fix. The same from Avro: the writer schema by its id
-([schema_registry] schemas_dir, the registry's files)."""
+([schema_registry] schemas_dir, the registry's files). And the decimal type from plain JSON
+numbers, beside a decimal(p,s)."""
 
 from __future__ import annotations
 
@@ -237,3 +238,39 @@ def test_an_avro_topics_writer_schema_by_its_id_makes_the_table(tmp_path):
     assert query(f"SELECT id, balance::text, price::text, day - DATE '1970-01-01' FROM {name} "
                  "ORDER BY id") == [(1, "0.10", "9.90", 20001),
                                     (2, "123456789.000000001", "9.90", 20002)]
+
+
+def test_json_numbers_land_exact_in_a_decimal_and_rounded_in_a_decimal_p_s(tmp_path):
+    """The decimal type outside Debezium: a plain JSON number, each with its own scale, beside
+    a decimal(12,2) column that rounds as before."""
+    name = unique("decimals")
+    topic = create_topic(name, 1)
+    produce(topic, [(None, b'{"id": 1, "exact": 1.50, "price": 1.005}'),
+                    (None, b'{"id": 2, "exact": -12345678901234567890.123456789, '
+                           b'"price": -2.345}'),
+                    (None, b'{"id": 3, "exact": 0.000001, "price": 7}')])
+    path = tmp_path / "p.toml"
+    path.write_text(f"""
+[pipeline]
+name = "{name}"
+[kafka]
+bootstrap_servers = "{BOOTSTRAP}"
+topics = ["{topic}"]
+[database]
+url = "{TEST_DB_URL}"
+[sink]
+format = "json"
+table = "{name}"
+[sink.columns]
+id = "long not null"
+exact = "decimal"
+price = "decimal(12,2)"
+[spark]
+master = "local[1]"
+""")
+    for command in ("init-db", "run"):
+        code, out = cli(command, "--config", path)
+        assert code == EXIT_OK, out
+    assert query(f"SELECT id, exact::text, price::text FROM {name} ORDER BY id") == [
+        (1, "1.50", "1.01"), (2, "-12345678901234567890.123456789", "-2.35"),
+        (3, "0.000001", "7.00")]
