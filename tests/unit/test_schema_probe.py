@@ -1,6 +1,7 @@
-"""[sink] columns = "schema": the settings that say so, and the run's union of the writers'
-columns with the table's (driver/schema_probe.with_writer_columns): new fields, columns the
-source dropped, conflicts named with their fix; no Kafka, no Postgres."""
+"""[sink] columns = "schema": the settings that say so; the run's union of the writers'
+columns with the table's (driver/writer_columns.py): new fields, columns the source
+dropped, conflicts named with their fix; and a topic without a writer schema told from a
+bad record (driver/schema_probe.py). No Kafka, no Postgres."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from pipeline.config import parse_settings
-from pipeline.driver.schema_probe import Writer, _no_schema, _schemaless, with_writer_columns
+from pipeline.driver.schema_probe import _no_schema, _schemaless
+from pipeline.driver.writer_columns import Writer, with_writer_columns
 from pipeline.errors import ConfigError
 from pipeline.formats.debezium.schema_columns import SchemaColumn, WriterColumns
 from pipeline.settings import Column
