@@ -43,7 +43,8 @@ class SinkSettings:
     # than it by the upsert's ordering rule (sinks/upsert.py).
     truncate: str = "dead_letter"
     # columns = "schema": ``columns`` and ``key`` come from the writer's schema, filled in
-    # by the run before it checks the table (driver/schema_probe.py); empty until then.
+    # by init-db and by each run before it checks the table (driver/schema_probe.py);
+    # empty until then.
     columns_from_schema: bool = False
 
     @property
