@@ -15,6 +15,7 @@ from pipeline.config import Settings
 from pipeline.driver.job import execute_ranges
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
+from pipeline.driver.schema_probe import table_columns
 from pipeline.driver.signals import StopSignals
 from pipeline.errors import ConfigError, PipelineError, Terminated
 from pipeline.plan.offsets import OffsetRange, check_topic_ids, chunk_ranges, subtract_ranges
@@ -84,6 +85,7 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
               signals: StopSignals | None, requested: dict | None, timer: Timer,
               seen: Seen, *, key: dict, restart: bool = False,
               dry_run: bool = False) -> BackfillResult:
+    settings = table_columns(settings)  # sink.columns = "schema": the table's
     sink = for_settings(settings)
     if refused := sink.refuses_reread(f"a {kind}"):
         raise ConfigError(refused)

@@ -14,6 +14,7 @@ from pipeline.config import Settings
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
+from pipeline.driver.schema_probe import with_schema_columns
 from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.errors import DataError
 from pipeline.formats.registry import binary_rows
@@ -80,6 +81,10 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
             seen.started(run_id)
             log.info("run %s: nothing new to read", run_id, extra={"event": "run.noop"})
             return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
+        if settings.sink.columns_from_schema:
+            # sink.columns = "schema": the columns and key from the writer's schema of the
+            # planned ranges, then the table made or checked (driver/schema_probe.py).
+            settings, sink, additions = with_schema_columns(settings, store, plan.ranges)
         run = store.runs.start(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
         seen.started(run.id)
         result = execute_ranges(settings, store, sink, meta, run, plan.ranges,
