@@ -35,6 +35,11 @@ class WrongType(ValueError):
     pass
 
 
+class OutOfRange(WrongType):
+    """The kind is right, the value does not fit the declared type: its message says so
+    (a dead letter saying "expected decimal(20,4), got bigint" sent users to the type)."""
+
+
 def string(x):
     if type(x) is str:
         return text(x)
@@ -97,7 +102,9 @@ def decimal(precision: int, scale: int) -> Callable:
         except InvalidOperation:
             raise WrongType from None
         if len(v.as_tuple().digits) > precision:
-            raise WrongType
+            raise OutOfRange(f"{x.strip() if t is str else x} is too large for "
+                             f"decimal({precision},{scale}) (at most {whole} digits before "
+                             "the point)")
         return str(v)
 
     def convert(x):
