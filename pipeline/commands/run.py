@@ -52,10 +52,13 @@ def cmd_run(args: argparse.Namespace, settings) -> int:
 
 
 def cmd_init_db(args: argparse.Namespace, settings) -> int:
+    from pipeline.driver.schema_probe import held_columns
     from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     with Store(settings) as store:
+        # sink.columns = "schema": the table's columns from the topics' writer schema.
+        settings = held_columns(settings, store)
         # Every table of kafka.topics; a pattern's topics are found by each run, which
         # makes the table of a topic new to it.
         for name in store.schema.init_db(for_tables(settings, settings.kafka.topics)):

@@ -16,6 +16,7 @@ from pipeline.driver.job import execute_ranges
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
 from pipeline.driver.routing import resolve_routes
+from pipeline.driver.schema_probe import table_columns
 from pipeline.driver.signals import StopSignals
 from pipeline.errors import ConfigError, PipelineError, Terminated
 from pipeline.plan.offsets import OffsetRange, check_topic_ids, chunk_ranges, subtract_ranges
@@ -84,11 +85,12 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
               signals: StopSignals | None, requested: dict | None, timer: Timer,
               seen: Seen, *, key: dict, restart: bool = False,
               dry_run: bool = False) -> BackfillResult:
+    settings = table_columns(settings)  # sink.columns = "schema": the table's
     topics = sorted({r.topic for r in ranges})
     # Published as a run publishes: each topic's records into its route's table.
     routes = resolve_routes(settings, topics)
     for t in routes.tables:
-        if refused := t.sink.refuses_reread(f"a {kind} of {', '.join(t.topics)}"):
+        if refused := t.sink.refuses_reread(f"a {kind}"):
             raise ConfigError(refused)
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)

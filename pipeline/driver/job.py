@@ -22,6 +22,7 @@ from pipeline.driver.routing import (
     run_topics,
     stored_elsewhere,
 )
+from pipeline.driver.schema_probe import with_schema_columns
 from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.errors import DataError
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
@@ -31,6 +32,7 @@ from pipeline.spark.launch import start_spark
 from pipeline.store import Store
 from pipeline.store.evolve import Addition
 from pipeline.store.run import Kind, Run
+from pipeline.store.schema import unresolved
 
 log = logging.getLogger("pipeline")
 
@@ -102,6 +104,12 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
             seen.started(run_id)
             log.info("run %s: nothing new to read", run_id, extra={"event": "run.noop"})
             return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
+        if settings.sink.columns_from_schema:
+            # sink.columns = "schema" (a pipeline of one table: settings/document.py): the
+            # columns and key from the writer's schema of the planned ranges, then the table
+            # made or checked (driver/schema_probe.py).
+            settings, _, additions = with_schema_columns(settings, store, plan.ranges)
+            routes = resolve_routes(settings, topics)
         run = store.runs.start(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
         seen.started(run.id)
         result = execute_ranges(settings, store, routes, meta, run, plan.ranges,
@@ -117,7 +125,9 @@ def _pattern_tables_ready(store: Store, routes: RunRoutes,
                           dry_run: bool) -> tuple[Addition, ...]:
     """A pattern's run: its tables as its routes say (Store.tables_ready), a table not
     there yet made (a dry run only says it would be)."""
-    sinks = routes.sinks
+    # sink.columns = "schema": a table no run has read the columns of is made by
+    # with_schema_columns once the plan is known.
+    sinks = [s for s in routes.sinks if not unresolved(s)]
     if not dry_run:
         return store.tables_ready(sinks, create=True)
     missing = store.schema.missing_tables(sinks)

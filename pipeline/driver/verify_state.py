@@ -118,12 +118,14 @@ def run_state_verify(settings: Settings, topic: str | None = None,
     ``skip_lost``: what Kafka no longer holds is out of the scope (listed, not a verdict)."""
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.driver.reconcile import clip
+    from pipeline.driver.schema_probe import table_columns
     from pipeline.driver.verify import kafka_offsets
     from pipeline.executor.consume import reader_config
     from pipeline.executor.task import EncoderSettings
     from pipeline.sinks import for_settings
     from pipeline.store import Store
 
+    settings = table_columns(settings)  # sink.columns = "schema": the table's
     k, sink = settings.kafka, for_settings(settings)
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
     encoder = EncoderSettings.for_settings(settings, 0).encoder()

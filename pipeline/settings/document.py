@@ -57,6 +57,13 @@ class ConfigFile(Table):
         elif routes.default.transform and routes.overrides:
             raise ConfigError(f"[sink] transform {routes.default.transform!r} with "
                               "[sink.topics.*] routes: not yet; a transform writes one table")
+        if routes.one_table is None and any(
+                r.columns_from_schema for r in (routes.default, *(o for _, o in routes.overrides))):
+            raise ConfigError(
+                "[sink] columns = \"schema\" with a table per topic (a table template or "
+                "[sink.topics.*] tables): not in this version; declare each table's columns "
+                "([sink.columns], a topic's [sink.topics.\"<topic>\"] columns) or send every "
+                "topic into one table")
         sink = routes.default
         return Settings(
             name=self.pipeline.name, kafka=kafka, database_url=database_url,

@@ -45,6 +45,10 @@ class SinkSettings:
     # debezium: a truncate (op t) is a dead letter, or "apply": it deletes every row older
     # than it by the upsert's ordering rule (sinks/upsert.py).
     truncate: str = "dead_letter"
+    # columns = "schema": ``columns`` and ``key`` come from the writer's schema, filled in
+    # by init-db and by each run before it checks the table (driver/schema_probe.py);
+    # empty until then.
+    columns_from_schema: bool = False
 
     @property
     def record_format(self) -> str:
@@ -66,12 +70,20 @@ def _transform(value: str) -> str:
     return value
 
 
+def _columns(value: Any) -> dict[str, Any] | str:
+    """[sink.columns], or "schema": the writer's schema says (_schema_columns)."""
+    if value != "schema" and not isinstance(value, dict):
+        raise about_key(f"= {value!r}: write a table of columns ([sink.columns], name = "
+                        "\"type\"), or \"schema\" for the columns of Debezium's writer schema")
+    return value
+
+
 class SinkTable(Table):
     format: Literal["raw", "json", "avro", "protobuf"] = "raw"
     table: Annotated[str, AfterValidator(check_template)]
     max_bad_records: int = Field(-1, ge=-1, description="-1 = no limit")
     transform: Annotated[str, AfterValidator(_transform)] | None = None
-    columns: dict[str, Any] = {}
+    columns: Annotated[Any, AfterValidator(_columns)] = {}
     mode: Literal["append", "upsert", "aggregate"] = "append"
     # Which mode each is for: sink_modes.py.
     key: list | None = None
@@ -85,6 +97,8 @@ class SinkTable(Table):
     topics: dict[str, RouteTable] = {}
 
     def value(self) -> SinkSettings:
+        if self.columns == "schema":
+            return _schema_columns(self)
         fmt, transform = self.format, self.transform
         columns = [column(cname, spec) for cname, spec in self.columns.items()]
         if fmt in COLUMN_FORMATS and not columns:
@@ -95,13 +109,14 @@ class SinkTable(Table):
                               "'protobuf'")
         for c in columns if transform is not None else ():
             # A transform's DataFrame holds the Encoder's rows as typed Spark columns
-            # (executor/transform/typed_rows.py, paths too): scalars only.
-            if not types.column_type(c.type).scalar:
-                what = c.type
+            # (executor/transform/typed_rows.py, paths too): scalars only, and no decimal
+            # without precision (no Spark type keeps each value's own scale).
+            t = types.column_type(c.type)
+            if not t.scalar or t.own_scale:
                 raise ConfigError(
-                    f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' "
-                    f"= {transform!r} yet: remove sink.transform, or read the field in the "
-                    "transform")
+                    f"'sink.columns.{c.name}' ({c.type}) is not supported with "
+                    f"'sink.transform' = {transform!r} yet: remove sink.transform, declare it "
+                    "decimal(p,s), or read the field in the transform")
         sink = SinkSettings(fmt, self.table, self.max_bad_records, transform, tuple(columns))
         sink = replace(sink, **mode_fields(
             self.mode, sink.columns, transform, key=self.key, tombstones=self.tombstones,
@@ -162,3 +177,26 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
                           "[the source table's key columns] and tombstones = 'delete' (the "
                           "default): a change event upserts or deletes its row")
     return replace(sink, envelope=s.envelope, truncate=s.truncate or "dead_letter")
+
+
+def _schema_columns(s: SinkTable) -> SinkSettings:
+    """columns = "schema": a Debezium upsert whose columns and key the run takes from the
+    writer's schema (Kafka Connect's JSON envelope, or Avro through [schema_registry])."""
+    if s.envelope != "debezium" or s.format not in ("json", "avro") or s.mode != "upsert":
+        raise ConfigError("'sink.columns' = 'schema' reads the columns from Debezium's change "
+                          "events: it needs sink.envelope = 'debezium', sink.format = 'json' "
+                          "(Kafka Connect's schema envelope) or 'avro', and sink.mode = "
+                          "'upsert'")
+    for name in ("key", "group_by", "aggregates", "transform"):
+        if getattr(s, name) is not None:
+            why = ("the key is the Kafka key's fields" if name == "key" else
+                   "it is for declared columns")
+            raise ConfigError(f"'sink.{name}' is not for sink.columns = 'schema' ({why}); "
+                              "remove it")
+    if s.tombstones == "dead_letter":
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.tombstones = 'delete' (the "
+                          "default): a change event upserts or deletes its row")
+    sink = SinkSettings(s.format, s.table, s.max_bad_records, mode="upsert",
+                        tombstones="delete", envelope=s.envelope,
+                        truncate=s.truncate or "dead_letter", columns_from_schema=True)
+    return _evolve(s, sink)

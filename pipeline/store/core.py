@@ -28,6 +28,7 @@ executors.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from pipeline.config import Settings
@@ -46,6 +47,8 @@ from pipeline.store.shadow import Shadow
 from pipeline.store.staging import Staging
 from pipeline.store.state import StateVerification
 from pipeline.store.verify import Verification
+
+log = logging.getLogger("pipeline")
 
 
 class Store(Session):
@@ -102,7 +105,8 @@ class Store(Session):
         """The schema and the ``sinks``' tables as the config says (``create``: a table
         not there yet is created first, in a short transaction of its own: a topic a
         pattern found since the last run); the columns sink.evolve will add."""
-        if create:
-            self.schema.create_missing(sinks)
+        if create and (made := self.schema.create_missing(sinks)):
+            log.info("created %s for topics new to the pipeline", ", ".join(made),
+                     extra={"event": "tables.created", "tables": made})
         self.schema.check(sinks)
         return self.schema.check_results_tables(sinks)

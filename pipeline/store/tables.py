@@ -16,6 +16,8 @@ Nothing here runs on the executors (they get column lists and COPY statements as
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -36,7 +38,7 @@ from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB, TIMES
 from sqlalchemy.types import TypeEngine
 
 from pipeline.config import SinkSettings
-from pipeline.formats.types import column_type
+from pipeline.formats.types import SCALARS, column_type
 
 SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
 UNAVAILABLE = "_unavailable"  # a staged change event's columns it left out (text[])
@@ -166,7 +168,7 @@ RESULTS_ARCHIVE_COLUMNS = _archive_columns()
 _POSTGRES_TYPES = {"text": Text, "bigint": BigInteger, "integer": Integer,
                    "double precision": DOUBLE_PRECISION, "boolean": Boolean,
                    "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date,
-                   "jsonb": JSONB}
+                   "jsonb": JSONB, "numeric": Numeric}
 
 
 def sink_type(declared: str) -> TypeEngine:
@@ -178,6 +180,24 @@ def sink_type(declared: str) -> TypeEngine:
     if t.precision is not None:
         return Numeric(t.precision, t.scale)
     return _POSTGRES_TYPES[t.pg]()
+
+
+def declared_type(ddl: str) -> str | None:
+    """The [sink.columns] type whose column is of Postgres type ``ddl`` (as ddl_type spells
+    it: 'numeric(14,2)', 'text[]'), or None for a type the pipeline does not write."""
+    for declared in (*SCALARS, "jsonb"):
+        if ddl_type(sink_type(declared)) == ddl:
+            return declared
+    if ddl.endswith("[]"):
+        element = declared_type(ddl[:-2])
+        return f"array<{element}>" if element and column_type(element).scalar else None
+    m = re.fullmatch(r"numeric\((\d+),(\d+)\)", ddl)
+    if m is None:
+        return None
+    try:
+        return column_type(f"decimal({m[1]},{m[2]})").declared
+    except KeyError:  # wider than decimal(p,s) declares
+        return None
 
 
 def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
@@ -208,7 +228,8 @@ def business_key(sink: SinkSettings) -> list[Column]:
 
 def aggregate_type(a, declared) -> TypeEngine:
     """count: bigint; min/max: the column's type; sum: the registry's sum type (bigint of
-    integers, double of doubles, numeric(38, s) of decimal(p, s): a sum outgrows p)."""
+    integers, double of doubles, numeric(38, s) of decimal(p, s): a sum outgrows p;
+    numeric of decimal)."""
     if a.function == "count":
         return BigInteger()
     kind = declared[a.of].type

@@ -17,9 +17,11 @@ Avro's logical types (Connect's Decimal, Date, Timestamp) come out of fastavro t
 already. Debezium's own semantic types are plain longs and ints named by the schema's
 ``connect.name`` (io.debezium.time.Timestamp, MicroTimestamp, NanoTimestamp, Date) or ISO
 strings (ZonedTimestamp): they are decoded by that name, in the images and in the key, so a
-timestamp column takes them and a delete names the row as its create wrote it. A NUMERIC
-without precision is Debezium's VariableScaleDecimal record {scale, value: bytes}: decoded
-into a decimal column.
+timestamp column takes them and a delete names the row as its create wrote it (an array's
+elements alike). A NUMERIC without precision is Debezium's VariableScaleDecimal record
+{scale, value: bytes}: decoded exactly, into a ``decimal`` column with its own scale (a
+``decimal(p,s)`` rounds it). A json or jsonb column (io.debezium.data.Json, the document's
+text) is decoded into the document for a jsonb column.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from pipeline.formats.debezium.envelope import (
     DATES,
     DELETE,
     EPOCH_UNITS,
+    JSON_DOCUMENT,
     TRUNCATE,
     UNAVAILABLE_MARKS,
     UPSERTS,
     VARIABLE_SCALE,
+    documents,
     holds,
+    json_document,
     unavailable,
     variable_scale,
 )
@@ -49,6 +54,7 @@ from pipeline.formats.tombstones import EVERY_KEY, BadTombstone
 from pipeline.formats.wire.text import NULL, TEXT
 
 ZONED = "io.debezium.time.ZonedTimestamp"
+ARRAY_OF = "array of "  # semantic_types' kind of an array of a semantic type
 _DAY0 = date(1970, 1, 1)
 
 
@@ -71,7 +77,11 @@ def semantic_types(record, named: dict) -> dict[str, str]:
     out = {}
     for f in record.get("fields", ()):
         t = _branch(f.get("type"), named)
-        if type(t) is dict and type(t.get("connect.name")) is str:
+        if type(t) is dict and t.get("type") == "array":  # its elements' type
+            items = _branch(t.get("items"), named)
+            if type(items) is dict and type(items.get("connect.name")) is str:
+                out[f["name"]] = ARRAY_OF + items["connect.name"]
+        elif type(t) is dict and type(t.get("connect.name")) is str:
             out[f["name"]] = t["connect.name"]
     return out
 
@@ -89,28 +99,41 @@ def image_types(schema, image: str) -> dict[str, str]:
 
 def decode(image: dict, kinds: dict[str, str]) -> dict:
     """The image with Debezium's semantic types decoded to what the avro rules take (a
-    datetime, a date); a value that does not fit its type is left as it is (the column
-    rule then refuses it, naming it)."""
+    datetime, a date, a Decimal, a JSON document); a value that does not fit its type is
+    left as it is (the column rule then refuses it, naming it)."""
     if not kinds:
         return image
     out = dict(image)
     for name, kind in kinds.items():
         x = out.get(name)
+        if x is None:
+            continue
         try:
-            if kind in EPOCH_UNITS and type(x) is int:
-                unit = EPOCH_UNITS[kind]
-                seconds, rest = divmod(x, unit)
-                out[name] = EPOCH + timedelta(seconds=seconds,
-                                              microseconds=rest * 1_000_000 // unit)
-            elif kind in DATES and type(x) is int:
-                out[name] = _DAY0 + timedelta(days=x)
-            elif kind == ZONED and type(x) is str:
-                out[name] = datetime.fromisoformat(x)
-            elif kind == VARIABLE_SCALE and type(x) is dict:
-                out[name] = variable_scale(x)
-        except (ValueError, OverflowError, TypeError, KeyError):
+            out[name] = _decoded(kind, x)
+        except (ValueError, OverflowError, TypeError, KeyError, RecursionError):
             continue
     return out
+
+
+def _decoded(kind: str, x):
+    """One value of a semantic type (``ARRAY_OF`` + kind: an array's, element by element);
+    raises for a value that does not fit it."""
+    if kind in EPOCH_UNITS and type(x) is int:
+        unit = EPOCH_UNITS[kind]
+        seconds, rest = divmod(x, unit)
+        return EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // unit)
+    if kind in DATES and type(x) is int:
+        return _DAY0 + timedelta(days=x)
+    if kind == ZONED and type(x) is str:
+        return datetime.fromisoformat(x)
+    if kind == VARIABLE_SCALE and type(x) is dict:
+        return variable_scale(x)
+    if kind == JSON_DOCUMENT and type(x) is str:
+        return json_document(x)
+    if kind.startswith(ARRAY_OF) and type(x) is list:
+        element = kind[len(ARRAY_OF):]
+        return [None if v is None else _decoded(element, v) for v in x]
+    return x
 
 
 class DebeziumAvroFormat:
@@ -128,6 +151,7 @@ class DebeziumAvroFormat:
         self.truncate = truncate
         self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
         self.toastable = [(n, p) for n, _, _, p in paths.columns(columns) if n not in key]
+        self.documents = documents(paths.columns(columns))
 
     def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
         """(op, after, before, writer schema id) of one value; raises Refused."""
@@ -146,8 +170,10 @@ class DebeziumAvroFormat:
                               f"{avro_kind(x)}, not a record (writer schema id {schema_id})")
             if x:
                 kinds = self.kinds.get((schema_id, image))
-                if kinds is None:
-                    kinds = self.kinds[schema_id, image] = image_types(schema, image)
+                if kinds is None:  # a JSON document's text is parsed for a jsonb column only
+                    kinds = self.kinds[schema_id, image] = {
+                        n: k for n, k in image_types(schema, image).items()
+                        if k != JSON_DOCUMENT or n in self.documents}
                 x = decode(x, kinds)
             images[image] = x
         if op in UPSERTS and images["after"] is None:

@@ -4,16 +4,18 @@ and u upsert the ``after`` image; d deletes the row its ``before`` image, else i
 key, names; t truncates, a dead letter unless ``[sink] truncate = "apply"``), the
 placeholder Debezium sends for an unchanged TOASTed value under ``REPLICA IDENTITY
 DEFAULT``, and the semantic type names of its and Kafka Connect's encodings of dates,
-timestamps and decimals.
+timestamps, decimals and JSON documents.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Sequence
 from decimal import Decimal
 
 from pipeline.formats import paths
+from pipeline.formats.types import column_type
 
 UPSERTS = ("c", "r", "u")
 DELETE = "d"
@@ -33,18 +35,33 @@ EPOCH_UNITS = {"io.debezium.time.Timestamp": 1_000,
                 "io.debezium.time.NanoTimestamp": 1_000_000_000}
 DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 VARIABLE_SCALE = "io.debezium.data.VariableScaleDecimal"
+CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+# A json or jsonb column: the document's text, as a string.
+JSON_DOCUMENT = "io.debezium.data.Json"
+
+
+def scaled(unscaled: int, scale: int) -> Decimal:
+    """unscaled * 10**-scale, exactly, with that scale (Decimal.scaleb would round to the
+    context's 28 digits)."""
+    return Decimal(f"{unscaled}E{-scale}")
 
 
 def variable_scale(x) -> Decimal:
     """io.debezium.data.VariableScaleDecimal: {scale, value: the unscaled big-endian two's
-    complement bytes (base64 in JSON)} -> its Decimal; raises ValueError, KeyError,
-    TypeError."""
+    complement bytes (base64 in JSON)} -> its Decimal, exactly; raises ValueError,
+    KeyError, TypeError."""
     value = x["value"]
     if type(value) is str:
         value = base64.b64decode(value, validate=True)
     if type(value) is not bytes or type(x["scale"]) is not int:
         raise TypeError("not a VariableScaleDecimal")
-    return Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-x["scale"])
+    return scaled(int.from_bytes(value, "big", signed=True), x["scale"])
+
+
+def json_document(x: str):
+    """io.debezium.data.Json's text -> the document, its numbers exactly as written (a
+    jsonb column stores the document, not a string holding it); raises ValueError."""
+    return json.loads(x, parse_float=Decimal)
 
 
 def is_unavailable(x) -> bool:
@@ -83,3 +100,10 @@ def holds(image: dict, column: tuple) -> bool:
     except paths.NotAnObject:
         x = None
     return (x if x is not None else image.get(name)) is not None
+
+
+def documents(columns: Sequence[tuple]) -> frozenset[str]:
+    """The image's fields a jsonb column reads whole ((name, type, required, path)
+    columns): their io.debezium.data.Json text is decoded into the document."""
+    return frozenset(p[0] for _, t, _, p in columns
+                     if len(p) == 1 and column_type(t).pg == "jsonb")

@@ -18,35 +18,40 @@ sends its placeholder instead (``__debezium_unavailable_value``; a bytea column'
 base64, an array's one element). Such a column is written NULL and named in the row's
 ``_unavailable`` field (COPY text of a text[]), and the merge keeps the value the row had.
 
-With the schema envelope, Debezium's encodings of dates, timestamps and decimals (days,
-epoch milli/micro/nanoseconds, base64 unscaled bytes) are decoded by the schema's
-semantic type names before the column rules apply (a Kafka key's too, by the key's own
+With the schema envelope, Debezium's encodings of dates, timestamps, decimals and JSON
+documents (days, epoch milli/micro/nanoseconds, base64 unscaled bytes exactly, a document's
+text; an array's elements alike) are decoded by the schema's semantic type names before
+the column rules apply (a Kafka key's too, by the key's own
 schema: a delete names the row as its create wrote it); without it a value is taken as the JSON
 it is (so declare such a field ``long``, or have Debezium write ISO strings:
 ``time.precision.mode = connect`` does not, ``ZonedTimestamp`` does). A NUMERIC without
 precision (io.debezium.data.VariableScaleDecimal, ``{"scale": s, "value": base64}``) is
-decoded into a decimal column by its schema name, or without the schema envelope by that
-shape.
+decoded by its schema name, or without the schema envelope by that shape: exact, with its
+own scale, into a ``decimal`` column (into a ``decimal(p,s)`` rounded to s places).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import date, timedelta
-from decimal import Decimal
 
 from pipeline.formats import paths
 from pipeline.formats.debezium.envelope import (
+    CONNECT_DECIMAL,
     DATES,
     DELETE,
     EPOCH_UNITS,
+    JSON_DOCUMENT,
     TRUNCATE,
     UNAVAILABLE_BASE64,
     UNAVAILABLE_MARKS,
     UPSERTS,
     VARIABLE_SCALE,
+    documents,
     holds,
+    json_document,
+    scaled,
     unavailable,
     variable_scale,
 )
@@ -58,7 +63,6 @@ from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import TEXT, Unstorable
 
 _DAY0 = date(1970, 1, 1)
-_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
 class NotAChange(ValueError):
@@ -89,35 +93,55 @@ def _struct_fields(schema) -> dict[str, dict]:
     return {f.get("field"): f for f in schema.get("fields") or () if type(f) is dict}
 
 
-def decode(image: dict, fields: dict[str, dict]) -> dict:
+def decode(image: dict, fields: dict[str, dict], documents: Collection[str] = ()) -> dict:
     """The image with Debezium's semantic encodings decoded (a value that does not fit its
     semantic type is left as it is: the column rule then refuses it; so is the placeholder
-    of an unavailable value)."""
+    of an unavailable value). ``documents``: the fields a jsonb column reads, whose JSON
+    text (io.debezium.data.Json) becomes the document; elsewhere it stays a string."""
     out = dict(image)
     for name, f in fields.items():
         x = out.get(name)
-        kind = f.get("name")
-        if x is None or kind is None or x == UNAVAILABLE_BASE64:
+        if x is None or x == UNAVAILABLE_BASE64 or not _semantic(f):
+            continue
+        if f.get("name") == JSON_DOCUMENT and name not in documents:
             continue
         try:
-            if kind in EPOCH_UNITS and type(x) is int:
-                unit = EPOCH_UNITS[kind]
-                seconds, rest = divmod(x, unit)
-                out[name] = (EPOCH + timedelta(seconds=seconds,
-                                               microseconds=rest * 1_000_000 // unit)
-                             ).isoformat()
-            elif kind in DATES and type(x) is int:
-                out[name] = (_DAY0 + timedelta(days=x)).isoformat()
-            elif kind == _DECIMAL and type(x) is str:
-                scale = int((f.get("parameters") or {}).get("scale", 0))
-                unscaled = int.from_bytes(base64.b64decode(x, validate=True), "big",
-                                          signed=True)
-                out[name] = Decimal(unscaled).scaleb(-scale)
-            elif kind == VARIABLE_SCALE and type(x) is dict:
-                out[name] = variable_scale(x)
-        except (ValueError, OverflowError, TypeError, KeyError):
+            out[name] = _decoded(f, x)
+        except (ValueError, OverflowError, TypeError, KeyError, RecursionError):
             continue
     return out
+
+
+def _semantic(f: dict) -> bool:
+    """A field whose values Debezium encodes (a named type, or an array of one)."""
+    if f.get("name") is not None:
+        return True
+    items = f.get("items")
+    return f.get("type") == "array" and type(items) is dict and items.get("name") is not None
+
+
+def _decoded(f: dict, x):
+    """One value by its field schema's semantic type (an array's, element by element);
+    raises for a value that does not fit it."""
+    kind = f.get("name")
+    if kind in EPOCH_UNITS and type(x) is int:
+        unit = EPOCH_UNITS[kind]
+        seconds, rest = divmod(x, unit)
+        return (EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // unit)
+                ).isoformat()
+    if kind in DATES and type(x) is int:
+        return (_DAY0 + timedelta(days=x)).isoformat()
+    if kind == CONNECT_DECIMAL and type(x) is str:
+        scale = int((f.get("parameters") or {}).get("scale", 0))
+        return scaled(int.from_bytes(base64.b64decode(x, validate=True), "big", signed=True),
+                      scale)
+    if kind == VARIABLE_SCALE and type(x) is dict:
+        return variable_scale(x)
+    if kind == JSON_DOCUMENT and type(x) is str:
+        return json_document(x)
+    if kind is None and type(x) is list:  # an array of a semantic type
+        return [None if v is None else _decoded(f["items"], v) for v in x]
+    return x
 
 
 def variable_scale_by_shape(image: dict, columns: Sequence[tuple]) -> dict:
@@ -145,9 +169,10 @@ def _replaced(doc: dict, path: Sequence[str], value) -> dict:
     return out
 
 
-def change(doc, truncate: bool = False) -> tuple[str, dict | None, dict | None]:
+def change(doc, truncate: bool = False, documents: Collection[str] = ()
+           ) -> tuple[str, dict | None, dict | None]:
     """(op, after, before) of a parsed value; ``truncate``: op t is one ([sink] truncate =
-    "apply"); raises NotAChange."""
+    "apply"); ``documents``: decode's; raises NotAChange."""
     doc, schema = unwrap(doc)
     if type(doc) is not dict or type(doc.get("op")) is not str:
         raise NotAChange("not_a_change_event", "value is not a Debezium change event (no "
@@ -158,7 +183,8 @@ def change(doc, truncate: bool = False) -> tuple[str, dict | None, dict | None]:
         x = doc.get(image)
         if x is not None and type(x) is not dict:
             raise NotAChange("not_a_change_event", f"op '{op}': '{image}' is not an object")
-        images[image] = decode(x, _image_schema(schema, image)) if x and schema else x
+        images[image] = (decode(x, _image_schema(schema, image), documents) if x and schema
+                         else x)
     if op in UPSERTS and images["after"] is None:
         raise NotAChange("not_a_change_event", f"op '{op}' without an 'after' image")
     if op not in UPSERTS and op != DELETE and not (truncate and op == TRUNCATE):
@@ -206,8 +232,8 @@ class DebeziumFormat:
         self.run_id = run_id
         self.columns = paths.columns(columns)
         self.toastable = [(n, p) for n, _, _, p in self.columns if n not in key]
-        self.decimals = [(n, p) for n, t, _, p in self.columns
-                         if column_type(t).precision is not None]
+        self.decimals = [(n, p) for n, t, _, p in self.columns if column_type(t).is_decimal]
+        self.documents = documents(self.columns)
         self.tail = f"\t\\N\t{run_id}\n"  # no column unavailable
         self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
 
@@ -233,7 +259,7 @@ class DebeziumFormat:
                 rejected.append(m)
                 continue
             try:
-                op, after, _ = change(self.loads(value), self.truncate)
+                op, after, _ = change(self.loads(value), self.truncate, self.documents)
             except NotAChange as e:
                 refuse(m, *e.args)
                 continue
