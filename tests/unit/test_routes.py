@@ -145,3 +145,11 @@ def test_a_per_table_command_works_on_each_table_or_the_one_named():
     one = settings(table="events")  # a pipeline of one table: as it always was
     assert [(x.table, x.topics, x.settings) for x in table_scopes(one, one.kafka.topics)] == [
         ("events", None, one)]
+
+
+def test_columns_from_the_writers_schema_is_for_a_pipeline_of_one_table_for_now():
+    debezium = {"envelope": "debezium", "mode": "upsert", "columns": "schema"}
+    message = config_error(**debezium)  # table = "{table}": a table per topic
+    assert '[sink] columns = "schema" with a table per topic' in message
+    assert "declare each table's columns" in message
+    assert settings(table="replica", **debezium).routes.one_table == "replica"
