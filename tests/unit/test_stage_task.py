@@ -137,7 +137,7 @@ def test_a_failing_batch_commits_nothing(staged):
 def test_a_writers_spec_built_from_the_sinks_tables_pickles_without_sqlalchemy():
     """The driver takes the staged columns from SQLAlchemy's tables, whose names are its
     quoted_name: pickled as such, every writer worker imported SQLAlchemy to unpickle its
-    spec (~11 MB and ~0.1 CPU-s a worker; docs/benchmarks.md, "round four")."""
+    spec (~11 MB and ~0.1 CPU-s a worker; git history of docs/benchmarks.md)."""
     import tomllib
     from pathlib import Path
 
