@@ -117,9 +117,26 @@ def tree_rss_mb(pid: int) -> float:
                if p in procs) / 2**20
 
 
+# CPU seconds of the last timed() command's process tree (user + system, each process as
+# last sampled): less sensitive to other load on the machine than its wall time.
+last_tree_cpu = 0.0
+
+
+def tree_cpu(pid: int, seen: dict[int, float]) -> None:
+    """Record in ``seen`` the CPU seconds so far of a process and its descendants."""
+    procs = processes()
+    tick = os.sysconf("SC_CLK_TCK")
+    for p in [pid, *descendants(procs, pid)]:
+        if p in procs:
+            fields = procs[p][1]
+            seen[p] = max(seen.get(p, 0.0), (int(fields[11]) + int(fields[12])) / tick)
+
+
 def timed(cmd: list[str], env: dict, cwd: Path = ROOT) -> tuple[float, float, str]:
-    """(seconds, peak RSS MB of the process tree, stdout)."""
+    """(seconds, peak RSS MB of the process tree, stdout); its CPU in ``last_tree_cpu``."""
+    global last_tree_cpu
     peak = 0.0
+    cpu: dict[int, float] = {}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=cwd)
@@ -129,6 +146,7 @@ def timed(cmd: list[str], env: dict, cwd: Path = ROOT) -> tuple[float, float, st
         nonlocal peak
         while not done.wait(0.25):
             peak = max(peak, tree_rss_mb(proc.pid))
+            tree_cpu(proc.pid, cpu)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -136,6 +154,7 @@ def timed(cmd: list[str], env: dict, cwd: Path = ROOT) -> tuple[float, float, st
     seconds = time.perf_counter() - t0
     done.set()
     sampler.join()
+    last_tree_cpu = sum(cpu.values())
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
     return seconds, peak, out

@@ -10,8 +10,10 @@ first on PYTHONPATH, its own folder as the working directory, this checkout's ve
 
 Contenders run in turns (now, before, now, before, ...; BENCH_REPEAT rounds, 2 by
 default), each from a warm topic into a fresh table, each verified like the main table. The
-printed table gives each path's best and median seconds per checkout and the ratio
-before/now (above 1: this checkout is faster); it goes between the bench-paired markers of
+printed table gives each path's best and median wall seconds and median CPU seconds of
+the run's whole process tree (driver, JVM, workers; sampled from /proc, so less swayed by
+other load than the wall time) per checkout, and the ratios before/now (above 1: this
+checkout is faster); it goes between the bench-paired markers of
 docs/benchmarks.md. A ratio against Structured Streaming moves by exactly this ratio, since
 the peer's code is the same in both.
 """
@@ -25,6 +27,7 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import harness
 from bench.avro import REGISTRY, avro_topic
 from bench.avro_orders import REGISTRY_URL
 from bench.contenders import IDENTITY, run_pipeline
@@ -43,10 +46,13 @@ def run_one(name: str, topics: dict[str, str], n: int, run: int, env: dict,
     env = {**env, "PYTHONPATH": str(root)}
     tag = f"_p{path[:2]}{who[0]}"
     if path == "avro":
-        return run_pipeline("avro", topics["avro"], n, run, env, tag=tag, tables=REGISTRY,
-                            root=root)
-    return run_pipeline("json", topics["json"], n, run, env, tag=tag, root=root,
-                        sink=IDENTITY if path == "identity" else "")
+        seconds, rss, phases = run_pipeline("avro", topics["avro"], n, run, env, tag=tag,
+                                            tables=REGISTRY, root=root)
+    else:
+        seconds, rss, phases = run_pipeline("json", topics["json"], n, run, env, tag=tag,
+                                            root=root,
+                                            sink=IDENTITY if path == "identity" else "")
+    return seconds, rss, {**phases, "tree_cpu": round(harness.last_tree_cpu, 1)}
 
 
 def bench_paired(n: int, env: dict, other: Path) -> list[tuple[Result, list]]:
@@ -61,14 +67,19 @@ def bench_paired(n: int, env: dict, other: Path) -> list[tuple[Result, list]]:
 def paired_report(rows: list[tuple[Result, list]], other: str) -> str:
     by = {r.name: r for r, _ in rows}
     n = rows[0][0].size
-    lines = ["| records | path | this checkout: s best / median | before: s best / median | "
-             "before / this (median) |", "| ---: | --- | ---: | ---: | ---: |"]
+    lines = ["| records | path | wall s, this checkout: best / median | before: best / "
+             "median | CPU s of the process tree, this: median | before: median | before / "
+             "this: wall (median), CPU (median) |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for path in PATHS:
-        now, before = by[f"{path}:now"].seconds, by[f"{path}:before"].seconds
-        lines.append(f"| {n:,} | {LABELS[path]} | {min(now):.1f} / "
-                     f"{statistics.median(now):.1f} | {min(before):.1f} / "
-                     f"{statistics.median(before):.1f} | "
-                     f"{statistics.median(before) / statistics.median(now):.2f} |")
+        now, before = by[f"{path}:now"], by[f"{path}:before"]
+        wall_now, wall_before = statistics.median(now.seconds), statistics.median(before.seconds)
+        cpu_now = statistics.median(p["tree_cpu"] for p in now.phases)
+        cpu_before = statistics.median(p["tree_cpu"] for p in before.phases)
+        lines.append(f"| {n:,} | {LABELS[path]} | {min(now.seconds):.1f} / {wall_now:.1f} | "
+                     f"{min(before.seconds):.1f} / {wall_before:.1f} | {cpu_now:.1f} | "
+                     f"{cpu_before:.1f} | {wall_before / wall_now:.2f}, "
+                     f"{cpu_before / cpu_now:.2f} |")
     loads = [load for _, samples in rows for load, _ in samples]
     head = (f"Measured by `scripts/bench --paired <checkout of {other}> {n}` on "
             f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, Python "
