@@ -16,7 +16,7 @@ from pipeline.settings.kafka import KafkaSettings, KafkaTable
 from pipeline.settings.metrics import MetricsSettings, MetricsTable
 from pipeline.settings.registry import SchemaRegistryTable, schema_source
 from pipeline.settings.secrets import redact_settings, redact_url
-from pipeline.settings.sink import SinkSettings, SinkTable
+from pipeline.settings.sink import SinkSettings, SinkTable, check_transactions_topic
 from pipeline.settings.spark import SparkSettings, SparkTable
 
 
@@ -49,6 +49,7 @@ class ConfigFile(Table):
         registry for the formats that need one) raise ConfigError."""
         kafka, database_url, sink = (self.kafka.value(env), self.database.database_url(env),
                                      self.sink.value())
+        check_transactions_topic(sink, kafka.topics)
         return Settings(
             name=self.pipeline.name, kafka=kafka, database_url=database_url,
             schema=self.database.schema_, sink=sink, spark=self.spark.value(), source=source,

@@ -42,6 +42,9 @@ class SinkSettings:
     # debezium: a truncate (op t) is a dead letter, or "apply": it deletes every row older
     # than it by the upsert's ordering rule (sinks/upsert.py).
     truncate: str = "dead_letter"
+    # debezium: the connector's transaction topic (provide.transaction.metadata): a run
+    # publishes whole source transactions only (plan/transactions.py).
+    transactions: str | None = None
 
     @property
     def record_format(self) -> str:
@@ -78,6 +81,7 @@ class SinkTable(Table):
     evolve: Evolve = "off"
     envelope: Literal["none", "debezium"] = "none"
     truncate: Literal["apply", "dead_letter"] | None = None
+    transactions: str | None = None
 
     def value(self) -> SinkSettings:
         fmt, transform = self.format, self.transform
@@ -127,6 +131,9 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         if s.truncate is not None:
             raise ConfigError("'sink.truncate' is only for sink.envelope = 'debezium' (what a "
                               "change event's truncate does)")
+        if s.transactions is not None:
+            raise ConfigError("'sink.transactions' is only for sink.envelope = 'debezium' "
+                              "(Debezium's transaction topic, provide.transaction.metadata)")
         return sink
     if sink.format not in ("json", "avro") or sink.transform:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' or 'avro' "
@@ -136,4 +143,16 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
                           "[the source table's key columns] and tombstones = 'delete' (the "
                           "default): a change event upserts or deletes its row")
-    return replace(sink, envelope=s.envelope, truncate=s.truncate or "dead_letter")
+    if s.transactions is not None and not re.match(r"^[A-Za-z0-9._-]{1,249}$", s.transactions):
+        raise ConfigError(f"'sink.transactions' = {s.transactions!r} is not a Kafka topic name: "
+                          "name Debezium's transaction topic, e.g. \"<topic.prefix>.transaction\"")
+    return replace(sink, envelope=s.envelope, truncate=s.truncate or "dead_letter",
+                   transactions=s.transactions)
+
+
+def check_transactions_topic(sink: SinkSettings, topics) -> None:
+    """[sink] transactions names the metadata topic, never one of the data topics."""
+    if sink.transactions is not None and sink.transactions in topics:
+        raise ConfigError(f"'sink.transactions' = {sink.transactions!r} is also in kafka.topics: "
+                          "the transaction topic holds BEGIN/END events, not changes; remove it "
+                          "from kafka.topics")
