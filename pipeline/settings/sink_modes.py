@@ -57,7 +57,8 @@ def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *
     columns = tuple(replace(c, required=c.required or c.name in keys) for c in columns)
     if mode == "upsert":
         # Columns of the upsert's own staging and tables (tables.record_batch, sinks/upsert.py).
-        for taken in ("_tombstone", "_unavailable", "_order_time"):
+        for taken in ("_tombstone", "_unavailable", "_order_time", "_source_position",
+                      "_old_key"):
             if taken in declared:
                 raise ConfigError(f"'sink.columns.{taken}' is reserved for an upsert sink; "
                                   "rename it")

@@ -40,6 +40,12 @@ from pipeline.formats.types import column_type
 
 SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
 UNAVAILABLE = "_unavailable"  # a staged change event's columns it left out (text[])
+# A change event's place in its source ({lsn, order in its transaction}: bigint[]), what the
+# upsert orders a Debezium sink's changes by (sinks/upsert.py); kept with its row.
+POSITION = "_source_position"
+# The old key a primary-key change's create names (its key fields, text[]): where a column
+# it left out takes its value from.
+OLD_KEY = "_old_key"
 TIMESTAMPTZ = TIMESTAMP(timezone=True)
 _DIALECT = postgresql.dialect()
 
@@ -121,6 +127,17 @@ ranges = Table(
 Index("pipeline_ranges_by_partition", ranges.c.pipeline, ranges.c.topic,
       ranges.c.partition, ranges.c.from_offset)
 
+# The source transactions published whole ([sink] transactions), pruned by age (sql/008;
+# store/source_transactions.py).
+source_transactions = Table(
+    "pipeline_source_transactions", metadata,
+    _key("pipeline", Text), _key("tx", Text),
+    Column("run_id", BigInteger, nullable=False),
+    Column("published_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+)
+Index("pipeline_source_transactions_by_age", source_transactions.c.pipeline,
+      source_transactions.c.published_at)
+
 # What an executor stages of a dead letter, in this order (encode.Encoder.dead_line and
 # stage.dead_head write it): the publisher adds pipeline and run_id, failed_at is defaulted.
 DEAD_LETTER_FIELDS = [c for c in dead_letters.columns
@@ -191,8 +208,11 @@ def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
     else:
         body = [Column("kafka_timestamp", TIMESTAMPTZ)] + [
             Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
-    if sink.envelope == "debezium":  # the columns a change left out (formats/debezium/)
-        body.append(Column(UNAVAILABLE, postgresql.ARRAY(Text)))
+    if sink.envelope == "debezium":  # formats/debezium/: where the change stands in its
+        # source, the columns it left out, the old key of a primary-key change's create
+        body += [Column(POSITION, postgresql.ARRAY(BigInteger)),
+                 Column(UNAVAILABLE, postgresql.ARRAY(Text)),
+                 Column(OLD_KEY, postgresql.ARRAY(Text))]
     return Table(
         name, MetaData(schema=SCHEMA),
         _key("topic", Text), _key("partition", Integer), _key("offset", BigInteger), *body,
@@ -230,8 +250,10 @@ def record_batch(sink: SinkSettings, name: str) -> Table:
 
 def tombstone_columns(sink: SinkSettings) -> list[str]:
     """What a tombstone line holds, in order (encode.Encoder); a line whose key fields are
-    all NULL deletes every key (a Debezium truncate, sinks/upsert.py)."""
-    return ["topic", "partition", "offset", "kafka_timestamp", *sink.key, "run_id",
+    all NULL deletes every key (a Debezium truncate, sinks/upsert.py); a change event's
+    deletion carries its source position."""
+    position = [POSITION] if sink.envelope == "debezium" else []
+    return ["topic", "partition", "offset", "kafka_timestamp", *sink.key, *position, "run_id",
             "_tombstone"]
 
 

@@ -39,13 +39,17 @@ from pipeline.formats.debezium.envelope import (
     UPSERTS,
     VARIABLE_SCALE,
     holds,
+    old_key_field,
+    source_position,
+    transaction_of,
     unavailable,
     variable_scale,
 )
-from pipeline.formats.refused import Refused, decoded_rows
+from pipeline.formats.refused import Refused
 from pipeline.formats.schema_source import SchemaSource
-from pipeline.formats.timestamps import EPOCH
+from pipeline.formats.timestamps import EPOCH, kafka_timestamp
 from pipeline.formats.tombstones import EVERY_KEY, BadTombstone
+from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import NULL, TEXT
 
 ZONED = "io.debezium.time.ZonedTimestamp"
@@ -116,7 +120,8 @@ def decode(image: dict, kinds: dict[str, str]) -> dict:
 class DebeziumAvroFormat:
     """``columns``: the declared (name, type, required[, path]) columns, paths relative to
     the row image; ``schemas``: where the writer schemas of values and keys come from;
-    ``key``, ``truncate``: as DebeziumFormat's."""
+    ``key``, ``truncate``, the line's fields after the columns and ``sources``: as
+    DebeziumFormat's (json.py)."""
     wire = TEXT
     change_events = True  # the Encoder passes ``key`` and ``truncate``
 
@@ -127,10 +132,17 @@ class DebeziumAvroFormat:
         self.schemas = schemas
         self.truncate = truncate
         self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
-        self.toastable = [(n, p) for n, _, _, p in paths.columns(columns) if n not in key]
+        declared = paths.columns(columns)
+        self.toastable = [(n, p) for n, _, _, p in declared if n not in key]
+        by_name = {c[0]: c for c in declared}
+        self.key_columns = [(n, column_type(by_name[n][1]).from_json, by_name[n][1],
+                             by_name[n][3]) for n in key if n in by_name]
+        self.tail = f"\t{run_id}\n"
+        self.sources: dict[int, tuple[str, int]] | None = None
 
-    def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
-        """(op, after, before, writer schema id) of one value; raises Refused."""
+    def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int, dict]:
+        """(op, after, before, writer schema id, the Envelope record) of one value; raises
+        Refused."""
         doc, schema_id, schema = decode_wire(self.schemas, value, read, "value")
         if type(doc) is not dict or type(doc.get("op")) is not str:
             what = "a record without an 'op' field" if type(doc) is dict else (
@@ -157,56 +169,81 @@ class DebeziumAvroFormat:
             raise Refused("unsupported_op", f"op '{op}' is not a row change this sink "
                           "applies (c, r, u upsert; d deletes; t empties the table with "
                           "[sink] truncate = \"apply\")")
-        return op, images["after"], images["before"], schema_id
+        return op, images["after"], images["before"], schema_id, doc
 
-    def fields(self, value: bytes, read) -> str | None:
-        """An upsert's COPY text fields (its after image's, then the columns it left out:
-        ``_unavailable``), None for a delete or a truncate."""
-        op, after, _, schema_id = self.change(value, read)
+    def fields(self, m, read) -> str | None:
+        """An upsert's COPY text fields (its after image's, then its source position, the
+        columns it left out: ``_unavailable``, and the old key a primary-key change's create
+        names: ``_old_key``), None for a delete or a truncate."""
+        value = m.value()
+        op, after, _, schema_id, doc = self.change(value, read)
+        if self.sources is not None and (tx := transaction_of(doc)) is not None:
+            self.sources[m.offset()] = tx
         if op == DELETE or op == TRUNCATE:
             return None
+        position = source_position(doc) or NULL
         names: list[str] = []
         if UNAVAILABLE_MARKS[0] in value:
             after, names = unavailable(after, self.toastable)
         if not names:
-            return f"{self.avro.project(after, schema_id)}\t{NULL}"
+            return f"{self.avro.project(after, schema_id)}\t{position}\t{NULL}\t{NULL}"
         # Those columns are NULL in the staged row, whatever their 'not null' (the merge
         # keeps the stored values).
         columns = [(k, p, c, r and n not in names, d, n)
                    for k, p, c, r, d, n in self.avro.columns]
-        return f"{self.avro.project(after, schema_id, columns)}\t{{{','.join(names)}}}"
+        return (f"{self.avro.project(after, schema_id, columns)}\t{position}"
+                f"\t{{{','.join(names)}}}\t{old_key_field(m, self.key_columns)}")
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
         """Upserts' result lines; deletes and tombstones go to ``rejected`` (the Encoder
         turns them into deletions of the key ``delete_key`` names), the rest to
-        ``refuse``."""
+        ``refuse`` (refused.decoded_rows' loop, with the record in hand)."""
         from fastavro import schemaless_reader
 
-        return decoded_rows(records, head, self.avro.tail,
-                            lambda value: self.fields(value, schemaless_reader), rejected,
-                            refuse)
+        rows = []
+        append, tail = rows.append, self.tail
+        for m in records:
+            if m.value() is None:
+                rejected.append(m)
+                continue
+            try:
+                got = self.fields(m, schemaless_reader)
+            except Refused as e:
+                refuse(m, e.error_type, e.message)
+                continue
+            if got is None:
+                rejected.append(m)
+            else:
+                append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t{got}{tail}")
+        return rows
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
-        """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:
-        a delete's ``before`` image when it holds every key column, else the Kafka key
+        """The key of the row a delete (or a tombstone) removes (``deletion``'s key)."""
+        return self.deletion(m, key_columns)[0]
+
+    def deletion(self, m, key_columns: Sequence[tuple] = ()):
+        """(the key of the row a delete, a truncate or a tombstone removes, for
+        tombstones.key_fields; its source position, None for a tombstone). The key: a
+        delete's ``before`` image when it holds every key column, else the Kafka key
         decoded by its own writer schema (its semantic types too), else the ``before``
         image. A key that is not in the Confluent wire format goes to key_fields as it is
         (a JSON or text key)."""
         from fastavro import schemaless_reader
 
-        before = None
+        before = position = None
         if m.value() is not None:
-            op, _, before, _ = self.change(m.value(), schemaless_reader)
+            op, _, before, _, doc = self.change(m.value(), schemaless_reader)
+            position = source_position(doc)
             if op == TRUNCATE:
-                return EVERY_KEY
+                return EVERY_KEY, position
             if before and key_columns and all(holds(before, c) for c in key_columns):
-                return before
+                return before, position
         key = m.key()
         if key is None:
-            return before
+            return before, position
         if len(key) < HEADER or key[0] != MAGIC:
-            return key
+            return key, position
         try:
             doc, schema_id, schema = decode_wire(self.schemas, key, schemaless_reader, "key")
         except Refused as e:
@@ -215,9 +252,9 @@ class DebeziumAvroFormat:
             if len(key_columns) != 1:
                 raise BadTombstone(f"has a Kafka key that is an Avro {avro_kind(doc)} (writer "
                                    f"schema id {schema_id}), not a record of the key columns")
-            return {key_columns[0][0]: doc}
+            return {key_columns[0][0]: doc}, position
         kinds = semantic_types(schema, schema.get("__named_schemas", {}))
-        return decode(doc, kinds)
+        return decode(doc, kinds), position
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"

@@ -41,12 +41,16 @@ from pipeline.formats.debezium.envelope import (
     DATES,
     DELETE,
     EPOCH_UNITS,
+    POSITION,
     TRUNCATE,
     UNAVAILABLE_BASE64,
     UNAVAILABLE_MARKS,
     UPSERTS,
     VARIABLE_SCALE,
     holds,
+    old_key_field,
+    source_position,
+    transaction_of,
     unavailable,
     variable_scale,
 )
@@ -55,7 +59,7 @@ from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
 from pipeline.formats.tombstones import EVERY_KEY
 from pipeline.formats.types import column_type
-from pipeline.formats.wire.text import TEXT, Unstorable
+from pipeline.formats.wire.text import NULL, TEXT, Unstorable
 
 _DAY0 = date(1970, 1, 1)
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -194,22 +198,35 @@ class _Image:
 class DebeziumFormat:
     """``columns``: the declared (name, type, required[, path]) columns, paths relative to
     the row image; ``key``: the upsert key's columns (never unavailable); ``truncate``: op t
-    deletes every key ([sink] truncate = "apply") instead of being a dead letter."""
+    deletes every key ([sink] truncate = "apply") instead of being a dead letter.
+
+    A row's line is the declared columns', then the change's source position
+    (``_source_position``), the columns it left out (``_unavailable``) and the old key a
+    primary-key change's create names (``_old_key``), then the run id
+    (store/tables.record_rows). ``sources``: None, or a dict the batch loop fills with each
+    change's (source transaction, data_collection_order) by offset (Encoder.transactions)."""
     wire = TEXT
     change_events = True  # the Encoder passes ``key`` and ``truncate``
 
     def __init__(self, columns: Sequence[Sequence], run_id: int, key: Sequence[str] = (),
                  truncate: bool = False):
-        self.json = JsonFormat(columns, run_id)
+        declared = paths.columns(columns)
+        # The source position is read from the after image like a declared column (the
+        # batch loop puts it there): one pass of the row encoder writes it.
+        self.columns = [*declared, ("_source_position", "string", False, (POSITION,))]
+        self.json = JsonFormat(self.columns, run_id)
         self.loads = self.json.loads
         self.truncate = truncate
         self.run_id = run_id
-        self.columns = paths.columns(columns)
-        self.toastable = [(n, p) for n, _, _, p in self.columns if n not in key]
-        self.decimals = [(n, p) for n, t, _, p in self.columns
+        self.toastable = [(n, p) for n, _, _, p in declared if n not in key]
+        self.decimals = [(n, p) for n, t, _, p in declared
                          if column_type(t).precision is not None]
-        self.tail = f"\t\\N\t{run_id}\n"  # no column unavailable
+        by_name = {c[0]: c for c in declared}
+        self.key_columns = [(n, column_type(by_name[n][1]).from_json, by_name[n][1],
+                             by_name[n][3]) for n in key if n in by_name]
+        self.tail = f"\t{NULL}\t{NULL}\t{run_id}\n"  # no column unavailable, no old key
         self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
+        self.sources: dict[int, tuple[str, int]] | None = None
 
     def _without(self, names: tuple[str, ...]) -> JsonFormat:
         """The JSON format with ``names`` not required: an unavailable value is NULL in the
@@ -226,35 +243,42 @@ class DebeziumFormat:
         Encoder turns them into deletions of the key ``delete_key`` names), the rest to
         ``refuse``."""
         images = []
-        partial: dict[tuple[str, ...], list] = {}  # images with unavailable columns
+        partial: dict[tuple[str, str], list] = {}  # images with unavailable columns
+        sources = self.sources
         for m in records:
             value = m.value()
             if value is None:
                 rejected.append(m)
                 continue
             try:
-                op, after, _ = change(self.loads(value), self.truncate)
+                doc = self.loads(value)
+                op, after, _ = change(doc, self.truncate)
             except NotAChange as e:
                 refuse(m, *e.args)
                 continue
             except Exception:  # noqa: BLE001 - not JSON: the JSON format says why
                 refuse(m, *self.json.explain(m))
                 continue
+            payload = unwrap(doc)[0]
+            if sources is not None and (tx := transaction_of(payload)) is not None:
+                sources[m.offset()] = tx
             if op == DELETE or op == TRUNCATE:
                 rejected.append(m)
                 continue
+            after[POSITION] = source_position(payload)
             if self.decimals and b'"scale"' in value:
                 after = variable_scale_by_shape(after, self.decimals)
             if UNAVAILABLE_MARKS[0] in value or UNAVAILABLE_MARKS[1] in value:
                 after, names = unavailable(after, self.toastable)
                 if names:
-                    partial.setdefault(tuple(names), []).append(_Image(m, after))
+                    group = (",".join(names), old_key_field(m, self.key_columns))
+                    partial.setdefault(group, []).append(_Image(m, after))
                     continue
             images.append(_Image(m, after))
         rows = self._encode(self.json, images, head, self.tail, refuse)
-        for names, some in partial.items():
-            rows += self._encode(self._without(names), some, head,
-                                 f"\t{{{','.join(names)}}}\t{self.run_id}\n", refuse)
+        for (names, old), some in partial.items():
+            rows += self._encode(self._without(tuple(names.split(","))), some, head,
+                                 f"\t{{{names}}}\t{old}\t{self.run_id}\n", refuse)
         if self.json.surrogates_possible:  # parsed by the standard library: see JsonFormat
             rows = self.json.utf8_only(rows, records, refuse)
         return rows
@@ -266,36 +290,44 @@ class DebeziumFormat:
         rows = fmt.encode_rows(images, head, tail, _same, kafka_timestamp,
                                *[c for _, c, _, _ in fmt.columns], bad)
         for image in bad:  # explained as the JSON format explains its image's text
+            shown = {k: v for k, v in image.v.items() if k != POSITION}  # the image's own
             try:
-                why = fmt.explain(_Image(image.m, json_text(image.v).encode()))
+                why = fmt.explain(_Image(image.m, json_text(shown).encode()))
             except Unstorable as e:
                 why = ("unstorable", f"the after image {e}")
             refuse(image.m, *why)
         return rows
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
-        """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:
-        a delete's decoded ``before`` image when it holds every key column (``key_columns``:
+        """The key of the row a delete (or a tombstone) removes (``deletion``'s key)."""
+        return self.deletion(m, key_columns)[0]
+
+    def deletion(self, m, key_columns: Sequence[tuple] = ()):
+        """(the key of the row a delete, a truncate or a tombstone removes, for
+        tombstones.key_fields; its source position, None for a tombstone). The key: a
+        delete's decoded ``before`` image when it holds every key column (``key_columns``:
         tombstones.key_fields' columns), else the Kafka key, its payload decoded by its own
         schema as the images are (a date key's days name the row its create wrote, as
         ``2022-01-08``), else the ``before`` image."""
-        before = None
+        before = position = None
         if m.value() is not None:
-            op, _, before = change(self.loads(m.value()), self.truncate)
+            doc = self.loads(m.value())
+            op, _, before = change(doc, self.truncate)
+            position = source_position(unwrap(doc)[0])
             if op == TRUNCATE:
-                return EVERY_KEY
+                return EVERY_KEY, position
             if before and key_columns and all(holds(before, c) for c in key_columns):
-                return before
+                return before, position
         key = m.key()
         if key is None:
-            return before
+            return before, position
         try:
             doc, schema = unwrap(self.loads(key))
         except Exception:  # noqa: BLE001 - a bare text key (A-17): key_fields' rules
-            return key
+            return key, position
         if type(doc) is not dict:
-            return key
-        return decode(doc, _struct_fields(schema)) if schema else doc
+            return key, position
+        return (decode(doc, _struct_fields(schema)) if schema else doc), position
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"
