@@ -13,7 +13,7 @@ from pipeline.commands import backfill, dead_letters, lag, offsets, run, runs, u
 from pipeline.commands.args import CommandParser, epilog
 from pipeline.config import MASK_LOGS, load_settings, mask
 from pipeline.errors import EXIT_INTERNAL, PipelineError
-from pipeline.process_exit import skip_final_collection
+from pipeline.process_exit import end_hard_at_exit, exit_process, skip_final_collection
 
 log = logging.getLogger("pipeline")
 
@@ -91,5 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def run() -> None:
+    """The ``pipeline`` command's process: main's exit code, whatever the C libraries do at
+    exit (process_exit.end_hard_at_exit)."""
+    end_hard_at_exit()
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -19,6 +19,7 @@ if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
 
 from pipeline.cli import main  # noqa: E402
 from pipeline.logs import route_stderr_past_spark_submit  # noqa: E402
+from pipeline.process_exit import end_hard_at_exit, exit_process  # noqa: E402
 from pipeline.spark.session import submitted  # noqa: E402
 
 
@@ -37,9 +38,10 @@ def stop_when_orphaned(interval: float = 1.0) -> None:
 
 
 if __name__ == "__main__":
+    end_hard_at_exit()
     stop_when_orphaned()
     if submitted():
         # spark-submit merges our stderr into its stdout: logs and the error line would mix
         # with the --json document there. Write them to spark-submit's own stderr instead.
         route_stderr_past_spark_submit()
-    sys.exit(main())
+    exit_process(main())

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from sqlalchemy.engine import make_url
 
 from pipeline.config import Settings, parse_settings
 
@@ -26,10 +27,26 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = (os.environ.get("PIPELINE_TEST_BOOTSTRAP_SERVERS")
              or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
              or f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}")
+
+
+def own_database(url: str, environ=os.environ) -> str:
+    """``url`` with the database this pytest process owns: under pytest-xdist each worker
+    has its own copy (pipeline_test_gw0, ...), so workers share no table; a pass that runs
+    beside another (scripts/test's Spark 3.5 pass) adds PIPELINE_TEST_DATABASE_SUFFIX. The
+    session's ``stack`` fixture creates it (tests/conftest.py)."""
+    parts = [environ.get("PIPELINE_TEST_DATABASE_SUFFIX"), environ.get("PYTEST_XDIST_WORKER")]
+    suffix = "_".join(p for p in parts if p)
+    u = make_url(url)
+    if not suffix or u.database.endswith(f"_{suffix}"):  # a subprocess of a worker
+        return url
+    return u.set(database=f"{u.database}_{suffix}").render_as_string(hide_password=False)
+
+
 # The owner's URL: tests create tables (init-db) and check what landed with it. The job
 # itself runs as the stack's least-privilege role (job_db_url), as deployed.
-TEST_DB_URL = os.environ.get("PIPELINE_TEST_DATABASE_URL",
-                             "postgresql://postgres@127.0.0.1:5433/pipeline_test")
+TEST_DB_URL = own_database(os.environ.get("PIPELINE_TEST_DATABASE_URL",
+                                          "postgresql://postgres@127.0.0.1:5433/pipeline_test"))
+TEST_DB_NAME = make_url(TEST_DB_URL).database
 JSON_COLUMNS = {"order_id": "long not null", "customer": "string not null",
                 "amount": "decimal(12,2)", "placed_at": "timestamp"}
 
@@ -42,10 +59,18 @@ def admin(bootstrap: str = BOOTSTRAP) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
+# Topics this process created on the suite's broker: an integration module's are deleted
+# when it ends (tests/conftest.py), so the broker's disk holds one module's data, not the
+# whole suite's (gigabytes: 1 MB records, soaks, wide topics).
+CREATED_TOPICS: list[str] = []
+
+
 def create_topic(name: str, partitions: int = 3, bootstrap: str = BOOTSTRAP,
                  **config: str) -> str:
     client = admin(bootstrap)  # keep the handle alive until the future resolves
     client.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result()
+    if bootstrap == BOOTSTRAP:
+        CREATED_TOPICS.append(name)
     # Metadata propagates asynchronously even on one node.
     for _ in range(50):
         md = admin(bootstrap).list_topics(name, timeout=5)
@@ -119,8 +144,6 @@ def stack_env() -> dict[str, str]:
 def job_db_url() -> str:
     """TEST_DB_URL as the job's role: 'pipeline' (not a superuser, only the grants of
     sql/grants/pipeline_role.sql), SCRAM password, TLS with the server's name verified."""
-    from sqlalchemy.engine import make_url
-
     env = stack_env()
     return make_url(TEST_DB_URL).set(
         username=env["PIPELINE_DB_USER"], password=env["PIPELINE_DB_PASSWORD"],

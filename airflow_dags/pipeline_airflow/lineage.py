@@ -55,11 +55,35 @@ def lineage_datasets(doc: dict[str, Any], args: list[str], env: dict[str, str], 
     config's ${VAR} references."""
     kafka, database = doc.get("kafka", {}), doc.get("database", {})
     servers = servers or kafka["bootstrap_servers"]
-    topics = [args[args.index("--topic") + 1]] if "--topic" in args else kafka["topics"]
+    # A kafka.topic_pattern's topics are the run's to find: only what the config names is
+    # told (a pattern's tables, when [sink] table names one).
+    topics = ([args[args.index("--topic") + 1]] if "--topic" in args
+              else kafka.get("topics") or [])
     url = url or _ENV_REF.sub(lambda m: env.get(m.group(1), ""), database["url"])
-    output = postgres_namespace_and_table(url, database.get("schema", "public"),
-                                          doc["sink"]["table"])
-    return {"inputs": [(kafka_namespace(servers), t) for t in topics], "outputs": [output]}
+    sink = doc["sink"]
+    tables = [t for t in (
+        [_table_of(sink.get("topics", {}).get(topic, {}).get("table", sink["table"]), topic)
+         for topic in topics] if topics else [_table_of(sink["table"], None)]) if t]
+    outputs = [postgres_namespace_and_table(url, database.get("schema", "public"), t)
+               for t in dict.fromkeys(tables)]
+    return {"inputs": [(kafka_namespace(servers), t) for t in topics], "outputs": outputs}
+
+
+def _table_of(template: str, topic: str | None) -> str | None:
+    """The table [sink] table (or a topic's own) names for ``topic``: a template's
+    placeholders as the job resolves them (pipeline/settings/table_template.py; {topic},
+    and for <prefix>.<schema>.<table> names {prefix}, {schema}, {table}); None when it
+    names none."""
+    parts = topic.split(".") if topic else []
+    values = {"topic": topic, **({"prefix": ".".join(parts[:-2]), "schema": parts[-2],
+                                  "table": parts[-1]} if len(parts) >= 3 else {})}
+    try:
+        return _PLACEHOLDER.sub(lambda m: values[m.group(1)] or "", template) or None
+    except KeyError:
+        return None
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 def published_ranges(summary: dict[str, Any]) -> list[dict[str, Any]]:

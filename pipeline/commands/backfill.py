@@ -202,7 +202,8 @@ def register(sub) -> None:
     bf = add_command(sub, "backfill", "Re-read an explicit offset or time range of one topic; "
                      "rows are written idempotently (or overwritten with --reprocess); offsets "
                      "do not move.", BACKFILL_HELP, BACKFILL_EXAMPLES)
-    bf.add_argument("--topic", required=True, help="a topic of this pipeline's kafka.topics")
+    bf.add_argument("--topic", required=True,
+                    help="a topic of this pipeline's (kafka.topics, or kafka.topic_pattern's)")
     bf.add_argument("--partition", type=PARTITION, action="append", metavar="P",
                     help="partition to re-read (repeat for several; default: all partitions)")
     bf.add_argument("--from-offset", type=OFFSET, metavar="A",

@@ -33,12 +33,12 @@ def counts_table(counts: list[dict]) -> str:
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     f = selection(args, last=False)
     with Store(settings) as store:
-        store.schema.check([for_settings(settings)])
+        store.schema.check(for_tables(settings, settings.kafka.topics))
         counts = store.dead_letters.counts(f)
         newest = store.dead_letters.newest(f, args.last or NEWEST)
     if args.json:
@@ -58,6 +58,24 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def replay_settings(args: argparse.Namespace, settings: Settings) -> Settings:
+    """A pipeline of several tables replays one topic's dead letters at a time: re-decoded
+    with its route, written to its table (--topic); a pipeline of one table, any."""
+    from pipeline.commands.partitions import require_topic
+    from pipeline.driver.routing import table_scopes
+
+    if settings.routes.one_table is not None:
+        return settings
+    if args.topic is None:
+        raise ConfigError(
+            f"dead-letters replay: pipeline '{settings.name}' writes a table per topic; give "
+            "--topic: that topic's dead letters are re-decoded with its route and written to "
+            "its table ('pipeline dead-letters list' counts them per topic)")
+    require_topic(settings, args.topic)
+    (scope,) = table_scopes(settings, [args.topic], topic=args.topic)
+    return scope.settings
+
+
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.commands.offsets import confirm
     from pipeline.driver.replay import run_replay
@@ -65,6 +83,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.sinks import for_settings
     from pipeline.store import Store
 
+    settings = replay_settings(args, settings)
     if why := refusal(settings):
         raise ConfigError(why)
     f = selection(args)

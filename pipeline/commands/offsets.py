@@ -15,7 +15,7 @@ from pipeline.commands.args import PARTITION, add_command, parse_time_ms
 from pipeline.commands.output import print_json, render_table
 from pipeline.commands.partitions import require_topic, select_partitions
 from pipeline.config import Settings
-from pipeline.errors import EXIT_OK, ConfigError, DataError
+from pipeline.errors import EXIT_OK, ConfigError, DataError, TransientError
 from pipeline.plan.offsets import PartitionOffsets, TopicPartition
 
 # ---- planning a change (pure) ------------------------------------------------------------
@@ -140,8 +140,8 @@ def apply_offset_changes(store, sink, changes: Sequence[OffsetChange], target: T
                          command: str, topic_ids: dict[str, str] | None = None,
                          archive: dict[str, list[str]] | None = None) -> tuple[int, dict]:
     """Record the change as a run of kind 'offsets', then write it (archiving the rows of
-    recreated topics, in ``sink``'s table, in the same transaction). Caller holds the
-    lock."""
+    recreated topics, in ``sink``'s table, in the same transaction; None: the topic has no
+    table yet). Caller holds the lock."""
     from pipeline.store.run import Kind
 
     details = {"command": command, "to": str(target), "topic_ids": topic_ids or {},
@@ -150,7 +150,7 @@ def apply_offset_changes(store, sink, changes: Sequence[OffsetChange], target: T
     run = store.runs.start(Kind.OFFSETS, [], details)
     try:
         archived = store.offsets.change({(c.topic, c.partition): c.new for c in changes}, run,
-                                        topic_ids, archive, sinks=[sink])
+                                        topic_ids, archive, sinks=[sink] if sink else [])
     except BaseException as e:
         store.runs.fail(run, getattr(e, "message", None) or f"{type(e).__name__}: {e}",
                         getattr(e, "exit_code", 1), {})
@@ -160,7 +160,7 @@ def apply_offset_changes(store, sink, changes: Sequence[OffsetChange], target: T
 
 def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.driver.kafka_meta import KafkaMeta
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_sink
     from pipeline.store import Store
     from pipeline.store.archive import archive_table
 
@@ -168,11 +168,12 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
     target = parse_target(args.to if args.to is not None else settings.kafka.starting_offsets)
     require_topic(settings, args.topic)
     meta = KafkaMeta(settings.kafka)
-    sink = for_settings(settings)
-    with Store(settings) as store:
-        store.schema.check([sink])
-        # Held until we exit: no run can start (or be half-way) while offsets change.
-        store.locks.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
+    # The table the topic's records go to (its route).
+    sink = for_sink(settings.routes.for_topic(args.topic), settings.schema, settings.name)
+    out = sys.stderr if args.json else sys.stdout
+
+    def plan(store) -> tuple[list[OffsetChange], list[OffsetChange], list[str], str]:
+        """The changes, those that change a row, the recreated topic's old IDs, its ID."""
         stored = store.offsets.load([args.topic])
         [(topic_id, parts)] = meta.describe([args.topic]).values()
         old_ids = sorted(store.offsets.topic_ids([args.topic]).get(args.topic, set())
@@ -189,14 +190,22 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
         for_time = meta.offsets_for_time(tps, target.value) if target.kind == "time" else None
         changes = plan_offset_changes(stored, kafka, target, for_time,
                                       [(args.topic, p) for p in gone])
-        out = sys.stderr if args.json else sys.stdout
-        print(change_table(changes), file=out)
         # A recreated topic: every row is rewritten, with the new topic ID.
-        effective = [c for c in changes if c.changes or old_ids]
+        return changes, [c for c in changes if c.changes or old_ids], old_ids, topic_id
+
+    with Store(settings) as store:
+        if settings.kafka.topic_pattern is not None and store.schema.missing_tables([sink]):
+            sink = None  # a pattern's topic no run has read yet: it has no table yet
+        store.schema.check([sink] if sink else [])
+        # Planned and confirmed without the run locks: an operator thinking at the prompt
+        # must not keep the scheduled runs out (they would exit 75 meanwhile).
+        changes, effective, old_ids, topic_id = plan(store)
+        print(change_table(changes), file=out)
         if old_ids:
             print(f"topic '{args.topic}' was deleted and recreated (ID {', '.join(old_ids)} -> "
                   f"{topic_id}): its result rows and dead letters of pipeline "
-                  f"'{settings.name}' will be moved to {archive_table(sink)} and "
+                  f"'{settings.name}' will be moved to "
+                  f"{archive_table(sink) if sink else 'the archive'} and "
                   "pipeline_dead_letters_archived, so that the new topic's records are "
                   "written", file=out)
         if not effective:
@@ -205,7 +214,7 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
                 print_json({"run_id": None, "changes": []})
             return EXIT_OK
         rewound = [(c, span) for c in effective if (span := recounted(c))]
-        if rewound and not old_ids:
+        if rewound and not old_ids and sink is not None:
             c, (start, until) = rewound[0]
             refused = sink.refuses_reread(
                 f"rewinding {c.topic}[{c.partition}] from {c.old} to {c.new} (re-reads "
@@ -216,6 +225,15 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
                        f"'{settings.name}'?", args.yes):
             print("cancelled: nothing changed", file=out)
             return EXIT_OK
+        # Held until we exit: no run can start (or be half-way) while offsets change; what
+        # was confirmed is what is written, or nothing.
+        store.locks.lock_or_fail(f"offsets {command}", families=("ingest", "backfill"))
+        now = store.offsets.load([args.topic])
+        if any(now.get((c.topic, c.partition)) != c.old for c in changes):
+            raise TransientError(
+                f"offsets {command} did nothing: the stored offsets of topic '{args.topic}' "
+                f"(pipeline '{settings.name}') changed while the change was being confirmed "
+                "(a run published); run the command again to see the new table")
         run_id, archived = apply_offset_changes(
             store, sink, effective, target, command, {args.topic: topic_id},
             {args.topic: old_ids} if old_ids else None)
@@ -238,11 +256,11 @@ def cmd_offsets_set(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_offsets_show(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.schema.check([for_settings(settings)])
+        store.schema.check(for_tables(settings, settings.kafka.topics))
         rows = store.offsets.rows()
     if args.json:
         print_json({"pipeline": settings.name, "offsets": rows})
@@ -312,7 +330,8 @@ def register(sub) -> None:
         p = add_action(name, "move stored offsets" if name == "set" else
                        "move stored offsets (--to defaults to kafka.starting_offsets)",
                        SET_HELP, SET_EXAMPLES)
-        p.add_argument("--topic", required=True, help="a topic of this pipeline's kafka.topics")
+        p.add_argument("--topic", required=True,
+                       help="a topic of this pipeline's (kafka.topics, or kafka.topic_pattern's)")
         p.add_argument("--partition", type=PARTITION, action="append", metavar="P",
                        help="partition to move (repeat for several; default: all partitions)")
         p.add_argument("--to", required=required, metavar="TARGET",

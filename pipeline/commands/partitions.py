@@ -11,11 +11,14 @@ from pipeline.plan.offsets import TopicPartition
 
 
 def require_topic(settings: Settings, topic: str) -> None:
-    if topic not in settings.kafka.topics:
-        raise ConfigError(
-            f"topic '{topic}' is not one of pipeline '{settings.name}' kafka.topics "
-            f"({', '.join(settings.kafka.topics)}); add it to {settings.source} first or fix "
-            "--topic")
+    if not settings.kafka.matches(topic):
+        k = settings.kafka
+        what = (f"kafka.topics ({', '.join(k.topics)}); add it to {settings.source} first"
+                if k.topic_pattern is None else
+                f"matched by kafka.topic_pattern = {k.topic_pattern!r}; change the pattern in "
+                f"{settings.source} first")
+        raise ConfigError(f"topic '{topic}' is not one of pipeline '{settings.name}' {what} "
+                          "or fix --topic")
 
 
 def select_partitions(topic: str, in_kafka: Iterable[tuple[str, int]],

@@ -52,12 +52,20 @@ def cmd_run(args: argparse.Namespace, settings) -> int:
 
 
 def cmd_init_db(args: argparse.Namespace, settings) -> int:
-    from pipeline.sinks import for_settings
+    from pipeline.driver.schema_probe import held_columns
+    from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     with Store(settings) as store:
-        for name in store.schema.init_db([for_settings(settings)]):
+        # sink.columns = "schema": the table's columns from the topics' writer schema.
+        settings = held_columns(settings, store)
+        # Every table of kafka.topics; a pattern's topics are found by each run, which
+        # makes the table of a topic new to it.
+        for name in store.schema.init_db(for_tables(settings, settings.kafka.topics)):
             print(f"applied {name}")
+    if settings.kafka.topic_pattern is not None:
+        print("the tables of the topics kafka.topic_pattern matches are made by the run that "
+              "first reads each topic")
     return EXIT_OK
 
 
@@ -84,12 +92,21 @@ def print_summary(result, out=None) -> None:
     print(f"run {result.run_id} ({result.kind}) {result.status}: {result.records_read} records, "
           f"{result.rows_written} rows written, {deleted}{result.dead_letters} dead letters, "
           f"{result.timings.get('total', 0):.1f} s", file=out)
+    tables = getattr(result, "tables", {}) or {}
+    table_of = {topic: name for name, t in tables.items() for topic in t.get("topics", ())
+                if len(tables) > 1}
+    for name, t in tables.items() if len(tables) > 1 else ():
+        deleted = f", {t['rows_deleted']} deleted" if t.get("rows_deleted") else ""
+        print(f"  table {name} ({t['mode']}): {t.get('rows_written', 0)} rows written"
+              f"{deleted}, {t.get('dead_letters', 0)} dead letters from "
+              f"{', '.join(t['topics'])}", file=out)
     for tp, counts in result.per_partition.items():
         tombstones = f", {counts['deletes']} tombstones" if counts.get("deletes") else ""
         filtered = (f", {counts['filtered']} filtered out by the transform"
                     if counts.get("filtered") else "")
-        print(f"  {tp}: {counts['rows']} rows{tombstones}, {counts['dead']} dead letters"
-              f"{filtered}", file=out)
+        into = table_of.get(tp.rsplit("[", 1)[0])
+        print(f"  {tp}{f' -> {into}' if into else ''}: {counts['rows']} rows{tombstones}, "
+              f"{counts['dead']} dead letters{filtered}", file=out)
 
 
 def register(sub) -> None:

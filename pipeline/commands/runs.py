@@ -34,11 +34,11 @@ def duration(run: dict[str, Any]) -> str | None:
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.schema.check([for_settings(settings)])
+        store.schema.check(for_tables(settings, settings.kafka.topics))
         runs = store.runs.newest(args.last, args.status, args.kind)
     if args.json:
         print_json({"pipeline": settings.name, "runs": runs})

@@ -96,11 +96,11 @@ def verdict(holder: LockHolder, this_host: str, force: bool) -> tuple[bool, str]
 
 
 def cmd_unlock(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.sinks import for_settings
+    from pipeline.sinks import for_tables
     from pipeline.store import Store
 
     with Store(settings) as store:
-        store.schema.check([for_settings(settings)])
+        store.schema.check(for_tables(settings, settings.kafka.topics))
         holders = lock_holders(store)
         if not holders:
             return _report(args, {"pipeline": settings.name, "locked": False, "ended": []},

@@ -38,6 +38,49 @@ def ledger_cell(p) -> str:
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    """Each table of the pipeline in turn (or --table's, --topic's): its verdict, then the
+    worst one's exit code, naming the tables that do not match."""
+    from pipeline.driver.routing import run_topics, table_scopes
+    from pipeline.driver.verdict import worst
+
+    topics = settings.kafka.topics
+    if settings.routes.one_table is None and settings.kafka.topic_pattern is not None:
+        from pipeline.driver.kafka_meta import KafkaMeta
+
+        topics = run_topics(settings, KafkaMeta(settings.kafka))
+    scopes = table_scopes(settings, topics, table=getattr(args, "table", None), topic=args.topic)
+    if scopes[0].topics is None:  # a pipeline of one table: as it always was
+        return verify_table(args, scopes[0].settings, print_json)
+    docs: dict[str, dict] = {}
+    failed: list[tuple[str, DataError | IncompleteError]] = []
+    for scope in scopes:
+        if not args.json:
+            print(f"table {scope.table} ({', '.join(scope.topics or ())}):")
+        try:
+            verify_table(args, scope.settings, lambda d, t=scope.table: docs.update({t: d}),
+                         scope.topics)
+        except (DataError, IncompleteError) as e:
+            failed.append((scope.table, e))
+    overall = worst(d["verdict"] for d in docs.values())
+    if args.json:
+        print_json({"pipeline": settings.name, "verdict": overall, "ok": not failed,
+                    "tables": docs})
+    mismatched = [(t, e) for t, e in failed if isinstance(e, DataError)]
+    if mismatched or failed:
+        (_, e), *_ = mismatched or failed
+        names = ", ".join(t for t, _ in (mismatched or failed))
+        raise type(e)(f"verify: table(s) {names} of pipeline '{settings.name}': {e.message}")
+    if not args.json:
+        print(f"verified: {len(scopes)} table(s) match Kafka: "
+              + ", ".join(s.table for s in scopes))
+    return EXIT_OK
+
+
+def verify_table(args: argparse.Namespace, settings: Settings, emit,
+                 topics: tuple[str, ...] | None = None) -> int:
+    """One table's verify (``settings``: [sink] its route); ``emit``: where its JSON
+    document goes; ``topics``: the table's topics (None: every topic the pipeline
+    published, a pipeline of one table)."""
     from pipeline.driver.verdict import MATCH, MISMATCH, worst
     from pipeline.driver.verify import SKIP_KINDS, Filters, run_verify
 
@@ -46,21 +89,21 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"--to ({args.to_offset}) must be greater than --from "
                           f"({args.from_offset}): the range is [from, to)")
     if settings.sink.mode != "append" and not settings.sink.transform:
-        return verify_state(args, settings)
+        return verify_state(args, settings, emit, topics)
     if args.values and settings.sink.transform:
         raise ConfigError(f"pipeline '{settings.name}': --values cannot recompute the rows of "
                           f"the [sink] transform {settings.sink.transform!r} without running "
                           "it; verify without --values checks its ranges against the ledger")
-    filters = Filters(args.topic, args.partition, args.from_offset, args.to_offset)
+    filters = Filters(args.topic, args.partition, args.from_offset, args.to_offset, topics)
     report = run_verify(settings, filters, args.spark, args.skip_lost)
     values = None
     if args.values:
         from pipeline.driver.verify_state import run_state_verify
 
-        values = run_state_verify(settings, args.topic, filters, args.skip_lost)
+        values = run_state_verify(settings, args.topic, filters, args.skip_lost, topics)
     overall = worst([report.verdict] + ([values.verdict] if values else []))
     if args.json:
-        print_json({**report.as_dict(), "verdict": overall, "ok": overall == MATCH,
+        emit({**report.as_dict(), "verdict": overall, "ok": overall == MATCH,
                     **({"values": values.as_dict()} if values else {})})
     else:
         print(render_table(
@@ -152,8 +195,10 @@ def print_values(values) -> None:
               "compared)" if values.rows_not_compared else ""))
 
 
-def verify_state(args: argparse.Namespace, settings: Settings) -> int:
-    """An upsert or aggregate sink: its state recomputed from Kafka (driver/verify_state.py)."""
+def verify_state(args: argparse.Namespace, settings: Settings, emit=print_json,
+                 topics: tuple[str, ...] | None = None) -> int:
+    """An upsert or aggregate sink: its state recomputed from Kafka (driver/verify_state.py);
+    ``emit`` and ``topics`` as verify_table's."""
     from pipeline.driver.verdict import MATCH, MISMATCH
     from pipeline.driver.verify_state import check_filters, run_state_verify
 
@@ -161,10 +206,10 @@ def verify_state(args: argparse.Namespace, settings: Settings) -> int:
     if args.values:
         raise ConfigError(f"pipeline '{settings.name}': --values is for append sinks; an "
                           f"{settings.sink.mode} sink's verify compares its values always")
-    report = run_state_verify(settings, args.topic, skip_lost=args.skip_lost)
+    report = run_state_verify(settings, args.topic, skip_lost=args.skip_lost, topics=topics)
     what = "key" if report.mode == "upsert" else "group"
     if args.json:
-        print_json(report.as_dict())
+        emit(report.as_dict())
     else:
         print(render_table(["mode", "records", "state_rows", "table_rows", "missing",
                             "unexpected", "verdict"],
@@ -258,6 +303,9 @@ def register(sub) -> None:
     verify = add_command(sub, "verify", "Prove that the tables match the topic for every "
                          "range the pipeline published.", VERIFY_HELP, VERIFY_EXAMPLES)
     add_range_filters(verify, "report")
+    verify.add_argument("--table", metavar="TABLE",
+                        help="a pipeline of several tables: verify this one only (default: "
+                        "each in turn)")
     verify.add_argument("--values", action="store_true",
                         help="append sinks: also compare every row's values with the row "
                         "its Kafka record makes now (re-encodes each record; slower)")

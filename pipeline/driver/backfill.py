@@ -15,10 +15,11 @@ from pipeline.config import Settings
 from pipeline.driver.job import execute_ranges
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
+from pipeline.driver.routing import resolve_routes
+from pipeline.driver.schema_probe import table_columns
 from pipeline.driver.signals import StopSignals
 from pipeline.errors import ConfigError, PipelineError, Terminated
 from pipeline.plan.offsets import OffsetRange, check_topic_ids, chunk_ranges, subtract_ranges
-from pipeline.sinks import for_settings
 from pipeline.store import Store
 
 log = logging.getLogger("pipeline")
@@ -84,15 +85,22 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
               signals: StopSignals | None, requested: dict | None, timer: Timer,
               seen: Seen, *, key: dict, restart: bool = False,
               dry_run: bool = False) -> BackfillResult:
-    sink = for_settings(settings)
-    if refused := sink.refuses_reread(f"a {kind}"):
-        raise ConfigError(refused)
+    settings = table_columns(settings)  # sink.columns = "schema": the table's
+    topics = sorted({r.topic for r in ranges})
+    # Published as a run publishes: each topic's records into its route's table.
+    routes = resolve_routes(settings, topics)
+    for t in routes.tables:
+        if refused := t.sink.refuses_reread(f"a {kind}"):
+            raise ConfigError(refused)
     meta = KafkaMeta(settings.kafka)
     store = Store(settings)
     try:
-        # One lock for the whole sequence: no second backfill between two chunks.
-        additions = store.ready_for(kind, [sink], ("backfill",), lock=not dry_run)
-        topics = sorted({r.topic for r in ranges})
+        # One lock for the whole sequence: no second backfill between two chunks. A
+        # pattern's topic whose table no run has made yet gets it (Store.tables_ready).
+        additions = store.tables_ready(
+            routes.sinks, create=settings.kafka.topic_pattern is not None and not dry_run)
+        if not dry_run:
+            store.lock_for(kind, ("backfill",))
         topic_ids = meta.topic_ids(topics)
         # Rows of a recreated topic that was not reset would mix two topics' records.
         check_topic_ids(store.offsets.topic_ids(topics), topic_ids,
@@ -131,7 +139,7 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
                 run = store.runs.start(kind, chunk, details)
                 run_id = run.id
                 seen.started(run_id)
-                done = execute_ranges(settings, store, sink, meta, run, chunk, [], Timer(),
+                done = execute_ranges(settings, store, routes, meta, run, chunk, [], Timer(),
                                       signals, topic_ids=topic_ids, additions=additions)
             except BaseException as e:
                 # A stop can reach us after the chunk's COMMIT (e.g. while it mirrors).
@@ -149,6 +157,11 @@ def _backfill(settings: Settings, ranges: Sequence[OffsetRange], kind: str,
                 merged = result.per_partition.setdefault(tp, {})
                 for what, n in counts.items():
                     merged[what] = merged.get(what, 0) + n
+            for table, counts in done.tables.items():
+                merged = result.tables.setdefault(table, {})
+                for what, n in counts.items():  # counts add up; mode and topics are kept
+                    summed = type(n) is int and what in merged
+                    merged[what] = merged[what] + n if summed else n
             result.chunks.append({"chunk": i, "of": total, "run_id": done.run_id,
                                   "ranges": done.plan, "records_read": done.records_read,
                                   "rows_written": done.rows_written,

@@ -1,4 +1,4 @@
-"""One run, start to end: lock, plan, read, stage, publish, report.
+"""One run, start to end: lock, topics, plan, routes, tables, read, stage, publish, report.
 
 Every entry point (CLI, spark-submit, Airflow) ends up here; a backfill is a sequence of these
 runs (driver/backfill.py).
@@ -8,23 +8,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from pipeline import faults
 from pipeline.config import Settings
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
 from pipeline.driver.report import RunResult, Seen, Timer, describe, reported
+from pipeline.driver.routing import (
+    RunRoutes,
+    RunTable,
+    resolve_routes,
+    run_topics,
+    stored_elsewhere,
+)
+from pipeline.driver.schema_probe import with_schema_columns
 from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.errors import DataError
-from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
-from pipeline.sinks import Sink, for_settings
 from pipeline.sinks.upsert import partitions_added
 from pipeline.spark import errors as spark_errors
 from pipeline.spark.launch import start_spark
 from pipeline.store import Store
 from pipeline.store.evolve import Addition
 from pipeline.store.run import Kind, Run
+from pipeline.store.schema import unresolved
 
 log = logging.getLogger("pipeline")
 
@@ -43,15 +51,24 @@ def run_ingest(settings: Settings, *, dry_run: bool = False,
 def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, timer: Timer,
             seen: Seen) -> RunResult:
     meta = KafkaMeta(settings.kafka)
-    sink = for_settings(settings)
     store = Store(settings)
+    pattern = settings.kafka.topic_pattern is not None
     try:
-        additions = store.ready_for("run", [sink], lock=not dry_run)
-        stored = store.offsets.load(settings.kafka.topics)
-        kafka = meta.topic_offsets(settings.kafka.topics)
+        # A list of topics: the tables are the config's, checked before the lock as always.
+        # A pattern: the topics (and so the tables) are known once the lock is held.
+        routes = None if pattern else resolve_routes(settings, settings.kafka.topics)
+        if routes is not None:
+            additions = store.ready_for("run", routes.sinks, lock=not dry_run)
+        elif dry_run:
+            store.schema.check([])
+        else:
+            store.lock_for("run")
+        topics = run_topics(settings, meta)
+        stored = store.offsets.load(topics)
+        kafka = meta.topic_offsets(topics)
         seen.latest = {(k.topic, k.partition): k.latest for k in kafka}
         plan = plan_ranges(
-            stored, kafka, stored_topic_ids=store.offsets.topic_ids(settings.kafka.topics),
+            stored, kafka, stored_topic_ids=store.offsets.topic_ids(topics),
             starting_offsets=settings.kafka.starting_offsets,
             max_records_per_partition=settings.kafka.max_records_per_partition,
             max_records_per_run=settings.kafka.max_records_per_run,
@@ -67,22 +84,35 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         for gap in plan.lost_ranges:
             log.warning("data loss skipped (on_data_loss=skip): %s was deleted before it was read",
                         gap, extra={"event": "plan.data_loss_skipped", **gap.as_dict()})
+        if routes is None:
+            routes = resolve_routes(settings, topics)
+            _report_topics(settings, store, topics, routes)
+            # Every table of the run's topics, checked (and its columns to add planned)
+            # before anything is read; a new topic's table is made first.
+            additions = _pattern_tables_ready(store, routes, dry_run)
         for topic, (had, added) in partitions_added(stored, kafka).items():
             log.info("topic %s grew: partitions %s are new to the pipeline (it had read %s)%s",
-                     topic, added, had, sink.growth_note(),
+                     topic, added, had, routes.table_of(topic).sink.growth_note(),
                      extra={"event": "plan.partitions_added", "topic": topic, "added": added})
         faults.inject("after_plan")
         if dry_run:
-            return RunResult("ingest", "planned", None, planned, lost)
+            return RunResult("ingest", "planned", None, planned, lost,
+                             tables=routes.as_dict())
         if plan.is_empty:
             # Nothing to read, no offset to move: no Spark, no write transaction.
             run_id = store.runs.record_noop(Kind.INGEST, plan.partitions, timer.as_dict())
             seen.started(run_id)
             log.info("run %s: nothing new to read", run_id, extra={"event": "run.noop"})
             return RunResult("ingest", "noop", run_id, planned, timings=timer.as_dict())
+        if settings.sink.columns_from_schema:
+            # sink.columns = "schema" (a pipeline of one table: settings/document.py): the
+            # columns and key from the writer's schema of the planned ranges, then the table
+            # made or checked (driver/schema_probe.py).
+            settings, _, additions = with_schema_columns(settings, store, plan.ranges)
+            routes = resolve_routes(settings, topics)
         run = store.runs.start(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
         seen.started(run.id)
-        result = execute_ranges(settings, store, sink, meta, run, plan.ranges,
+        result = execute_ranges(settings, store, routes, meta, run, plan.ranges,
                                 plan.offset_updates, timer, signals, topic_ids=plan.topic_ids,
                                 additions=additions)
         result.plan, result.lost = planned, lost
@@ -91,16 +121,50 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         store.close()
 
 
-def execute_ranges(settings: Settings, store: Store, sink: Sink, meta: KafkaMeta, run: Run,
-                   ranges: Sequence[OffsetRange], offset_updates: Sequence[PlannedPartition],
-                   timer: Timer, signals: StopSignals | None,
-                   topic_ids: dict[str, str] | None = None,
+def _pattern_tables_ready(store: Store, routes: RunRoutes,
+                          dry_run: bool) -> tuple[Addition, ...]:
+    """A pattern's run: its tables as its routes say (Store.tables_ready), a table not
+    there yet made (a dry run only says it would be)."""
+    # sink.columns = "schema": a table no run has read the columns of is made by
+    # with_schema_columns once the plan is known.
+    sinks = [s for s in routes.sinks if not unresolved(s)]
+    if not dry_run:
+        return store.tables_ready(sinks, create=True)
+    missing = store.schema.missing_tables(sinks)
+    for name in missing:
+        log.info("dry run: table %s would be created", name,
+                 extra={"event": "tables.would_create", "table": name})
+    return store.tables_ready([s for s in sinks if s.results.name not in missing])
+
+
+def _report_topics(settings: Settings, store: Store, topics: Sequence[str],
+                   routes: RunRoutes) -> None:
+    """A pattern's topics this run, and stored ones it no longer finds (their offsets stay,
+    unread)."""
+    log.info("kafka.topic_pattern = %r: %d topics (%s)", settings.kafka.topic_pattern,
+             len(topics), routes.describe(),
+             extra={"event": "plan.topics", "topics": list(topics),
+                    "tables": routes.as_dict()})
+    gone = stored_elsewhere({t for t, _ in store.offsets.load()}, topics)
+    if gone:
+        log.warning("topics %s have stored offsets but are not on the broker or no longer "
+                    "match kafka.topic_pattern: not read ('pipeline offsets reset' forgets a "
+                    "deleted one)", ", ".join(gone),
+                    extra={"event": "plan.topics_gone", "topics": gone})
+
+
+def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: KafkaMeta,
+                   run: Run, ranges: Sequence[OffsetRange],
+                   offset_updates: Sequence[PlannedPartition], timer: Timer,
+                   signals: StopSignals | None, topic_ids: dict[str, str] | None = None,
                    additions: Sequence[Addition] = ()) -> RunResult:
-    """Read and stage ``ranges``, then publish them into ``sink`` with ``offset_updates``;
-    ``topic_ids``: the Kafka topic IDs the ranges were planned on, checked again after the
-    read; ``additions``: the columns sink.evolve adds first (Store.ready_for planned them)."""
+    """Read and stage ``ranges``, then publish them into their topics' tables (``routes``)
+    with ``offset_updates``, in one transaction; ``topic_ids``: the Kafka topic IDs the
+    ranges were planned on, checked again after the read; ``additions``: the columns
+    sink.evolve adds first (Store.tables_ready planned them)."""
     signals = signals or StopSignals()
     run_id, kind = run.id, str(run.kind)
+    tables = routes.reading(ranges)
     try:
         if ranges and additions:
             # sink.evolve: before anything is read, in short transactions of their own, so
@@ -115,13 +179,10 @@ def execute_ranges(settings: Settings, store: Store, sink: Sink, meta: KafkaMeta
             timer.lap("spark_start")
             log.info("Spark started in %.1f s", timer.stages["spark_start"],
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
-        # A transform's wire is chosen from its output's types (stage_transformed).
-        binary = None if settings.sink.transform else binary_rows(
-            settings.sink.record_format, [(c.name, c.type) for c in settings.sink.columns])
-        with Publisher(store, sink, run, ranges, binary=binary) as publisher:
+        with Publisher(store, tables, run, ranges) as publisher:
             if sc is not None:
                 overlapped(lambda: publisher.expect_readers(
-                    stage(sc, settings, run, ranges, publisher.choose_wire)),
+                    stage(sc, settings, routes, run, ranges, publisher.choose_wire)),
                     publisher.take, signals)
                 timer.lap("read_and_stage")
             # What one attempt of each task staged: a retried task is not counted twice.
@@ -135,12 +196,8 @@ def execute_ranges(settings: Settings, store: Store, sink: Sink, meta: KafkaMeta
                                 "dead_letters": staged_dead, "tasks": len(publisher.parts),
                                 "ranges": [r.as_dict() for r in ranges],
                                 "duration": timer.stages["read_and_stage"]})
-            limit = settings.sink.max_bad_records
-            if limit >= 0 and staged_dead > limit:
-                raise DataError(
-                    f"run {run_id}: {staged_dead} bad records in {describe(ranges)} exceed "
-                    f"sink.max_bad_records = {limit}; nothing committed - inspect the topic "
-                    "or raise the limit")
+            for t in tables:
+                _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
             faults.inject("after_stage")
             if topic_ids and ranges:
                 # A topic recreated after the plan: what was read may be either topic's.
@@ -149,15 +206,17 @@ def execute_ranges(settings: Settings, store: Store, sink: Sink, meta: KafkaMeta
             with signals.shielded():
                 published = publisher.finish(offset_updates, timer.as_dict(), topic_ids)
         timer.lap("publish")
-        log.info("run %s %s: published %d rows (%d deleted), %d dead letters from %d records; "
-                 "offsets %s", run_id, kind, published.rows_written,
+        log.info("run %s %s: published %d rows (%d deleted), %d dead letters from %d records "
+                 "into %s; offsets %s", run_id, kind, published.rows_written,
                  published.rows_deleted, published.dead_letters, published.records_read,
+                 ", ".join(published.tables) or "no table",
                  ", ".join(f"{u.range.topic}[{u.range.partition}] -> {u.range.until_offset}"
                            for u in offset_updates) or "unchanged",
                  extra={"event": "publish.done", "records": published.records_read,
                         "rows": published.rows_written,
                         "rows_deleted": published.rows_deleted,
                         "dead_letters": published.dead_letters,
+                        "tables": published.tables,
                         "offsets": [u.range.as_dict(count=False) for u in offset_updates],
                         "duration": timer.stages["publish"]})
     except BaseException as caught:
@@ -180,7 +239,23 @@ def execute_ranges(settings: Settings, store: Store, sink: Sink, meta: KafkaMeta
                      **published.counts(), timings=timer.as_dict())
 
 
-def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange],
+def _check_bad_records(run_id: int, table: RunTable, ranges: Sequence[OffsetRange],
+                       staged: dict[tuple[str, int], dict[str, int]], *,
+                       several: bool) -> None:
+    """sink.max_bad_records, per table: the dead letters of its topics in this run
+    (``several``: the run writes several tables, the message names this one)."""
+    limit = table.route.max_bad_records
+    dead = sum(v["dead"] for (topic, _), v in staged.items() if topic in table.topics)
+    if limit >= 0 and dead > limit:
+        mine = [r for r in ranges if r.topic in table.topics]
+        where = f" (table {table.name})" if several else ""
+        raise DataError(
+            f"run {run_id}: {dead} bad records in {describe(mine)}{where} "
+            f"exceed sink.max_bad_records = {limit}; nothing committed - inspect the topic "
+            "or raise the limit")
+
+
+def stage(sc, settings: Settings, routes: RunRoutes, run: Run, ranges: Sequence[OffsetRange],
           choose_wire: Callable[[bool], None] = lambda binary: None) -> int:
     """Executors read the planned ranges and store them as COPY rows, one blob per batch,
     in this run's staging table; nothing is collected on the driver but one tiny summary
@@ -195,21 +270,26 @@ def stage(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange],
         if settings.sink.transform:
             from pipeline.driver.transform_job import stage_transformed
 
-            return stage_transformed(sc, settings, run, ranges, choose_wire)
-        stage_ranges(sc, settings, run, ranges)
+            # A transform writes one table (settings/routes.py): its route is [sink] with
+            # the table resolved.
+            (table,) = routes.tables
+            return stage_transformed(sc, replace(settings, sink=table.route), run, ranges,
+                                     choose_wire)
+        stage_ranges(sc, settings, routes, run, ranges)
         return 0
     except Exception as e:
         raise spark_errors.classify_spark_error(e, settings, ranges) from None
 
 
-def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]) -> None:
+def stage_ranges(sc, settings: Settings, routes: RunRoutes, run: Run,
+                 ranges: Sequence[OffsetRange]) -> None:
     """Big ranges split into read tasks (split.split_ranges), small ones packed into a few
     Spark tasks (split.pack_ranges): each task reads its ranges exactly with one consumer
-    (consume.read_ranges), encodes them (encode.Encoder) and stages the lines in one
-    transaction (stage.range_stager)."""
+    (consume.read_ranges), encodes each topic's records by its route (encode.Encoder) and
+    stages the lines in one transaction (stage.range_stager)."""
     from pipeline.executor.consume import reader_config
     from pipeline.executor.stage import range_stager
-    from pipeline.executor.task import EncoderSettings, RangeStageTask, StagingTarget
+    from pipeline.executor.task import RangeStageTask, StagingTarget
     from pipeline.plan.split import pack_ranges, split_ranges
 
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
@@ -218,7 +298,7 @@ def stage_ranges(sc, settings: Settings, run: Run, ranges: Sequence[OffsetRange]
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
     stager = range_stager(RangeStageTask(
         StagingTarget(settings.database_url, *run.staging_copy()), reader, k.timeout_seconds,
-        EncoderSettings.for_settings(settings, run.id)))
+        routes.encodings(settings, run.id)))
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})

@@ -123,6 +123,17 @@ class KafkaMeta:
             "check the broker and kafka.bootstrap_servers / PIPELINE__KAFKA__BOOTSTRAP_SERVERS, "
             "then retry")
 
+    def topic_names(self) -> list[str]:
+        """Every topic the broker has (and lets us describe), from fresh metadata: what a
+        kafka.topic_pattern is matched against."""
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as e:
+            self._raise_if_refused()
+            raise self._unreachable("listing topics", e.args[0]) from None
+        self._raise_if_refused()
+        return sorted(name for name, t in metadata.topics.items() if t.error is None)
+
     def describe(self, topics: Iterable[str]) -> dict[str, tuple[str, list[int]]]:
         """Each topic's Kafka ID and partitions, from fresh metadata (new partitions
         included)."""

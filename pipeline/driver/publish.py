@@ -1,12 +1,23 @@
-"""The one place that publishes a run: results, dead letters, offsets and the run row in ONE
-Postgres transaction, either all visible or none.
+"""The one place that publishes a run: every table's rows, the dead letters, the ledger,
+the offsets and the run row in ONE Postgres transaction, either all visible or none.
 
-The transaction opens before Spark has finished reading: as each Spark task commits its
-staging blobs, ``take()`` streams them into ``COPY results FROM STDIN`` on the publishing
+A run writes one table per route (driver/routing.py: the topics routed to it). The
+transaction opens before Spark has finished reading: as each Spark task commits its staging
+blobs, ``take()`` streams them into ``COPY <table> FROM STDIN`` on the publishing
 connection, so Postgres parses and indexes the rows while the executors are still reading
-(on 2 cores this hid most of a 5-7 s COPY of 2M rows; docs/benchmarks.md). Nothing of it is
-visible to anyone until ``finish()`` has compared-and-set the offsets and committed; any
-error, signal or crash before that rolls everything back.
+(on 2 cores this hid most of a 5-7 s COPY of 2M rows; docs/benchmarks.md). A connection has
+one COPY open at a time: the open one stays open for as long as the blobs are its table's
+(a run of one table: one COPY statement for the whole run), and a blob of another table
+ends it and opens that table's (each COPY statement its own binary signature and trailer).
+Each table's rows go straight into it where its sink allows and its planned ranges hold no
+row yet, else into a temp table of its own and through its sink's merge at ``finish()``.
+Nothing of it is visible to anyone until ``finish()`` has compared-and-set the offsets and
+committed; any error, signal or crash before that rolls everything back.
+
+``finish()``, in this order (the one lock order of every publishing transaction): the last
+blobs; each table's tombstones; the sinks' merge locks; per table in name order, its rows
+merged (``_publish_table``); the dead-letter lock and the dead letters (one table for every
+topic); the ledger; the offsets' compare-and-set; the run row; COMMIT.
 
 An offset ends up in one place: a dead letter of an offset the run writes a row for moves
 to pipeline_dead_letters_replayed in the same transaction (as a replay moves it), and a
@@ -20,6 +31,7 @@ resubmitted, is never published or counted twice.
 A transform's rows are checked before anything commits: one row per Kafka record, as the
 results table is keyed by (topic, partition, offset); a second row for an offset is a
 ConfigError naming the transform, never a conflict to retry or a row dropped in silence.
+A transform writes one table (settings/routes.py).
 """
 
 from __future__ import annotations
@@ -37,20 +49,23 @@ from psycopg import sql
 from sqlalchemy.schema import CreateTable
 
 from pipeline import faults
+from pipeline.driver.routing import RunTable
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, reader_part
 from pipeline.formats.wire import binary as copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
-from pipeline.sinks import Sink
+from pipeline.sinks import Merged, Sink
 from pipeline.store import Store, tables
 from pipeline.store.copy_in import copy_statement
 from pipeline.store.database import db_errors
 from pipeline.store.identifiers import identifiers
+from pipeline.store.results import Results
 from pipeline.store.run import Run
 
 log = logging.getLogger("pipeline")
 
-_ROWS, _DEAD = "_publish_rows", "_publish_dead"  # temp tables, dropped at COMMIT
+_DEAD = "_publish_dead"  # temp table of the run's dead letters, dropped at COMMIT
+_ROWS = "_publish_rows"  # a table's temp table: _ROWS + "_" + its name, dropped at COMMIT
 # Staged blobs fetched a round trip at a time: a blob is a writer's batch (~1-2 MB of
 # 10,000 rows), held twice while it is copied (libpq's result and Python's bytes), so four
 # a fetch swung the driver's RSS by ~20 MB at the run's peak, one by ~7 (docs/benchmarks.md,
@@ -70,33 +85,85 @@ class Published:
     dead_letters: int
     per_partition: dict[str, dict[str, int]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # as stored in the run row
+    # Per table: its mode, topics, records read, rows written and deleted, dead letters.
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, Any]:
         """The counts, by name (job.RunResult's fields): all but the stored timings."""
         return {k: v for k, v in asdict(self).items() if k != "timings"}
 
 
+@dataclass(eq=False)
+class Target:
+    """One table of the run's transaction: its sink, the topics routed to it, the run's
+    ranges of them, and how its rows land (straight in, or through its temp table)."""
+
+    sink: Sink
+    topics: frozenset[str]
+    ranges: list[OffsetRange]
+    binary: bool | None  # the staged rows' COPY wire (None: a transform's, chosen later)
+    results: Results
+    direct: bool = False
+    copied: int = 0  # rows its COPY statements wrote
+    merged: Merged | None = None
+
+    @property
+    def name(self) -> str:
+        return self.sink.settings.table
+
+    @property
+    def temp(self) -> str:
+        """Its temp table (a table name has at most 48 characters: this fits Postgres's 63)."""
+        return f"{_ROWS}_{self.name}"
+
+    @property
+    def into(self) -> sql.Composable:
+        """Where its COPY writes: the table itself, or its temp table."""
+        return self.sink.t(self.name) if self.direct else sql.Identifier(self.temp)
+
+    @property
+    def cols(self) -> sql.Composable:
+        return identifiers(c.name for c in tables.written(self.sink.records))
+
+    def counts(self, staged: dict[tuple[str, int], dict[str, int]]) -> dict[str, Any]:
+        mine = [v for (topic, _), v in staged.items() if topic in self.topics]
+        merged = self.merged or Merged(self.copied)
+        return {"mode": self.sink.mode, "topics": sorted(self.topics),
+                "records_read": sum(sum(v.values()) for v in mine),
+                "rows_written": merged.rows, "rows_deleted": merged.deleted,
+                "dead_letters": sum(v.get("dead", 0) for v in mine),
+                "copied_directly": self.direct}
+
+
 class Publisher:
     """``with Publisher(...) as pub: pub.take() ...; pub.staged(); pub.finish(...)``:
     finish() commits; leaving the context without it, or with an error, rolls back."""
 
-    def __init__(self, store: Store, sink: Sink, run: Run, ranges: Sequence[OffsetRange],
-                 binary: bool | None = False):
-        """``sink``: the results table's (the run's rows land through its merge).
-        ``binary``: the staged result blobs are COPY binary tuples (registry.binary_rows),
-        else COPY text lines; None: a transform's run, whose driver says which with
-        ``choose_wire`` once the transform's plan is built, before any blob is staged
+    def __init__(self, store: Store, tables_: Sequence[RunTable], run: Run,
+                 ranges: Sequence[OffsetRange]):
+        """``tables_``: the tables the run's ranges go to (routing.RunRoutes.reading), each
+        with its sink and topics; a table's staged rows are in its route's COPY wire
+        (RunTable.binary), or for a transform's run (one table) in the one its driver
+        tells ``choose_wire`` once the transform's plan is built, before any blob is staged
         (the COPY then opens when the first blobs are taken)."""
-        self.store, self.run, self.binary = store, run, binary
-        self.sink, self.results = sink, store.results(sink)
-        self.settings = sink.settings  # [sink]
+        self.store, self.run = store, run
         self.ranges = list(ranges)
+        self.targets = [Target(t.sink, frozenset(t.topics),
+                               [r for r in self.ranges if r.topic in t.topics], t.binary,
+                               store.results(t.sink))
+                        for t in sorted(tables_, key=lambda t: t.name)]
+        self._by_topic = {topic: t for t in self.targets for topic in t.topics}
+        self.transform = next((t.sink.settings.transform for t in self.targets
+                               if t.sink.settings.transform), None)
         self.parts: dict[int, int] = {}  # Spark partition -> the task attempt published
         self.readers = 0  # a transform's read tasks, staged under staging.reader_part's parts
         self.staging = run.staging
-        self.cols = identifiers(c.name for c in tables.written(sink.records))
         self.finished = False
         self.started = time.monotonic()
+
+    @property
+    def tables(self) -> list[str]:
+        return [t.name for t in self.targets]
 
     def __enter__(self) -> Publisher:
         store = self.store
@@ -106,47 +173,61 @@ class Publisher:
             self._read = self._reader.connection.driver_connection  # psycopg: binary cursors
             with self._reader.begin():
                 self._read.execute("SET application_name = 'kafka-offset-pipeline-publish'")
-        self._copy_cm = None
+        self._copy_cm = self._copy = self._copying = None
         self._tx = store.transaction()
         self.conn = self._tx.__enter__()
         try:
             store.set_timeouts(self.conn)
-            # A sink that may (append) copies straight into its keyed table when the planned
-            # ranges hold no row yet (the usual case); otherwise the rows go through a temp
-            # table and the sink's merge (pipeline/sinks/). Columns sink.evolve adds are
-            # there already (driver/job.py added them before the read).
-            self.direct = (self.sink.copies_directly(self.run)
-                           and not self.results.hold_rows_in(self.ranges))
-            target = (store.t(self.sink.results.name) if self.direct
-                      else sql.Identifier(_ROWS))
-            if not self.direct:
-                store.run(CreateTable(tables.record_batch(self.settings, _ROWS)))
-            self._target = target
             self._cur = self.conn.cursor()
-            if self.binary is not None:
-                self._open_copy()
+            for t in self.targets:
+                # A sink that may (append) copies straight into its keyed table when the
+                # planned ranges hold no row yet (the usual case); otherwise the rows go
+                # through a temp table and the sink's merge (pipeline/sinks/). Columns
+                # sink.evolve adds are there already (driver/job.py added them before the
+                # read).
+                t.direct = (t.sink.copies_directly(self.run)
+                            and not t.results.hold_rows_in(t.ranges))
+                if not t.direct:
+                    store.run(CreateTable(tables.record_batch(t.sink.settings, t.temp)))
         except BaseException as e:
             self.__exit__(type(e), e, e.__traceback__)
             raise
         return self
 
-    def _open_copy(self):
-        """The results' COPY, in the staged rows' wire: binary tuples (then the stream's
-        signature and trailer are ours: the blobs are bare tuples) or text lines."""
-        if self._copy_cm is None:
-            cm = self._cur.copy(copy_statement(self._target, self.cols, self.binary))
+    # ---- the one COPY open on the publishing connection ---------------------------------
+    def _copy_into(self, t: Target):
+        """The open COPY into ``t``'s rows, in its staged rows' wire (binary tuples: the
+        stream's signature and trailer are ours, the blobs are bare tuples; or text
+        lines); another table's open COPY ends first."""
+        if self._copying is not t:
+            self._end_copy()
+            cm = self._cur.copy(copy_statement(t.into, t.cols, t.binary))
             self._copy = cm.__enter__()
-            self._copy_cm = cm
-            if self.binary:
+            self._copy_cm, self._copying = cm, t
+            if t.binary:
                 self._copy.write(copy_binary.SIGNATURE)
         return self._copy
 
+    def _end_copy(self) -> None:
+        """Ends the open COPY statement (its rows counted to its table's)."""
+        t, cm = self._copying, self._copy_cm
+        if t is None:
+            return
+        self._copy_cm = self._copying = None
+        if t.binary:
+            self._copy.write(copy_binary.TRAILER)
+        with self._one_row_per_record():
+            cm.__exit__(None, None, None)
+        t.copied += self._cur.rowcount
+
     def choose_wire(self, binary: bool) -> None:
-        """A transform's run (``binary=None``): its writers stage COPY binary tuples, or
-        text lines (executor/transform/arrow_binary.exact); called before its job starts."""
-        if self._copy_cm is not None or self.binary is not None:
+        """A transform's run (its one table's wire None): its writers stage COPY binary
+        tuples, or text lines (executor/transform/arrow_binary.exact); called before its
+        job starts."""
+        if self._copying is not None or any(t.binary is not None for t in self.targets):
             raise RuntimeError("the publisher's COPY wire is chosen once, before any blob")
-        self.binary = binary
+        for t in self.targets:
+            t.binary = binary
 
     def __exit__(self, exc_type, exc, tb) -> None:
         unfinished = exc_type is None and not self.finished
@@ -180,23 +261,37 @@ class Publisher:
                 "SELECT part, min(task) FROM {} GROUP BY part").format(self.staging)
             ).fetchall()
             new = {p: t for p, t in visible if p not in self.parts}
-            if new:
+            if new and self.targets:
                 with db_errors(self.store.url), self._one_row_per_record():
-                    self._stream(ROW, new, self._open_copy())
+                    self._stream_rows(new)
         self.parts.update(new)
         return len(new)
 
-    def _stream(self, kind: str, parts: dict[int, int], copy) -> None:
-        """Feed the chosen attempts' blobs of one kind into an open COPY, one blob at a time
-        (read on the second connection: the publishing one is busy with the COPY)."""
+    def _stream_rows(self, parts: dict[int, int]) -> None:
+        """The chosen attempts' result blobs into their tables' COPY, one blob at a time,
+        table by table: the table whose COPY is open first (a run of one table keeps one
+        COPY open for the whole run), then by name."""
+        for t in sorted(self.targets, key=lambda t: (t is not self._copying, t.name)):
+            if t.binary is None:  # a transform's run that staged no row yet
+                continue
+            for blob in self._blobs(ROW, parts, t.topics if len(self.targets) > 1 else None):
+                self._copy_into(t).write(blob)
+
+    def _blobs(self, kind: str, parts: dict[int, int],
+               topics: frozenset[str] | None = None) -> Iterator[bytes]:
+        """The chosen attempts' blobs of one kind (of ``topics`` only, if given), one at a
+        time (read on the second connection: the publishing one is busy with a COPY)."""
+        where = sql.SQL(" AND topic = ANY(%s)") if topics is not None else sql.SQL("")
         with self._read.cursor(name=f"blobs_{kind}") as cur:
             cur.itersize = BLOBS_PER_FETCH
             cur.execute(sql.SQL(
-                "SELECT blob FROM {} WHERE kind = %s AND (part, task) IN (SELECT * FROM "
-                "unnest(%s::int[], %s::bigint[])) ORDER BY part, seq").format(self.staging),
-                (kind, list(parts), list(parts.values())), binary=True)  # bytea, no hex
+                "SELECT blob FROM {} WHERE kind = %s{} AND (part, task) IN (SELECT * FROM "
+                "unnest(%s::int[], %s::bigint[])) ORDER BY part, seq").format(
+                    self.staging, where),
+                (kind, *([sorted(topics)] if topics is not None else []), list(parts),
+                 list(parts.values())), binary=True)  # bytea, no hex
             for (blob,) in cur:
-                copy.write(blob)
+                yield blob
 
     def staged(self) -> dict[tuple[str, int], dict[str, int]]:
         """Per (topic, partition): result rows, dead letters and (upsert) tombstones of the
@@ -255,7 +350,7 @@ class Publisher:
         missing = [i for i in range(self.readers) if reader_part(i) not in self.parts]
         if missing:
             raise ConfigError(
-                f"[sink] transform {self.settings.transform!r} did not read all of its input: "
+                f"[sink] transform {self.transform!r} did not read all of its input: "
                 f"{len(missing)} of {self.readers} read tasks were never read to their end "
                 "(a limit(), take() or sample of the input?); a transform must read every "
                 "record it is given (filter rows instead of limiting them), then rerun; "
@@ -264,11 +359,12 @@ class Publisher:
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
                topic_ids: dict[str, str] | None = None) -> Published:
-        """Everything after the read: the last blobs, the merge if needed, the dead letters
-        (those of offsets that are rows now moved out, the run's own written), the ledger
-        rows, the offsets compare-and-set and the run row, then COMMIT. A transform's records
-        that it filtered out are staged nowhere: ``filtered`` in the run's per-partition
-        counts and its ledger rows."""
+        """Everything after the read: the last blobs, each table's tombstones and merge
+        (``_publish_table``, tables by name), the dead letters (those of offsets that are
+        rows now moved out, the run's own written), the ledger rows, the offsets
+        compare-and-set and the run row, then COMMIT. A transform's records that it
+        filtered out are staged nowhere: ``filtered`` in the run's per-partition counts and
+        its ledger rows."""
         store, conn, run = self.store, self.conn, self.run
         tail_started = time.monotonic()
         self.take()
@@ -277,27 +373,22 @@ class Publisher:
         if self.readers:
             self._check_no_row_lost(staged)
         with db_errors(store.url):
-            if self.binary is None:  # a transform's run that staged nothing: no wire chosen
-                self.binary = False
-            self._open_copy()
-            cm, self._copy_cm = self._copy_cm, None
-            if self.binary:
-                self._copy.write(copy_binary.TRAILER)
-            with self._one_row_per_record():
-                cm.__exit__(None, None, None)
-            rows_written, rows_deleted = self._cur.rowcount, 0
-            if any(v.get("deletes") for v in staged.values()):
-                self._tombstones()
-            # The one lock order of every publishing transaction: the sink's merge lock,
-            # the results, the dead-letter lock, the dead letters (store/dead_letters.py).
-            self.sink.lock_merges(conn)
-            if run.overwrite:
-                self.results.clear(self.ranges)
-            if not self.direct:
-                self._check_one_row_per_record()
-                merged = self.sink.merge(conn, _ROWS, run)
-                rows_written, rows_deleted = merged.rows, merged.deleted
+            self._end_copy()
+            for t in self.targets:
+                if any(v.get("deletes") for (topic, _), v in staged.items()
+                       if topic in t.topics):
+                    self._tombstones(t)
+            # The one lock order of every publishing transaction: the sinks' merge locks
+            # (tables by name), each table's rows, the dead-letter lock, the dead letters
+            # (store/dead_letters.py).
+            for t in self.targets:
+                t.sink.lock_merges(conn)
+            for t in self.targets:
+                self._publish_table(t)
+            rows_written = sum(t.counts(staged)["rows_written"] for t in self.targets)
+            rows_deleted = sum(t.counts(staged)["rows_deleted"] for t in self.targets)
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
+            by_table = {t.name: t.counts(staged) for t in self.targets}
             records_read = sum(sum(v.values()) for v in staged.values())
             if self.readers:
                 read = self.read_counts()
@@ -306,6 +397,9 @@ class Publisher:
                     if (filtered := n - item["rows"] - item["dead"]) > 0:
                         item["filtered"] = filtered
                 records_read = sum(read.values())
+                for t in self.targets:  # a transform's one table
+                    t_read = sum(n for (topic, _), n in read.items() if topic in t.topics)
+                    by_table[t.name]["records_read"] = t_read
             per_partition = {f"{t}[{p}]": dict(v) for (t, p), v in sorted(staged.items())}
             # The ledger, from the same attempts (a transform's: the read tasks' summaries,
             # the writers' rows inside each range).
@@ -318,94 +412,112 @@ class Publisher:
                        "total": round(timings.get("total", 0) + publish, 3)}
             store.runs.succeed(run, records_read=records_read, rows_written=rows_written,
                                dead_letters=dead_written, per_partition=per_partition,
-                               timings=timings, rows_deleted=rows_deleted)
+                               timings=timings, rows_deleted=rows_deleted,
+                               details={"tables": by_table})
             store.staging.drop(run)
         self.finished = True
         self._tx.__exit__(None, None, None)  # COMMIT: from here on, the run is published
         return Published(records_read, rows_written, rows_deleted, dead_written,
-                         per_partition, timings)
+                         per_partition, timings, by_table)
+
+    def _publish_table(self, t: Target) -> None:
+        """One table's part of the transaction, under the merge locks: its rows are in its
+        temp table (or, copied directly, in the table already); a reprocess clears what its
+        ranges held; then its sink's merge."""
+        if self.run.overwrite:
+            t.results.clear(t.ranges)
+        if t.direct:
+            return
+        self._check_one_row_per_record(t)
+        t.merged = t.sink.merge(self.conn, t.temp, self.run)
 
     # ---- a transform's rows: one per Kafka record -------------------------------------
-    def _two_rows(self, topic: str, partition: int, offset: int, rows: str) -> ConfigError:
+    def _two_rows(self, t: Target, topic: str, partition: int, offset: int,
+                  rows: str) -> ConfigError:
         return ConfigError(
-            f"[sink] transform {self.settings.transform!r} returned {rows} for the record "
-            f"{topic}[{partition}] offset {offset}; the results table {self.settings.table} holds "
+            f"[sink] transform {self.transform!r} returned {rows} for the record "
+            f"{topic}[{partition}] offset {offset}; the results table {t.name} holds "
             "one row per Kafka record (keyed by topic, partition, offset): make the transform "
             "return at most one row per input row (keep several values in an array column), "
             f"then rerun; run {self.run.id} rolled back, nothing committed")
 
-    def _check_one_row_per_record(self) -> None:
+    def _check_one_row_per_record(self, t: Target) -> None:
         """Before the merge: a transform's second row for an offset would be dropped by
         ON CONFLICT DO NOTHING (or fail a reprocess's DO UPDATE) instead of being named, and
         a null key would fail the merge without naming the record."""
-        if not self.settings.transform:
+        if not self.transform:
             return  # the built-in sinks write one line per record
         found = self.conn.execute(sql.SQL(
             'SELECT topic, "partition", "offset", count(*) FROM {} GROUP BY 1, 2, 3 '
             "HAVING count(*) > 1 ORDER BY 1, 2, 3 LIMIT 1").format(
-                sql.Identifier(_ROWS))).fetchone()
+                sql.Identifier(t.temp))).fetchone()
         if found:
-            raise self._two_rows(found[0], found[1], found[2], f"{found[3]} rows")
-        if not self.settings.key:
+            raise self._two_rows(t, found[0], found[1], found[2], f"{found[3]} rows")
+        key = t.sink.settings.key
+        if not key:
             return
         # An upsert key or aggregate group_by the transform made null: no row can hold it.
         null = self.conn.execute(sql.SQL(
             'SELECT topic, "partition", "offset" FROM {} WHERE {} ORDER BY 1, 2, 3 LIMIT 1'
-        ).format(sql.Identifier(_ROWS), sql.SQL(" OR ").join(
-            sql.SQL("{} IS NULL").format(sql.Identifier(k)) for k in self.settings.key))
+        ).format(sql.Identifier(t.temp), sql.SQL(" OR ").join(
+            sql.SQL("{} IS NULL").format(sql.Identifier(k)) for k in key))
         ).fetchone()
         if null:
             raise ConfigError(
-                f"[sink] transform {self.settings.transform!r} returned a null "
-                f"{'/'.join(self.settings.key)} (the sink's key) for the record {null[0]}"
+                f"[sink] transform {self.transform!r} returned a null "
+                f"{'/'.join(key)} (the sink's key) for the record {null[0]}"
                 f"[{null[1]}] offset {null[2]}; make the transform keep a value there (or "
                 f"filter the row out), then rerun; run {self.run.id} rolled back, nothing "
                 "committed")
 
     @contextmanager
     def _one_row_per_record(self) -> Iterator[None]:
-        """Around the direct COPY into the results table: its key refuses a second row for
-        an offset. If the offset is not among the committed rows, the two rows are this
-        run's own (a transform's); else another run published it first (ConflictError)."""
+        """Around a direct COPY into a results table: its key refuses a second row for an
+        offset. If the offset is not among the committed rows, the two rows are this run's
+        own (a transform's); else another run published it first (ConflictError)."""
         try:
             yield
         except psycopg.errors.UniqueViolation as e:
             key = _KEY_DETAIL.match(e.diag.message_detail or "")
-            if not (self.settings.transform and self.direct and key
-                    and e.diag.table_name == self.sink.results.name):
+            t = next((t for t in self.targets if t.direct
+                      and e.diag.table_name == t.sink.results.name), None)
+            if not (self.transform and t is not None and key):
                 raise
             topic, partition, offset = key[1], int(key[2]), int(key[3])
             # take() reads inside its own transaction on the reader; finish() outside one.
             with nullcontext() if self._reader.in_transaction() else self._reader.begin():
                 committed = self._read.execute(sql.SQL(
                     'SELECT 1 FROM {} WHERE topic = %s AND "partition" = %s AND "offset" = %s'
-                ).format(self.store.t(self.sink.results.name)),
+                ).format(self.store.t(t.sink.results.name)),
                     (topic, partition, offset)).fetchone()
             if committed:
                 raise
-            raise self._two_rows(topic, partition, offset, "more than one row") from None
+            raise self._two_rows(t, topic, partition, offset, "more than one row") from None
 
-    def _tombstones(self) -> None:
-        """An upsert sink's tombstones, into the rows' temp table (flagged _tombstone)."""
-        cols = identifiers(tables.tombstone_columns(self.settings))
+    def _tombstones(self, t: Target) -> None:
+        """An upsert table's tombstones (of its topics), into its temp table (flagged
+        _tombstone)."""
+        cols = identifiers(tables.tombstone_columns(t.sink.settings))
         with self.conn.cursor() as cur, cur.copy(copy_statement(
-                sql.Identifier(_ROWS), cols)) as cp, self._reader.begin():
-            self._stream(TOMBSTONE, self.parts, cp)
+                sql.Identifier(t.temp), cols)) as cp, self._reader.begin():
+            for blob in self._blobs(TOMBSTONE, self.parts, t.topics):
+                cp.write(blob)
 
     def _dead_letters(self, staged_dead: int) -> int:
         """Under the dead-letter lock: the dead letters of offsets that are rows now move to
         pipeline_dead_letters_replayed (a backfill or reprocess after a fix of the config, as
         a replay would); a reprocess clears the rest of its ranges'; then the run's own
-        dead letters, never beside a row. Returns how many the run wrote."""
+        dead letters (every table's topics': one dead-letter table), never beside a row.
+        Returns how many the run wrote."""
         store, conn, run = self.store, self.conn, self.run
         dead = store.dead_letters
+        sinks = [t.sink for t in self.targets]
         dead.lock(conn)
         if dead.in_ranges(self.ranges):
-            rows = (sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
-                store.t(self.sink.results.name)) if self.direct else
-                sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
-                    sql.Identifier(_ROWS)))
-            if moved := dead.move_of_rows(run.id, rows, self.ranges):
+            rows = sql.SQL(" UNION ALL ").join(
+                sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(t.into)
+                for t in self.targets)
+            if self.targets and (moved := dead.move_of_rows(run.id, rows, self.ranges)):
                 store.runs.add_details(run.id, {"dead_letters_replayed": moved})
                 log.info("run %s: %d dead letters of its ranges are rows now; moved to "
                          "pipeline_dead_letters_replayed", run.id, moved,
@@ -419,8 +531,9 @@ class Publisher:
         fields = identifiers(c.name for c in tables.DEAD_LETTER_FIELDS)
         with conn.cursor() as cur, cur.copy(copy_statement(
                 sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
-            self._stream(DEAD, self.parts, cp)
-        kept, first = dead.beside_rows(_DEAD, [self.sink])
+            for blob in self._blobs(DEAD, self.parts):
+                cp.write(blob)
+        kept, first = dead.beside_rows(_DEAD, sinks)
         if kept:
             store.runs.add_details(run.id, {"rows_kept_over_dead_letters": kept})
             log.warning(
@@ -430,5 +543,5 @@ class Publisher:
                 "the rows)", run.id, kept,
                 ", ".join(f"{t}[{p}]@{o}" for t, p, o in first),
                 extra={"event": "publish.rows_kept", "run_id": run.id, "kept": kept})
-        return conn.execute(dead.merge_sql(_DEAD, run.overwrite, [self.sink]),
+        return conn.execute(dead.merge_sql(_DEAD, run.overwrite, sinks),
                             (store.pipeline, run.id)).rowcount

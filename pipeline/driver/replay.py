@@ -31,6 +31,7 @@ from pipeline import faults
 from pipeline.config import Settings
 from pipeline.driver.replay_records import decode, refusal
 from pipeline.driver.report import Timer
+from pipeline.driver.schema_probe import table_columns
 from pipeline.errors import ConfigError
 from pipeline.plan.offsets import OffsetRange
 from pipeline.sinks import Sink, for_settings
@@ -77,6 +78,7 @@ def run_replay(settings: Settings, f: DeadLetterFilter, *, dry_run: bool = False
     if why := refusal(settings):
         raise ConfigError(why)
     timer = Timer()
+    settings = table_columns(settings)  # sink.columns = "schema": the table's
     sink = for_settings(settings)
     with Store(settings) as store:
         store.schema.check([sink])

@@ -32,6 +32,8 @@ class RunResult:
     dead_letters: int = 0
     per_partition: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
+    # Per table: its mode and topics, and (published) its counts (publish.Published.tables).
+    tables: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -58,6 +58,8 @@ class Filters:
     partition: int | None = None
     from_offset: int | None = None
     to_offset: int | None = None  # exclusive
+    # The table's topics, for a pipeline of several tables (None: every topic published).
+    topics: tuple[str, ...] | None = None
 
     def window(self, topic: str, partition: int) -> OffsetRange:
         return OffsetRange(topic, partition, self.from_offset or 0,
@@ -253,7 +255,8 @@ def run_verify(settings: Settings, filters: Filters, spark: str = "auto",
             ranges, _ = published_ranges(store)
             in_tables = store.verification.table_partitions([sink.results])
         selected = {tp: ranges.get(tp, []) for tp in sorted(set(ranges) | in_tables)
-                    if filters.topic in (None, tp[0]) and filters.partition in (None, tp[1])}
+                    if filters.topic in (None, tp[0]) and filters.partition in (None, tp[1])
+                    and (filters.topics is None or tp[0] in filters.topics)}
         compacted = meta.compacted(sorted({t for t, _ in selected})) if selected else {}
         offsets = sum(r.count for tp, rs in selected.items()
                       for r in clip(rs, filters.window(*tp).from_offset,

@@ -110,18 +110,22 @@ def check_filters(settings: Settings, partition, from_offset, to_offset,
 
 
 def run_state_verify(settings: Settings, topic: str | None = None,
-                     filters=None, skip_lost: bool = False) -> StateReport:
+                     filters=None, skip_lost: bool = False,
+                     topics: tuple[str, ...] | None = None) -> StateReport:
     """``filters`` (driver/verify.Filters): an append sink's window (``verify --values``);
     its rows are compared one by one, so any window is a true part of its state.
+    ``topics``: the table's, in a pipeline of several tables (None: every topic published).
     ``skip_lost``: what Kafka no longer holds is out of the scope (listed, not a verdict)."""
     from pipeline.driver.kafka_meta import KafkaMeta
     from pipeline.driver.reconcile import clip
+    from pipeline.driver.schema_probe import table_columns
     from pipeline.driver.verify import kafka_offsets
     from pipeline.executor.consume import reader_config
     from pipeline.executor.task import EncoderSettings
     from pipeline.sinks import for_settings
     from pipeline.store import Store
 
+    settings = table_columns(settings)  # sink.columns = "schema": the table's
     k, sink = settings.kafka, for_settings(settings)
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-verify")
     encoder = EncoderSettings.for_settings(settings, 0).encoder()
@@ -146,6 +150,8 @@ def run_state_verify(settings: Settings, topic: str | None = None,
                     if t in settings.kafka.topics and topic in (None, t)]
             if topic is not None:
                 ranges = {tp: rs for tp, rs in ranges.items() if tp[0] == topic}
+            if topics is not None:
+                ranges = {tp: rs for tp, rs in ranges.items() if tp[0] in topics}
             if filters is not None:
                 ranges = {tp: list(clip(rs, w.from_offset, w.until_offset))
                           for tp, rs in ranges.items()

@@ -239,8 +239,9 @@ def _take(state: _Open, messages: list, config: dict, errors: list[str],
                 raise RangeReadError(
                     Kind.TRANSIENT,
                     f"{r}: offset {state.next_offset} is no longer in Kafka (deleted by "
-                    "retention while the run read it); nothing committed - the next "
-                    "run applies kafka.on_data_loss", r)
+                    "retention while it was read); nothing committed - run again: a "
+                    "scheduled run then applies kafka.on_data_loss, a backfill or verify "
+                    "names what Kafka no longer holds", r)
             if refused(err):
                 raise refusal(config, r, err)
             if err.fatal() or not err.retriable():
@@ -320,5 +321,6 @@ def _check_not_deleted(consumer, r: OffsetRange, first_offset: int, timeout: flo
         raise RangeReadError(
             Kind.TRANSIENT,
             f"{r}: offsets [{r.from_offset}, {min(earliest, first_offset)}) were deleted by "
-            "retention while the run read them; nothing committed - the next run applies "
-            "kafka.on_data_loss", r)
+            "retention while they were read; nothing committed - run again: a scheduled "
+            "run then applies kafka.on_data_loss, a backfill or verify names what Kafka no "
+            "longer holds", r)

@@ -96,9 +96,9 @@ def range_stager(spec: RangeStageTask, transactions: bool = False):
     """A picklable function for ``RDD.mapPartitions`` over read tasks (one Spark partition
     holds one group of split.pack_ranges, a list of OffsetRanges, or bare OffsetRanges):
     read the task's ranges on the executor with one consumer (consume.read_ranges), encode
-    each batch (encode.Encoder) and store it as one blob per kind (ROW, DEAD, TOMBSTONE),
-    all of a task attempt in one transaction (stage_attempt). Yields one summary tuple per
-    task: (part, attempt, rows, dead letters, tombstones).
+    each batch (encode.Encoder: its topic's route's) and store it as one blob per kind
+    (ROW, DEAD, TOMBSTONE), all of a task attempt in one transaction (stage_attempt). Yields
+    one summary tuple per task: (part, attempt, rows, dead letters, tombstones).
 
     ``transactions`` ([sink] transactions): each range is also summarised by source
     transaction (segments.RangeSegments, a SEGMENTS blob beside its HASH); the ranges must
@@ -112,10 +112,19 @@ def range_stager(spec: RangeStageTask, transactions: bool = False):
 
         zip_imports.install()  # the worker's next tasks start sooner
 
-        encoder = spec.encoding.encoder()
+        # One encoder per route's settings (a table's topics share one), made when its
+        # first batch comes.
+        encoders: dict = {}
         ranges = [r for item in items for r in (item if isinstance(item, list) else [item])]
 
-        def blobs_of(r, records, encoded) -> Iterator[Blob]:
+        def encoder_of(topic: str):
+            encoding = spec.encoding(topic)
+            encoder = encoders.get(encoding)
+            if encoder is None:
+                encoder = encoders[encoding] = encoding.encoder()
+            return encoder
+
+        def blobs_of(r, records, encoder, encoded) -> Iterator[Blob]:
             lo, hi = records[0].offset(), records[-1].offset()
             for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
                 for lines in line_chunks(batch, spec.target.max_blob_bytes):
@@ -126,13 +135,14 @@ def range_stager(spec: RangeStageTask, transactions: bool = False):
 
         def staged() -> Iterator[Iterator[Blob]]:
             for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds):
+                encoder = encoder_of(r.topic)
                 if transactions:
                     encoded, sources = encoder.transactions(r.topic, r.partition, records)
                     summaries[r].add(records, sources)
                 else:
                     hashes[r].add(records)  # the one per-record step besides the encoding
                     encoded = encoder.encode(r.topic, r.partition, records)
-                yield blobs_of(r, records, encoded)
+                yield blobs_of(r, records, encoder, encoded)
             # Each range's summary, staged with its blobs: the ledger row of the attempt
             # the publisher chooses (a range with no record still has one).
             yield (Blob(r.topic, r.partition, HASH, h.records, r.from_offset,

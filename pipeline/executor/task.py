@@ -53,12 +53,18 @@ class EncoderSettings:
 
     @classmethod
     def for_settings(cls, settings, run_id: int) -> EncoderSettings:
-        """The one way a pipeline's settings become an encoder's (a run's read tasks, a
-        dead-letter replay and verify must encode a record alike)."""
-        sink = settings.sink
+        """The encoder of [sink] as written (a pipeline of one table: a dead-letter replay,
+        verify)."""
+        return cls.for_route(settings.sink, settings.schema_registry, run_id)
+
+    @classmethod
+    def for_route(cls, sink, schemas: SchemaSource | None, run_id: int) -> EncoderSettings:
+        """The one way a topic's route (a SinkSettings: settings/routes.py) becomes an
+        encoder's (a run's read tasks, a dead-letter replay and verify must encode a record
+        alike); ``schemas``: the pipeline's [schema_registry]."""
         return cls(sink.record_format,
                    tuple((c.name, c.type, c.required, c.source) for c in sink.columns),
-                   run_id, sink.key if sink.deletes else (), settings.schema_registry,
+                   run_id, sink.key if sink.deletes else (), schemas,
                    sink.truncate == "apply")
 
     def encoder(self, text_rows: bool = False):
@@ -75,13 +81,25 @@ class EncoderSettings:
 class RangeStageTask:
     """The built-in sinks' task: read offset ranges exactly with one consumer (``reader``:
     its librdkafka settings, consume.reader_config; ``timeout_seconds``: how long no range
-    may move), encode them and stage them. The ranges themselves are the Spark partition's
-    data, not part of the spec."""
+    may move), encode each topic's records by its route (``encodings``: (topic, encoder
+    settings) pairs) and stage them. The ranges themselves are the Spark partition's data,
+    not part of the spec."""
 
     target: StagingTarget
     reader: dict[str, Any]
     timeout_seconds: float
-    encoding: EncoderSettings
+    encodings: tuple[tuple[str, EncoderSettings], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "encodings", tuple(sorted(
+            (str(t), e) for t, e in self.encodings)))
+
+    def encoding(self, topic: str) -> EncoderSettings:
+        """``topic``'s encoder settings (its route's)."""
+        for t, e in self.encodings:
+            if t == topic:
+                return e
+        raise KeyError(f"no encoder for topic {topic!r} in the read task's spec")
 
 
 @dataclass(frozen=True)

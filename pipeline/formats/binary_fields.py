@@ -40,6 +40,12 @@ NUMERIC = [struct.Struct(f">ihhhh{n}H").pack for n in range(64)]
 _NEG = 0x4000
 
 
+def _numeric_pack(nd: int) -> Callable[..., bytes]:
+    """The packer of a numeric field of ``nd`` base-10000 digits (a decimal without
+    precision may have more than NUMERIC's)."""
+    return NUMERIC[nd] if nd < len(NUMERIC) else struct.Struct(f">ihhhh{nd}H").pack
+
+
 def numeric_field(un: int, scale: int) -> bytes:
     """The numeric field of ``un`` * 10**-scale (scale >= 0), display scale ``scale``.
     Postgres's numeric input strips leading and trailing zero digits itself."""
@@ -56,7 +62,8 @@ def numeric_field(un: int, scale: int) -> bytes:
         return NUMERIC[0](8, 0, 0, 0, scale)
     digits.reverse()
     nd = len(digits)
-    return NUMERIC[nd](8 + 2 * nd, nd, nd - 1 - (scale + pad) // 4, sign, scale, *digits)
+    return _numeric_pack(nd)(8 + 2 * nd, nd, nd - 1 - (scale + pad) // 4, sign, scale,
+                             *digits)
 
 
 def numeric_of(scale: int) -> Callable[[int], bytes]:
@@ -85,6 +92,20 @@ def numeric_of(scale: int) -> Callable[[int], bytes]:
     return numeric
 
 
+def unscaled(d: Decimal, scale: int) -> int:
+    """The integer d * 10**scale, exactly (``d`` has at most ``scale`` places; Decimal's
+    arithmetic would round to its context's 28 digits)."""
+    sign, digits, exponent = d.as_tuple()
+    n, shift = int("".join(map(str, digits))), exponent + scale
+    if shift >= 0:
+        n *= 10 ** shift
+    else:  # trailing zeros beyond the scale ("1.50" at scale 1) only
+        n, rest = divmod(n, 10 ** -shift)
+        if rest:
+            raise ValueError(f"{d} has more than {scale} places")
+    return -n if sign else n
+
+
 def _numeric_of_text(scale: int) -> Callable[[str], bytes]:
     """A decimal column's text (a typed rule's, at most ``scale`` places, or the raw
     "625e-2") -> the field numeric_of(scale) writes for the same value: the same bytes
@@ -92,8 +113,17 @@ def _numeric_of_text(scale: int) -> Callable[[str], bytes]:
     numeric = numeric_of(scale)
 
     def convert(t: str) -> bytes:
-        return numeric(int(Decimal(t).scaleb(scale)))
+        return numeric(unscaled(Decimal(t), scale))
     return convert
+
+
+def _numeric_own_scale(t: str) -> bytes:
+    """A decimal (no precision) column's text, positional (json/values.exact_decimal) ->
+    its numeric field, with the value's own scale as the display scale (as Postgres's text
+    input keeps it)."""
+    d = Decimal(t)
+    scale = max(0, -d.as_tuple().exponent)
+    return numeric_field(unscaled(d, scale), scale)
 
 
 def _string(t: str) -> bytes:
@@ -129,6 +159,8 @@ def from_text(declared: str) -> Callable[[str], bytes] | None:
     t = column_type(declared)
     if t.precision is not None:
         return _numeric_of_text(t.scale)
+    if t.pg == "numeric":
+        return _numeric_own_scale
     return _FROM_TEXT.get(t.pg)
 
 

@@ -59,10 +59,6 @@ class Encoder:
             options.update(key=tuple(tombstone_key), truncate=truncate)
         self.format = record_format(fmt)(columns, run_id, **options)
         self.delete_key = getattr(self.format, "delete_key", None)
-        # A change-event format's deletions carry their source position (the upsert's order,
-        # sinks/upsert.py): a tombstone takes its delete's, the record before it.
-        self.deletion = getattr(self.format, "deletion", None)
-        self._last_delete: dict[tuple[str, int], tuple[bytes | None, str]] = {}
         self.wire = self.format.wire
         self.binary = self.wire.binary
         self.run_id = run_id
@@ -91,10 +87,10 @@ class Encoder:
     def transactions(self, topic: str, partition: int, records
                      ) -> tuple[Encoded, list[tuple[str, int] | None]]:
         """``encode``, and each record's source transaction and its order within its table
-        (a change-event format's ``transaction_of``; None for a record of none: a snapshot's
-        read, a tombstone, a dead letter), in the records' order: what a read task
-        summarises when whole source transactions are kept (executor/segments.py). Only
-        this path collects them: ``encode`` pays nothing for it."""
+        (formats/debezium: ``transaction_of``; None for a record of none: a snapshot's
+        read, a tombstone, what is no change event), in the records' order: what a read
+        task summarises when whole source transactions are kept (executor/segments.py).
+        Only this path collects them: ``encode`` pays nothing for it."""
         if not hasattr(self.format, "sources"):
             raise TypeError(f"{type(self.format).__name__} reads no source transactions "
                             "([sink] transactions needs envelope = \"debezium\")")
@@ -139,24 +135,6 @@ class Encoder:
             tombstones += one.tombstones
         return Encoded(rows, dead, tombstones)
 
-    def _key_fields(self, key) -> str:
-        return ("\t".join(NULL for _ in self.key) if key is EVERY_KEY else
-                "\t".join(key_fields(key, self.key)))
-
-    def _positioned(self, topic: str, partition: int, m, key, position: str | None) -> str:
-        """A change-event deletion's key fields and source position (tables.
-        tombstone_columns). Debezium writes a delete's tombstone right after it: the
-        tombstone takes the delete's position when the delete was the last deletion this
-        encoder read of the partition, with the same Kafka key; else it has none (the upsert
-        places it before every change that has one)."""
-        fields = self._key_fields(key)
-        tp = (topic, partition)
-        if m.value() is not None:
-            self._last_delete[tp] = (m.key(), position or NULL)
-            return f"{fields}\t{position or NULL}"
-        last = self._last_delete.pop(tp, None)
-        return f"{fields}\t{last[1] if last is not None and last[0] == m.key() else NULL}"
-
     def failed_line(self, head: str, m, e: Exception) -> str:
         """The dead letter of a record whose encoding raised ``e``."""
         if isinstance(e, TimestampOutOfRange):
@@ -183,12 +161,9 @@ class Encoder:
             if deletes and self.key:
                 what = "tombstone (null value)" if m.value() is None else "delete"
                 try:
-                    if self.deletion is not None:
-                        key, position = self.deletion(m, self.key)
-                        fields = self._positioned(topic, partition, m, key, position)
-                    else:
-                        key = m.key() if self.delete_key is None else self.delete_key(m, self.key)
-                        fields = self._key_fields(key)
+                    key = m.key() if self.delete_key is None else self.delete_key(m, self.key)
+                    fields = "\t".join(NULL for _ in self.key) if key is EVERY_KEY else \
+                        "\t".join(key_fields(key, self.key))
                 except BadTombstone as e:
                     dead.append(dead_line(head, m, "bad_tombstone", f"{what} {e}: it cannot "
                                           "name the row to delete"))

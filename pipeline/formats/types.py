@@ -9,6 +9,8 @@ json/rows.py its inlined checks. A new
 column type is one entry here (and a new format's value rule, a new field). Plain Python:
 the executors import it without SQLAlchemy or Spark. ``decimal(p,s)`` and ``array<T>`` (a
 Postgres T[] of a scalar type; jsonb and arrays: documents.py) are parsed here only.
+``decimal`` (a NUMERIC without precision) is exact: each value keeps its own digits and
+scale.
 """
 
 from __future__ import annotations
@@ -45,12 +47,26 @@ class ColumnType:
         return self.element is None and self.pg != "jsonb"
 
     @property
+    def is_decimal(self) -> bool:
+        """decimal(p,s) or decimal: a Postgres numeric."""
+        return self.precision is not None or self.pg == "numeric"
+
+    @property
+    def own_scale(self) -> bool:
+        """A decimal without precision (or an array of them): each value keeps its scale."""
+        if self.element is not None:
+            return self.element.own_scale
+        return self.pg == "numeric"
+
+    @property
     def exact_json(self) -> bool:
-        """A decimal wider than a double's 15 exact digits (or an array of them), or jsonb
-        (its numbers are kept as written): its JSON is parsed exactly."""
+        """A decimal wider than a double's 15 exact digits, or without precision (or an
+        array of them), or jsonb (its numbers are kept as written): its JSON is parsed
+        exactly."""
         if self.element is not None:
             return self.element.exact_json
-        return self.pg == "jsonb" or (self.precision is not None and self.precision > 15)
+        return (self.pg in ("jsonb", "numeric")
+                or (self.precision is not None and self.precision > 15))
 
 
 def _integer_check(bits: int) -> tuple[str, ...]:
@@ -79,6 +95,10 @@ TYPES: dict[str, ColumnType] = {t.declared: t for t in (
         "else:",
         "    f{i} = c{i}(x)")),
     ColumnType("date", "date", "date", jv.date_, av.date_),
+    # A NUMERIC without precision: every value exact, with its own scale (json/values.py).
+    # No Spark type holds that: refused under a transform (settings/sink.py).
+    ColumnType("decimal", "string", "numeric", jv.exact_decimal, av.exact_decimal,
+               sum="decimal"),
     # A sub-document kept whole (documents.py); Spark's from_json keeps any value's text.
     ColumnType("jsonb", "string", "jsonb", doc.jsonb, doc.jsonb),
 )}

@@ -21,12 +21,17 @@ def _tags(value: list) -> list:
     return value
 
 
+# The longest delay or timeout taken (a year): Airflow keeps them as timedelta, which a
+# value like 1e300 overflows, failing the DAG's parsing instead of naming the key.
+A_YEAR = 366 * 86400
+
+
 class AirflowTable(Table):
     schedule: NonEmpty | None = None
-    retries: int | None = Field(None, ge=0)
-    retry_delay_seconds: float | None = Field(None, ge=0)
-    max_retry_delay_seconds: float | None = Field(None, ge=1)
-    execution_timeout_seconds: float | None = Field(None, ge=1)
+    retries: int | None = Field(None, ge=0, le=1000)
+    retry_delay_seconds: float | None = Field(None, ge=0, le=A_YEAR)
+    max_retry_delay_seconds: float | None = Field(None, ge=1, le=A_YEAR)
+    execution_timeout_seconds: float | None = Field(None, ge=1, le=A_YEAR)
     owner: NonEmpty | None = None
     tags: Annotated[list, AfterValidator(_tags)] | None = None
     pool: NonEmpty | None = None

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import model_validator
 
+from pipeline.errors import ConfigError
 from pipeline.formats.schema_source import SchemaSource
 from pipeline.settings.airflow import AirflowTable
 from pipeline.settings.base import Identifier, Table
@@ -15,6 +16,7 @@ from pipeline.settings.database import DatabaseTable
 from pipeline.settings.kafka import KafkaSettings, KafkaTable
 from pipeline.settings.metrics import MetricsSettings, MetricsTable
 from pipeline.settings.registry import SchemaRegistryTable, schema_source
+from pipeline.settings.routes import Routes, routes_of
 from pipeline.settings.secrets import redact_settings, redact_url
 from pipeline.settings.sink import SinkSettings, SinkTable, check_transactions_topic
 from pipeline.settings.spark import SparkSettings, SparkTable
@@ -47,12 +49,27 @@ class ConfigFile(Table):
     def settings(self, source: str, env: dict[str, str]) -> Settings:
         """The run's settings; the checks across keys (the sink's columns and mode, a
         registry for the formats that need one) raise ConfigError."""
-        kafka, database_url, sink = (self.kafka.value(env), self.database.database_url(env),
-                                     self.sink.value())
-        check_transactions_topic(sink, kafka.topics)
+        kafka, database_url = self.kafka.value(env), self.database.database_url(env)
+        routes = routes_of(self.sink)
+        routes.check_topics(kafka.matches, kafka.describe_topics())
+        if kafka.topics:  # every route known now: checked now (a pattern's, at each run)
+            routes.tables(kafka.topics)
+        elif routes.default.transform and routes.overrides:
+            raise ConfigError(f"[sink] transform {routes.default.transform!r} with "
+                              "[sink.topics.*] routes: not yet; a transform writes one table")
+        if routes.one_table is None and any(
+                r.columns_from_schema for r in (routes.default, *(o for _, o in routes.overrides))):
+            raise ConfigError(
+                "[sink] columns = \"schema\" with a table per topic (a table template or "
+                "[sink.topics.*] tables): not in this version; declare each table's columns "
+                "([sink.columns], a topic's [sink.topics.\"<topic>\"] columns) or send every "
+                "topic into one table")
+        sink = routes.default
+        check_transactions_topic(sink, kafka)
         return Settings(
             name=self.pipeline.name, kafka=kafka, database_url=database_url,
             schema=self.database.schema_, sink=sink, spark=self.spark.value(), source=source,
+            sink_overrides=routes.overrides,
             lock_timeout_seconds=float(self.database.lock_timeout_seconds),
             statement_timeout_seconds=float(self.database.statement_timeout_seconds),
             metrics=self.metrics.value(env),
@@ -74,6 +91,13 @@ class Settings:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     # [schema_registry]: the avro format's writer schemas (None for json and raw).
     schema_registry: SchemaSource | None = None
+    # [sink.topics."<topic>"]: the topics' own routes, tables resolved (settings/routes.py).
+    sink_overrides: tuple = ()
+
+    @property
+    def routes(self) -> Routes:
+        """Each topic's route: ``routes.for_topic(topic)``, ``routes.tables(topics)``."""
+        return Routes(self.sink, self.sink_overrides)
 
     def redacted(self) -> dict[str, Any]:
         """What may be printed or stored: no password, no SASL secret."""
@@ -82,13 +106,18 @@ class Settings:
             "kafka": {
                 "bootstrap_servers": self.kafka.bootstrap_servers,
                 "topics": list(self.kafka.topics),
+                **({"topic_pattern": self.kafka.topic_pattern}
+                   if self.kafka.topic_pattern else {}),
                 "isolation_level": self.kafka.isolation_level,
                 "consumer": redact_settings(self.kafka.consumer),
                 "admin_client": redact_settings(self.kafka.admin_client),
             },
             "database_url": redact_url(self.database_url),
             "sink": {"format": self.sink.format, "table": self.sink.table,
-                     "mode": self.sink.mode},
+                     "mode": self.sink.mode,
+                     **({"topics": {t: {"table": r.table, "mode": r.mode}
+                                    for t, r in self.sink_overrides}}
+                        if self.sink_overrides else {})},
             **({"schema_registry": self.schema_registry.describe()}
                if self.schema_registry else {}),
         }

@@ -31,7 +31,7 @@ SPARK_CONSUMER_GONE = (
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # empty when the topics are ``topic_pattern``'s
     starting_offsets: str = "earliest"
     isolation_level: str = "read_committed"
     max_records_per_partition: int = 0
@@ -42,15 +42,53 @@ class KafkaSettings:
     # The clients' settings may hold secrets (${VAR} read): not in repr.
     consumer: dict[str, str] = field(default_factory=dict, repr=False)  # driver and executors
     admin_client: dict[str, str] = field(default_factory=dict, repr=False)  # confluent-kafka
+    # A full-match regex over the broker's topics, evaluated at every run (exactly one of
+    # ``topics`` and ``topic_pattern`` is set): a new matching topic joins at the next run.
+    topic_pattern: str | None = None
+
+    def matches(self, topic: str) -> bool:
+        """Is ``topic`` one of the pipeline's? (listed, or matched by the pattern; an
+        internal topic never matches)."""
+        if self.topic_pattern is None:
+            return topic in self.topics
+        return not internal(topic) and re.fullmatch(self.topic_pattern, topic) is not None
+
+    def select(self, names) -> list[str]:
+        """The pipeline's topics among the broker's ``names``, sorted."""
+        return sorted(t for t in set(names) if self.matches(t))
+
+    def describe_topics(self) -> str:
+        """The topics as the config names them, for messages."""
+        if self.topic_pattern is None:
+            return f"kafka.topics ({', '.join(self.topics)})"
+        return f"kafka.topic_pattern = {self.topic_pattern!r}"
 
     def client_config(self) -> dict[str, str]:
         """confluent-kafka (librdkafka) settings for metadata, offsets and the mirror."""
         return {**self.consumer, **self.admin_client, "bootstrap.servers": self.bootstrap_servers}
 
 
+def internal(topic: str) -> bool:
+    """A topic of the broker's or of a tool's own (``__consumer_offsets``,
+    ``__transaction_state``, the Schema Registry's ``_schemas``, Connect's worker topics
+    when named so): a name starting with ``_``. No pattern reads one."""
+    return topic.startswith("_")
+
+
 def _topics(value: list) -> list:
     if not value or not all(isinstance(t, str) and _TOPIC.match(t) for t in value):
         raise about_key("must be a non-empty list of Kafka topic names")
+    return value
+
+
+def _pattern(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise about_key(f"= {value!r} is not a regular expression ({e}); it must match a "
+                        "whole topic name, e.g. 'shop\\.public\\..*'") from None
+    if not value:
+        raise about_key("must not be empty")
     return value
 
 
@@ -71,7 +109,8 @@ ClientTable = Annotated[dict[str, Any], AfterValidator(_client_table)]
 
 class KafkaTable(Table):
     bootstrap_servers: str
-    topics: Annotated[list, AfterValidator(_topics)]
+    topics: Annotated[list, AfterValidator(_topics)] | None = None
+    topic_pattern: Annotated[str, AfterValidator(_pattern)] | None = None
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     max_records_per_partition: int = Field(DEFAULT_MAX_RECORDS_PER_PARTITION, ge=0,
@@ -93,13 +132,23 @@ class KafkaTable(Table):
             raise whole(SPARK_CONSUMER_GONE)
         return data
 
+    @model_validator(mode="after")
+    def _one_way_to_name_topics(self) -> KafkaTable:
+        if (self.topics is None) == (self.topic_pattern is None):
+            raise whole("[kafka] needs exactly one of 'kafka.topics' (a list of topics) and "
+                        "'kafka.topic_pattern' (a regular expression the topics' names match "
+                        "whole, evaluated at every run)" if self.topics is None else
+                        "[kafka] has both 'kafka.topics' and 'kafka.topic_pattern': keep one")
+        return self
+
     def value(self, env: dict[str, str]) -> KafkaSettings:
         clients = {name: _client_settings(getattr(self, name), name, env)
                    for name in ("consumer", "admin_client")}
         return KafkaSettings(
             # ${VAR} as in the client tables: a stack's or a deployment's listener address.
             bootstrap_servers=expand_env(self.bootstrap_servers, "kafka.bootstrap_servers",
-                                         env), topics=tuple(self.topics),
+                                         env), topics=tuple(self.topics or ()),
+            topic_pattern=self.topic_pattern,
             starting_offsets=self.starting_offsets, isolation_level=self.isolation_level,
             max_records_per_partition=self.max_records_per_partition,
             max_records_per_run=self.max_records_per_run, on_data_loss=self.on_data_loss,

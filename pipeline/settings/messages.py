@@ -27,16 +27,25 @@ def config_error(error: ValidationError, root: type[BaseModel]) -> ConfigError:
     return ConfigError(message(errors[0], root))
 
 
+def dotted(loc: tuple[str, ...]) -> str:
+    """A key's path as TOML spells it: a part that is not a bare key (a topic's name in
+    [sink.topics."a.b"]) quoted."""
+    return ".".join(p if _BARE.match(p) else f'"{p}"' for p in loc)
+
+
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
 def message(e: dict[str, Any], root: type[BaseModel]) -> str:
     loc = tuple(str(p) for p in e["loc"])
-    key, kind, value = ".".join(loc), e["type"], e.get("input")
+    key, kind, value = dotted(loc), e["type"], e.get("input")
     ctx = e.get("ctx") or {}
     if kind == "config":
         return ctx["message"]
     if kind == "config_key":
         return f"'{key}' {ctx['message']}"
     if kind == "extra_forbidden":
-        section = ".".join(loc[:-1]) or "config"
+        section = dotted(loc[:-1]) or "config"
         allowed = sorted(_fields(root, loc[:-1]))
         return f"unknown key '{section}.{loc[-1]}' in config; allowed: {', '.join(allowed)}"
     if kind == "missing":
@@ -53,9 +62,13 @@ def message(e: dict[str, Any], root: type[BaseModel]) -> str:
         choices = ", ".join(re.findall(r"'([^']*)'", ctx.get("expected", "")))
         return f"'{key}' = {value!r}: must be one of {choices}"
     hint = _hint(root, loc)
-    if kind in ("greater_than_equal", "greater_than"):
-        bound, op = (ctx["ge"], ">=") if kind == "greater_than_equal" else (ctx["gt"], ">")
-        return f"'{key}' must be {op} {bound:g}, got {value!r}{hint}"
+    bounds = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"),
+              "less_than_equal": ("le", "<="), "less_than": ("lt", "<")}
+    if kind in bounds:
+        name, op = bounds[kind]
+        bound = ctx[name]
+        bound = int(bound) if float(bound).is_integer() else f"{bound:g}"
+        return f"'{key}' must be {op} {bound}, got {value!r}{hint}"
     return f"'{key}': {e['msg']}{hint}"  # a check without a message of its own
 
 
@@ -68,16 +81,26 @@ def _model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _tables_of(annotation: Any) -> type[BaseModel] | None:
+    """The model of a table of named tables (``dict[str, RouteTable]``: [sink.topics.*])."""
+    if typing.get_origin(annotation) is dict:
+        return _model(typing.get_args(annotation)[1])
+    return None
+
+
 def _field(root: type[BaseModel], loc: tuple[str, ...]) -> tuple[type[BaseModel] | None,
                                                                   FieldInfo | None]:
-    model, info = root, None
+    model, info, named = root, None, None
     for part in loc:
+        if named is not None:  # a name in a table of named tables: its model's keys next
+            model, named = named, None
+            continue
         if model is None:
             return None, None
         info = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
         if info is None:
             return None, None
-        model = _model(info.annotation)
+        model, named = _model(info.annotation), _tables_of(info.annotation)
     return model, info
 
 

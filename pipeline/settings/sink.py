@@ -1,5 +1,7 @@
 """[sink]: the result table, how records become its rows (format, columns, a transform) and
-how rows meet the table (mode: sink_modes.py; evolve; a Debezium envelope)."""
+how rows meet the table (mode: sink_modes.py; evolve; a Debezium envelope). ``table`` may
+be a template of the topic's name, and [sink.topics."<topic>"] a topic's own route keys:
+settings/routes.py makes each topic's route of them."""
 
 from __future__ import annotations
 
@@ -7,13 +9,14 @@ import re
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, create_model
 
 from pipeline.errors import ConfigError
 from pipeline.formats import types
-from pipeline.settings.base import Identifier, Table, about_key
+from pipeline.settings.base import Table, about_key
 from pipeline.settings.columns import Column, column
 from pipeline.settings.sink_modes import Aggregate, mode_fields
+from pipeline.settings.table_template import check_template
 
 SINK_FORMATS = ("raw", "json", "avro", "protobuf")
 # The formats whose rows are the declared [sink.columns] (raw's columns are fixed).
@@ -27,7 +30,7 @@ Evolve = Literal["off", "add_columns"]
 @dataclass(frozen=True)
 class SinkSettings:
     format: str
-    table: str
+    table: str  # [sink]'s may be a template (settings/routes.py); a route's is resolved
     max_bad_records: int = -1
     transform: str | None = None
     columns: tuple[Column, ...] = ()
@@ -45,6 +48,10 @@ class SinkSettings:
     # debezium: the connector's transaction topic (provide.transaction.metadata): a run
     # publishes whole source transactions only (plan/transactions.py).
     transactions: str | None = None
+    # columns = "schema": ``columns`` and ``key`` come from the writer's schema, filled in
+    # by init-db and by each run before it checks the table (driver/schema_probe.py);
+    # empty until then.
+    columns_from_schema: bool = False
 
     @property
     def record_format(self) -> str:
@@ -66,12 +73,20 @@ def _transform(value: str) -> str:
     return value
 
 
+def _columns(value: Any) -> dict[str, Any] | str:
+    """[sink.columns], or "schema": the writer's schema says (_schema_columns)."""
+    if value != "schema" and not isinstance(value, dict):
+        raise about_key(f"= {value!r}: write a table of columns ([sink.columns], name = "
+                        "\"type\"), or \"schema\" for the columns of Debezium's writer schema")
+    return value
+
+
 class SinkTable(Table):
     format: Literal["raw", "json", "avro", "protobuf"] = "raw"
-    table: Identifier
+    table: Annotated[str, AfterValidator(check_template)]
     max_bad_records: int = Field(-1, ge=-1, description="-1 = no limit")
     transform: Annotated[str, AfterValidator(_transform)] | None = None
-    columns: dict[str, Any] = {}
+    columns: Annotated[Any, AfterValidator(_columns)] = {}
     mode: Literal["append", "upsert", "aggregate"] = "append"
     # Which mode each is for: sink_modes.py.
     key: list | None = None
@@ -82,29 +97,54 @@ class SinkTable(Table):
     envelope: Literal["none", "debezium"] = "none"
     truncate: Literal["apply", "dead_letter"] | None = None
     transactions: str | None = None
+    # [sink.topics."<topic>"]: the keys of ROUTE_KEYS for one topic (settings/routes.py).
+    topics: dict[str, RouteTable] = {}
 
     def value(self) -> SinkSettings:
+        if self.columns == "schema":
+            return _schema_columns(self)
         fmt, transform = self.format, self.transform
         columns = [column(cname, spec) for cname, spec in self.columns.items()]
         if fmt in COLUMN_FORMATS and not columns:
             raise ConfigError(f"sink.format = '{fmt}' needs at least one column in "
                               "[sink.columns]")
         if fmt == "raw" and columns:
-            raise ConfigError("[sink.columns] is only for sink.format = 'json' or 'avro'")
+            raise ConfigError("[sink.columns] is only for sink.format = 'json', 'avro' or "
+                              "'protobuf'")
         for c in columns if transform is not None else ():
             # A transform's DataFrame holds the Encoder's rows as typed Spark columns
-            # (executor/transform/typed_rows.py, paths too): scalars only.
-            if not types.column_type(c.type).scalar:
-                what = c.type
+            # (executor/transform/typed_rows.py, paths too): scalars only, and no decimal
+            # without precision (no Spark type keeps each value's own scale).
+            t = types.column_type(c.type)
+            if not t.scalar or t.own_scale:
                 raise ConfigError(
-                    f"'sink.columns.{c.name}' ({what}) is not supported with 'sink.transform' "
-                    f"= {transform!r} yet: remove sink.transform, or read the field in the "
-                    "transform")
+                    f"'sink.columns.{c.name}' ({c.type}) is not supported with "
+                    f"'sink.transform' = {transform!r} yet: remove sink.transform, declare it "
+                    "decimal(p,s), or read the field in the transform")
         sink = SinkSettings(fmt, self.table, self.max_bad_records, transform, tuple(columns))
         sink = replace(sink, **mode_fields(
             self.mode, sink.columns, transform, key=self.key, tombstones=self.tombstones,
             group_by=self.group_by, aggregates=self.aggregates))
         return _envelope(self, _evolve(self, sink))
+
+
+# The keys a topic's route may set apart from [sink] ([sink.topics."<topic>"]): where its
+# rows go and how they meet that table. format, envelope and transform stay the pipeline's:
+# one pipeline reads one source's encoding (its executors' decoder and schema registry, and
+# the transaction metadata of a Debezium connector's topics, are the pipeline's).
+ROUTE_KEYS = ("table", "columns", "mode", "key", "tombstones", "group_by", "aggregates",
+              "evolve", "truncate", "max_bad_records")
+# A route's keys as [sink] has them, each optional (None: [sink]'s applies); their checks
+# are [sink]'s, as written there.
+def _optional(info) -> Any:
+    kind = (Annotated[(info.annotation, *info.metadata)] if info.metadata
+            else info.annotation)
+    return (kind | None, Field(None, description=info.description))
+
+
+RouteTable = create_model("RouteTable", __base__=Table,
+                          **{k: _optional(SinkTable.model_fields[k]) for k in ROUTE_KEYS})
+SinkTable.model_rebuild()
 
 
 def _evolve(s: SinkTable, sink: SinkSettings) -> SinkSettings:
@@ -143,16 +183,46 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
                           "[the source table's key columns] and tombstones = 'delete' (the "
                           "default): a change event upserts or deletes its row")
-    if s.transactions is not None and not re.match(r"^[A-Za-z0-9._-]{1,249}$", s.transactions):
-        raise ConfigError(f"'sink.transactions' = {s.transactions!r} is not a Kafka topic name: "
-                          "name Debezium's transaction topic, e.g. \"<topic.prefix>.transaction\"")
+    _check_transactions_name(s)
     return replace(sink, envelope=s.envelope, truncate=s.truncate or "dead_letter",
                    transactions=s.transactions)
 
 
-def check_transactions_topic(sink: SinkSettings, topics) -> None:
+def _check_transactions_name(s: SinkTable) -> None:
+    if s.transactions is not None and not re.match(r"^[A-Za-z0-9._-]{1,249}$", s.transactions):
+        raise ConfigError(f"'sink.transactions' = {s.transactions!r} is not a Kafka topic name: "
+                          "name Debezium's transaction topic, e.g. \"<topic.prefix>.transaction\"")
+
+
+def check_transactions_topic(sink: SinkSettings, kafka) -> None:
     """[sink] transactions names the metadata topic, never one of the data topics."""
-    if sink.transactions is not None and sink.transactions in topics:
-        raise ConfigError(f"'sink.transactions' = {sink.transactions!r} is also in kafka.topics: "
-                          "the transaction topic holds BEGIN/END events, not changes; remove it "
-                          "from kafka.topics")
+    if sink.transactions is not None and kafka.matches(sink.transactions):
+        raise ConfigError(f"'sink.transactions' = {sink.transactions!r} is also one of the "
+                          f"pipeline's topics ({kafka.describe_topics()}): the transaction topic "
+                          "holds BEGIN/END events, not changes; leave it out of kafka.topics / "
+                          "kafka.topic_pattern")
+
+
+def _schema_columns(s: SinkTable) -> SinkSettings:
+    """columns = "schema": a Debezium upsert whose columns and key the run takes from the
+    writer's schema (Kafka Connect's JSON envelope, or Avro through [schema_registry])."""
+    if s.envelope != "debezium" or s.format not in ("json", "avro") or s.mode != "upsert":
+        raise ConfigError("'sink.columns' = 'schema' reads the columns from Debezium's change "
+                          "events: it needs sink.envelope = 'debezium', sink.format = 'json' "
+                          "(Kafka Connect's schema envelope) or 'avro', and sink.mode = "
+                          "'upsert'")
+    for name in ("key", "group_by", "aggregates", "transform"):
+        if getattr(s, name) is not None:
+            why = ("the key is the Kafka key's fields" if name == "key" else
+                   "it is for declared columns")
+            raise ConfigError(f"'sink.{name}' is not for sink.columns = 'schema' ({why}); "
+                              "remove it")
+    if s.tombstones == "dead_letter":
+        raise ConfigError("'sink.envelope' = 'debezium' needs sink.tombstones = 'delete' (the "
+                          "default): a change event upserts or deletes its row")
+    _check_transactions_name(s)
+    sink = SinkSettings(s.format, s.table, s.max_bad_records, mode="upsert",
+                        tombstones="delete", envelope=s.envelope,
+                        truncate=s.truncate or "dead_letter", columns_from_schema=True,
+                        transactions=s.transactions)
+    return _evolve(s, sink)

@@ -27,6 +27,7 @@ class Aggregate:
 
 _FOR_MODE = {"key": "upsert", "tombstones": "upsert", "group_by": "aggregate",
              "aggregates": "aggregate"}
+MODE_KEYS = tuple(_FOR_MODE)  # the [sink] keys one mode reads
 
 
 def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *,
@@ -44,9 +45,9 @@ def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *
     if mode == "append":
         return {}
     if not columns:  # a raw sink: its columns are fixed, none declared (settings/sink.py)
-        raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json' or 'avro': its "
-                          f"{'key' if mode == 'upsert' else 'group_by'} columns are declared "
-                          "in [sink.columns]")
+        raise ConfigError(f"sink.mode = '{mode}' needs sink.format = 'json', 'avro' or "
+                          f"'protobuf': its {'key' if mode == 'upsert' else 'group_by'} "
+                          "columns are declared in [sink.columns]")
     name = "key" if mode == "upsert" else "group_by"
     keys = given[name]
     if keys is None:
@@ -57,8 +58,7 @@ def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *
     columns = tuple(replace(c, required=c.required or c.name in keys) for c in columns)
     if mode == "upsert":
         # Columns of the upsert's own staging and tables (tables.record_batch, sinks/upsert.py).
-        for taken in ("_tombstone", "_unavailable", "_order_time", "_source_position",
-                      "_old_key"):
+        for taken in ("_tombstone", "_unavailable", "_order_time"):
             if taken in declared:
                 raise ConfigError(f"'sink.columns.{taken}' is reserved for an upsert sink; "
                                   "rename it")

@@ -18,9 +18,18 @@ def for_sink(sink: SinkSettings, schema: str, pipeline: str) -> Sink:
 
 
 def for_settings(settings: Settings) -> Sink:
-    """The pipeline's sink: chosen once, from [sink] mode."""
+    """The sink of [sink] as written: a pipeline of one table's (its routes all take
+    [sink]'s table: ``settings.routes.one_table``); a pipeline of several tables has a sink
+    per table (``for_tables``)."""
     return for_sink(settings.sink, settings.schema, settings.name)
 
 
+def for_tables(settings: Settings, topics) -> list[Sink]:
+    """One sink per table the ``topics`` go to (their routes: settings/routes.py), by
+    table name."""
+    return [for_sink(t.sink, settings.schema, settings.name)
+            for t in settings.routes.tables(topics)]
+
+
 __all__ = ["MODES", "Aggregate", "Append", "Merged", "Sink", "Upsert", "for_settings",
-           "for_sink"]
+           "for_sink", "for_tables"]

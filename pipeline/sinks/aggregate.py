@@ -83,6 +83,13 @@ class Aggregate(Sink):
         return {a.name for a in self.settings.aggregates
                 if a.function == "sum" and a.of in doubles}
 
+    def state_scaled(self) -> set[str]:
+        """Sums of decimals without precision: a sum's scale is its addends' largest,
+        whatever their order (a min or max of equal values may keep either scale)."""
+        scaled = super().state_scaled()
+        return {a.name for a in self.settings.aggregates
+                if a.function == "sum" and a.of in scaled}
+
     def archive_recreated(self, conn, topic, archive_results) -> int:
         # The totals stay: they count the old topic's records, which were read once.
         return 0

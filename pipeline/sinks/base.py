@@ -20,6 +20,7 @@ from psycopg import sql
 from sqlalchemy import Table
 
 from pipeline.config import SinkSettings
+from pipeline.formats.types import column_type
 from pipeline.store import tables
 from pipeline.store.identifiers import qualified
 from pipeline.store.run import Run
@@ -125,3 +126,8 @@ class Sink(ABC):
     def state_inexact(self) -> set[str]:
         """Columns compared within a relative 1e-9 (by a join on ``state_key``)."""
         return set()
+
+    def state_scaled(self) -> set[str]:
+        """Columns compared with their scale, as text: a decimal without precision keeps
+        each value's own (1.50 is not 1.5 there), which numeric equality ignores."""
+        return {c.name for c in self.settings.columns if column_type(c.type).own_scale}

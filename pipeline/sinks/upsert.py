@@ -5,13 +5,9 @@ stored row only if it is newer, so a re-read of an old range (or of an old parti
 the topic grew) never overwrites newer state. Tombstones delete, and are kept in
 ``<table>_deleted`` so that an older record replayed later cannot bring the row back.
 
-Debezium's change events (formats/debezium/) add three things. Their order is their place
-in the source first (``_source_position``: source.lsn, then the event's order in its
-transaction), then the order above: a change Kafka Connect wrote again after a restart
-comes later in Kafka than what followed it in the source, and must never pass it. A
-truncate (a tombstone line without a key) deletes every key it is older than. A column a
-change left out (``_unavailable``) keeps the value the row had; a primary-key change's
-create (``_old_key``) takes the value the old key's row had."""
+Debezium's change events (formats/debezium/) add two things, both placed by the same
+order: a truncate (a tombstone line without a key) deletes every key it is newer than, and
+a column an update left out (``_unavailable``) keeps the value the row had."""
 
 from __future__ import annotations
 
@@ -30,14 +26,13 @@ from sqlalchemy import (
     Text,
     func,
 )
-from sqlalchemy.dialects import postgresql
 
 from pipeline.errors import DataError
 from pipeline.sinks.base import Merged, Sink
 from pipeline.store import tables
 from pipeline.store.identifiers import identifiers
 from pipeline.store.run import Run
-from pipeline.store.tables import OLD_KEY, POSITION, UNAVAILABLE
+from pipeline.store.tables import UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -66,44 +61,26 @@ def order_time(t: str) -> sql.Composable:
         t=sql.Identifier(t), o=sql.Identifier(ORDER_TIME), own=usable_time(t))
 
 
-def position(t: str) -> sql.Composable:
-    """A change event's source position (``_source_position``: {lsn, order}); one without
-    (a tombstone read apart from its delete, a row written before positions were kept, a
-    connector that names no LSN) orders before every change that has one."""
-    return sql.SQL("coalesce({t}.{p}, '{{}}'::bigint[])").format(t=sql.Identifier(t),
-                                                                 p=sql.Identifier(POSITION))
-
-
-def order_key(t: str, positions: bool = False) -> sql.Composable:
+def order_key(t: str) -> sql.Composable:
     """The total order of a key's records, as one row value: (order time, NULL oldest;
     partition; topic; offset). Within a partition the order time never decreases, so there
     the offsets decide; across partitions (a topic that grew, a pipeline of several topics)
-    the later order time, then the higher partition, then the greater topic name.
-    ``positions`` (a Debezium sink): the source position first."""
-    key = sql.SQL("coalesce({ot}, '-infinity'), {t}.\"partition\", {t}.topic, "
-                  "{t}.\"offset\"").format(ot=order_time(t), t=sql.Identifier(t))
-    if positions:
-        return sql.SQL("({}, {})").format(position(t), key)
-    return sql.SQL("({})").format(key)
+    the later order time, then the higher partition, then the greater topic name."""
+    return sql.SQL("(coalesce({ot}, '-infinity'), {t}.\"partition\", {t}.topic, {t}.\"offset\")"
+                   ).format(ot=order_time(t), t=sql.Identifier(t))
 
 
-def newer(incoming: str, stored: str, positions: bool = False) -> sql.Composable:
+def newer(incoming: str, stored: str) -> sql.Composable:
     """``incoming`` (a record) supersedes ``stored`` (the row or tombstone of its key): by
     ``order_key``, and within one partition by the offsets alone, whatever order times say
     (a record the pipeline never saw before its successor, a replayed dead letter, must not
-    overtake it there). ``positions`` (a Debezium sink): by the source positions first,
-    where they differ, in a partition too (a change written again after a connector's
-    restart never passes what followed it). The one rule every statement here and in
-    ``state_sql`` orders by (docs/reliability.md, "Upsert across partitions")."""
+    overtake it there). The one rule every statement here and in ``state_sql`` orders by
+    (docs/reliability.md, "Upsert across partitions")."""
     i, s = sql.Identifier(incoming), sql.Identifier(stored)
-    kafka = sql.SQL(
+    return sql.SQL(
         "(CASE WHEN {i}.topic = {s}.topic AND {i}.partition = {s}.partition "
         "THEN {i}.\"offset\" > {s}.\"offset\" ELSE {oi} > {os} END)").format(
         i=i, s=s, oi=order_key(incoming), os=order_key(stored))
-    if not positions:
-        return kafka
-    return sql.SQL("(CASE WHEN {pi} <> {ps} THEN {pi} > {ps} ELSE {kafka} END)").format(
-        pi=position(incoming), ps=position(stored), kafka=kafka)
 
 
 def partitions_added(stored, kafka) -> dict[str, tuple[list[int], list[int]]]:
@@ -126,15 +103,13 @@ class Upsert(Sink):
     @cached_property
     def results(self) -> Table:
         """The record rows' columns keyed by the business key; topic, partition and offset
-        say which record the row is, ``_order_time`` (and a Debezium sink's
-        ``_source_position``) its place in the order (``newer``)."""
+        say which record the row is, ``_order_time`` its place in the order (``newer``)."""
         sink = self.settings
         return Table(
             sink.table, MetaData(schema=tables.SCHEMA),
             *[Column(c.name, c.type, nullable=c.name not in _COORDINATES and c.nullable,
-                     server_default=c.server_default, autoincrement=False,
-                     info={"upgrade": True} if c.name == POSITION else {})
-              for c in self.records.columns if c.name not in (UNAVAILABLE, OLD_KEY)],
+                     server_default=c.server_default, autoincrement=False)
+              for c in self.records.columns if c.name != UNAVAILABLE],
             _order_time_column(),
             PrimaryKeyConstraint(*sink.key, name=f"{sink.table}_pkey"))
 
@@ -151,18 +126,15 @@ class Upsert(Sink):
             Column("kafka_timestamp", tables.TIMESTAMPTZ),
             Column("run_id", BigInteger, nullable=False),
             Column("deleted_at", tables.TIMESTAMPTZ, nullable=False, server_default=func.now()),
-            _order_time_column(), *([_position_column()] if self._debezium else []))
+            _order_time_column())
 
     @property
     def tables(self) -> list[Table]:
         return [self.results, self.deleted]
 
     def upgrades(self) -> list[sql.Composable]:
-        added = [(ORDER_TIME, "timestamptz")] + ([(POSITION, "bigint[]")] if self._debezium
-                                                 else [])
-        return [sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
-            self.t(t.name), sql.Identifier(name), sql.SQL(kind))
-            for t in self.tables for name, kind in added]
+        return [sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} timestamptz").format(
+            self.t(t.name), sql.Identifier(ORDER_TIME)) for t in self.tables]
 
     def archive_recreated(self, conn, topic, archive_results) -> int:
         rows = archive_results()
@@ -176,12 +148,6 @@ class Upsert(Sink):
     @property
     def _debezium(self) -> bool:
         return self.settings.envelope == "debezium"
-
-    def _newer(self, incoming: str, stored: str) -> sql.Composable:
-        return newer(incoming, stored, self._debezium)
-
-    def _order_key(self, t: str) -> sql.Composable:
-        return order_key(t, self._debezium)
 
     def _on(self, a: str, b: str) -> sql.Composable:
         return sql.SQL(" AND ").join(
@@ -203,51 +169,31 @@ class Upsert(Sink):
             key=key, rows=rows, first=first)
         if stored is not None:
             keys = sql.SQL("{} UNION SELECT {} FROM {}").format(keys, key, stored)
-        at = sql.SQL(", {}").format(sql.Identifier(POSITION)) if self._debezium else sql.SQL("")
         return [sql.SQL(
             "INSERT INTO {rows} ({key}, topic, \"partition\", \"offset\", kafka_timestamp, "
-            "run_id, _tombstone{at}) SELECT {kk}, t.topic, t.\"partition\", t.\"offset\", "
-            "t.kafka_timestamp, t.run_id, true{t_at} FROM ({keys}) AS k CROSS JOIN (SELECT * "
-            "FROM {rows} WHERE _tombstone AND {first} IS NULL) AS t").format(
-                rows=rows, key=key, kk=self._keys("k"), keys=keys, first=first, at=at,
-                t_at=sql.SQL(", t.{}").format(sql.Identifier(POSITION)) if self._debezium
-                else sql.SQL("")),
+            "run_id, _tombstone) SELECT {kk}, t.topic, t.\"partition\", t.\"offset\", "
+            "t.kafka_timestamp, t.run_id, true FROM ({keys}) AS k CROSS JOIN (SELECT * FROM "
+            "{rows} WHERE _tombstone AND {first} IS NULL) AS t").format(
+                rows=rows, key=key, kk=self._keys("k"), keys=keys, first=first),
             sql.SQL("DELETE FROM {} WHERE _tombstone AND {} IS NULL").format(rows, first)]
 
     def _newest_sql(self, rows: sql.Identifier, latest: sql.Identifier) -> sql.Composable:
-        """Each key's newest record per partition of ``rows`` (the offsets order them there,
-        after a Debezium sink's source positions: one sort), with its order time: the
-        latest usable Kafka timestamp of the key's records in that partition among
-        ``rows``."""
+        """Each key's newest record per partition of ``rows`` (the offsets order them there:
+        one sort), with its order time: the latest usable Kafka timestamp of the key's
+        records in that partition among ``rows``."""
         key = self._keys("s")
-        first = sql.SQL("{} DESC, ").format(position("s")) if self._debezium else sql.SQL("")
         return sql.SQL(
             "CREATE TEMP TABLE {latest} ON COMMIT DROP AS SELECT DISTINCT ON ({key}, s.topic, "
             "s.partition) s.*, max({ts}) OVER (PARTITION BY {key}, s.topic, s.partition ORDER "
             "BY s.\"offset\" DESC ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) "
-            "AS {o} FROM {rows} AS s ORDER BY {key}, s.topic, s.partition, {first}"
-            "s.\"offset\" DESC"
+            "AS {o} FROM {rows} AS s ORDER BY {key}, s.topic, s.partition, s.\"offset\" DESC"
         ).format(latest=latest, key=key, ts=usable_time("s"), o=sql.Identifier(ORDER_TIME),
-                 rows=rows, first=first)
+                 rows=rows)
 
     def _superseded_sql(self, latest: sql.Identifier) -> sql.Composable:
         """Of a key's newest records per partition, all but the one ``newer`` puts last."""
         return sql.SQL("DELETE FROM {s} AS o USING {s} AS l WHERE {on} AND {newer}").format(
-            s=latest, on=self._on("o", "l"), newer=self._newer("l", "o"))
-
-    def _old_keys(self, w: str) -> list[sql.Composable]:
-        """The old key ``w`` (a primary-key change's create) names, typed as the key."""
-        declared = {c.name: c.type for c in self.settings.columns}
-        return [sql.SQL("({w}.{o}[{i}])::{t}").format(
-            w=sql.Identifier(w), o=sql.Identifier(OLD_KEY), i=sql.Literal(i),
-            t=sql.SQL(tables.ddl_type(tables.sink_type(declared[k]))))
-            for i, k in enumerate(self.settings.key, 1)]
-
-    def _old_key_on(self, w: str, f: str) -> sql.Composable:
-        """``f``'s key is the old key ``w`` names."""
-        return sql.SQL(" AND ").join(
-            sql.SQL("{}.{} = {}").format(sql.Identifier(f), sql.Identifier(k), old)
-            for k, old in zip(self.settings.key, self._old_keys(w), strict=True))
+            s=latest, on=self._on("o", "l"), newer=newer("l", "o"))
 
     def _fill_sql(self, latest: sql.Identifier, rows: sql.Identifier,
                   stored: tuple[sql.Composable, sql.Composable] | None,
@@ -255,12 +201,9 @@ class Upsert(Sink):
         """A change that left a column out (``_unavailable``; of ``columns``, else any
         non-key column) takes the value of the key's newest older change that has it (or
         NULL, past a deletion of the key): among ``rows``, ordered by ``order_key``, each
-        with its order time as of itself. A primary-key change's create (``_old_key``)
-        takes it from the old key instead: its newest older change that has it, past the
-        deletion the key change itself made. With ``stored`` (the results and deleted
-        tables), only changes newer than what they hold count; what is still left out
-        afterwards is the stored row's: the old key's (here, before the merge deletes it),
-        else the key's own (the MERGE)."""
+        with its order time as of itself. With ``stored`` (the results and deleted tables),
+        only changes newer than what they hold count; what is still left out afterwards is
+        the stored row's (the MERGE)."""
         key = self._keys("s")
         stored_time = sql.SQL("")
         bound = sql.SQL("")
@@ -276,47 +219,31 @@ class Upsert(Sink):
                 " AND NOT EXISTS (SELECT FROM {res} AS r WHERE {r_on} AND NOT {fr}) AND NOT "
                 "EXISTS (SELECT FROM {gone} AS d WHERE {d_on} AND NOT {fd})").format(
                 res=res, gone=gone, r_on=self._on("r", "f"), d_on=self._on("d", "f"),
-                fr=self._newer("f", "r"), fd=self._newer("f", "d"))
+                fr=newer("f", "r"), fd=newer("f", "d"))
         candidates = sql.Identifier(_CANDIDATES)
-        u, ok = sql.Identifier(UNAVAILABLE), sql.Identifier(OLD_KEY)
         out = [sql.SQL(
             "CREATE TEMP TABLE {c} ON COMMIT DROP AS SELECT s.*, greatest(max({ts}) OVER "
             "(PARTITION BY {key}, s.topic, s.partition ORDER BY s.\"offset\"){stored}) AS {o} "
             "FROM {rows} AS s WHERE ({key}) IN (SELECT {lk} FROM {latest} AS l WHERE l.{u} IS "
-            "NOT NULL UNION SELECT {old} FROM {latest} AS l WHERE l.{u} IS NOT NULL AND "
-            "l.{ok} IS NOT NULL)").format(
-                c=candidates, ts=usable_time("s"), key=key, stored=stored_time,
-                o=sql.Identifier(ORDER_TIME), rows=rows, lk=self._keys("l"), latest=latest,
-                u=u, ok=ok, old=sql.SQL(", ").join(self._old_keys("l")))]
+            "NOT NULL)").format(c=candidates, ts=usable_time("s"), key=key, stored=stored_time,
+                                o=sql.Identifier(ORDER_TIME), rows=rows, lk=self._keys("l"),
+                                latest=latest, u=sql.Identifier(UNAVAILABLE))]
         wk = self._keys("w")
         for c in self.settings.columns:
             if c.name in self.settings.key or (columns is not None and c.name not in columns):
                 continue
             name, col = sql.Literal(c.name), sql.Identifier(c.name)
-            fill = sql.SQL(
+            out.append(sql.SQL(
                 "UPDATE {latest} AS l SET {col} = p.v, {u} = array_remove(l.{u}, {name}) FROM "
                 "(SELECT DISTINCT ON ({wk}, w.topic, w.partition) {wk}, w.topic AS _t, "
                 "w.partition AS _p, CASE WHEN f._tombstone THEN NULL ELSE f.{col} END AS v "
                 "FROM {latest} AS w JOIN {c} AS f ON {on} WHERE {name} = ANY(w.{u}) AND "
                 "{newer} AND (f._tombstone OR NOT coalesce({name} = ANY(f.{u}), false)){bound} "
                 "ORDER BY {wk}, w.topic, w.partition, {fkey} DESC) AS p WHERE {lp} AND "
-                "l.topic = p._t AND l.partition = p._p")
-            common = {"latest": latest, "col": col, "u": u, "name": name, "wk": wk,
-                      "c": candidates, "newer": self._newer("w", "f"), "bound": bound,
-                      "fkey": self._order_key("f"), "lp": self._on("l", "p")}
-            # The key's own older changes; a key change's create looks at its old key's,
-            # where the deletion the change made is no value (its older changes are).
-            out.append(fill.format(on=sql.SQL("{} AND w.{} IS NULL").format(
-                self._on("w", "f"), ok), **common))
-            out.append(fill.format(on=sql.SQL("{} AND NOT f._tombstone").format(
-                self._old_key_on("w", "f")), **common))
-            if stored is not None:
-                out.append(sql.SQL(
-                    "UPDATE {latest} AS l SET {col} = r.{col}, {u} = array_remove(l.{u}, "
-                    "{name}) FROM {res} AS r WHERE {name} = ANY(l.{u}) AND {old_on} AND "
-                    "{newer}").format(latest=latest, col=col, u=u, name=name, res=stored[0],
-                                      old_on=self._old_key_on("l", "r"),
-                                      newer=self._newer("l", "r")))
+                "l.topic = p._t AND l.partition = p._p").format(
+                    latest=latest, col=col, u=sql.Identifier(UNAVAILABLE), name=name, wk=wk,
+                    c=candidates, on=self._on("w", "f"), newer=newer("w", "f"), bound=bound,
+                    fkey=order_key("f"), lp=self._on("l", "p")))
         return out
 
     def state_sql(self, rows: sql.Identifier, state: sql.Identifier) -> list[sql.Composable]:
@@ -334,9 +261,9 @@ class Upsert(Sink):
         return out
 
     def state_columns(self) -> list[str]:
-        # The order time and source position are how the merge ranks the row, not its
-        # content; the coordinates already say which record it is.
-        return [c for c in super().state_columns() if c not in (ORDER_TIME, POSITION)]
+        # The order time is how the merge ranks the row, not its content; the coordinates
+        # already say which record it is.
+        return [c for c in super().state_columns() if c != ORDER_TIME]
 
     def lock_merges(self, conn: psycopg.Connection) -> None:
         # A backfill may publish beside the ingest (locks of their own): their merges take
@@ -406,10 +333,8 @@ class Upsert(Sink):
             deleted = conn.execute(sql.SQL(
                 "DELETE FROM {res} AS r USING {latest} AS l WHERE l._tombstone AND {on} AND "
                 "{newer}").format(res=res, latest=latest, on=on("l", "r"),
-                                  newer=self._newer("l", "r"))).rowcount
+                                  newer=newer("l", "r"))).rowcount
             # Remembered unless the key's row is newer (a replayed old tombstone).
-            position_set = (sql.SQL(", {0} = EXCLUDED.{0}").format(sql.Identifier(POSITION))
-                            if self._debezium else sql.SQL(""))
             gone_cols = identifiers(c.name for c in tables.written(deleted_table))
             conn.execute(sql.SQL(
                 "INSERT INTO {gone} AS d ({cols}) SELECT {lcols} FROM {latest} AS l WHERE "
@@ -417,12 +342,12 @@ class Upsert(Sink):
                 "{newer_r}) ON CONFLICT ({key}) DO UPDATE SET topic = EXCLUDED.topic, "
                 "partition = EXCLUDED.partition, \"offset\" = EXCLUDED.\"offset\", "
                 "kafka_timestamp = EXCLUDED.kafka_timestamp, run_id = EXCLUDED.run_id, "
-                "{o} = {carried}{position}, deleted_at = now() WHERE {newer}").format(
+                "{o} = {carried}, deleted_at = now() WHERE {newer}").format(
                 gone=gone, cols=gone_cols, latest=latest, key=key, res=res, on=on("r", "l"),
                 lcols=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(c.name))
                                          for c in tables.written(deleted_table)),
-                o=o, carried=_carried("excluded", "d"), newer_r=self._newer("l", "r"),
-                newer=self._newer("excluded", "d"), position=position_set))
+                o=o, carried=_carried("excluded", "d"), newer_r=newer("l", "r"),
+                newer=newer("excluded", "d")))
         live = sql.SQL("NOT l._tombstone AND ") if sink.deletes else sql.SQL("")
 
         def update(n: str) -> sql.Composable:
@@ -446,7 +371,7 @@ class Upsert(Sink):
             u=sql.SQL(", l.{}").format(sql.Identifier(UNAVAILABLE)) if self._debezium
             else sql.SQL(""), carried=_carried("l", "d"), o=o, latest=latest, gone=gone,
             on_d=on("d", "l"), live=live, k0=sql.Identifier(sink.key[0]),
-            newer_d=self._newer("l", "d"))
+            newer_d=newer("l", "d"))
         # MERGE, not INSERT ... ON CONFLICT: no speculative insertion and no lock on a row
         # kept (bench/merge_profile.py). Safe without ON CONFLICT's retry because
         # MERGE_LOCK_CLASS keeps every other writer of this table out.
@@ -459,11 +384,15 @@ class Upsert(Sink):
                                           for n in names),
                  source=source, on_r=on("r", "l"),
                  updates=sql.SQL(", ").join(update(n) for n in names if n not in sink.key),
-                 newer=self._newer("l", "r"))).rowcount
+                 newer=newer("l", "r"))).rowcount
         # A tombstone superseded by a newer record of its key is done.
         conn.execute(sql.SQL(
             "DELETE FROM {gone} AS d USING {latest} AS l WHERE {live}{on} AND {newer}").format(
-            gone=gone, latest=latest, live=live, on=on("l", "d"), newer=self._newer("l", "d")))
+            gone=gone, latest=latest, live=live, on=on("l", "d"), newer=newer("l", "d")))
+        # The next table's merge in the same transaction makes its own (a run of several
+        # tables: driver/publish.py).
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
+            latest, sql.Identifier(_CANDIDATES)))
         return Merged(written, deleted)
 
     def _carry_sql(self, latest: sql.Identifier, stored: sql.Composable,
@@ -494,7 +423,7 @@ class Upsert(Sink):
                 lk=self._keys("l"), u=sql.Identifier(UNAVAILABLE),
                 req=sql.SQL("{}::text[]").format(sql.Literal(required)), latest=latest,
                 res=res, gone=gone,
-                on_r=self._on("r", "l"), on_d=self._on("d", "l"), newer=self._newer("l", "d"))
+                on_r=self._on("r", "l"), on_d=self._on("d", "l"), newer=newer("l", "d"))
         ).fetchone()
         if found:
             topic, partition, offset, *key, columns = found
@@ -517,11 +446,6 @@ def _carried(incoming: str, stored: str) -> sql.Composable:
     return sql.SQL("greatest({i}.{o}, CASE WHEN {s}.topic = {i}.topic AND {s}.partition = "
                    "{i}.partition THEN {st} END)").format(
         i=i, s=s, o=sql.Identifier(ORDER_TIME), st=order_time(stored))
-
-
-def _position_column() -> Column:
-    """A Debezium sink's ``_source_position`` (init-db adds it to an older table)."""
-    return Column(POSITION, postgresql.ARRAY(BigInteger), info={"upgrade": True})
 
 
 def _order_time_column() -> Column:

@@ -53,6 +53,13 @@ def classify_spark_error(e: Exception, settings: Settings,
     """The run's error for a failed Spark job ``e`` that read or staged ``ranges``."""
     if isinstance(e, PipelineError):
         return e
+    if jvm_gone(e):
+        read = ", ".join(str(r) for r in ranges) or "nothing"
+        return TransientError(
+            f"the driver's JVM died while the run read {read[:300]} (killed, e.g. by the "
+            "kernel's OOM killer, or crashed); nothing committed - if it ran out of memory "
+            "give the driver more (spark.driver.memory) or lower "
+            "kafka.max_records_per_partition; then rerun")
     text = str(e)
     first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
     if (task := decode(text)) is not None:
@@ -90,6 +97,18 @@ def classify_spark_error(e: Exception, settings: Settings,
     if "InjectedFault" in text:
         return RuntimeError(f"injected fault in a Spark task: {first[:300]}")
     return e
+
+
+def jvm_gone(e: BaseException) -> bool:
+    """The driver's JVM is gone (killed or crashed): py4j lost its connection mid-call, or
+    cannot connect again. Not a bug of the run, and nothing of it was committed."""
+    from py4j.protocol import Py4JNetworkError
+
+    if isinstance(e, Py4JNetworkError | ConnectionError):
+        return True
+    text = str(e)
+    return ("Answer from Java side is empty" in text
+            or "Error while sending or receiving" in text)
 
 
 def out_of_memory(settings: Settings, ranges: Sequence[OffsetRange], seen: str

@@ -30,6 +30,7 @@ executors.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from pipeline.config import Settings
@@ -49,6 +50,8 @@ from pipeline.store.source_transactions import SourceTransactions
 from pipeline.store.staging import Staging
 from pipeline.store.state import StateVerification
 from pipeline.store.verify import Verification
+
+log = logging.getLogger("pipeline")
 
 
 class Store(Session):
@@ -88,9 +91,26 @@ class Store(Session):
         says, then (``lock``; not for a dry run) the families' locks, held until close, and
         the clean-up after crashed runs of those families. Returns the columns sink.evolve
         will add (the run passes them to ``evolution.add_columns``)."""
-        self.schema.check(sinks)
-        planned = self.schema.check_results_tables(sinks)
+        planned = self.tables_ready(sinks)
         if lock:
-            self.locks.lock_or_fail(what, families=families)
-            self.runs.abandon_stale(families)
+            self.lock_for(what, families)
         return planned
+
+    def lock_for(self, what: str, families: Sequence[str] = ("ingest",)) -> None:
+        """The families' locks, held until close, and the clean-up after crashed runs of
+        those families (a run whose tables are known only once it holds them: a pattern's
+        topics, checked by ``tables_ready`` next)."""
+        self.schema.check([])
+        self.locks.lock_or_fail(what, families=families)
+        self.runs.abandon_stale(families)
+
+    def tables_ready(self, sinks: Sequence[Sink], *, create: bool = False
+                     ) -> tuple[Addition, ...]:
+        """The schema and the ``sinks``' tables as the config says (``create``: a table
+        not there yet is created first, in a short transaction of its own: a topic a
+        pattern found since the last run); the columns sink.evolve will add."""
+        if create and (made := self.schema.create_missing(sinks)):
+            log.info("created %s for topics new to the pipeline", ", ".join(made),
+                     extra={"event": "tables.created", "tables": made})
+        self.schema.check(sinks)
+        return self.schema.check_results_tables(sinks)

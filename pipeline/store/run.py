@@ -30,8 +30,9 @@ class Kind(StrEnum):
 
     @property
     def family(self) -> str:
-        """The lock it takes: a backfill or reprocess has its own, so that it runs beside
-        the scheduled ingest; an 'offsets' change takes both (see FAMILIES)."""
+        """The family whose lock it is named by (its run row's lock key): a backfill or
+        reprocess has its own, so that it runs beside the scheduled ingest; an 'offsets'
+        change and a replay take both locks (see FAMILIES)."""
         return "backfill" if self in (Kind.BACKFILL, Kind.REPROCESS) else "ingest"
 
     @property

@@ -60,14 +60,16 @@ class Runs:
                     .values(status="failed", finished_at=func.clock_timestamp(),
                             error=mask(error), exit_code=exit_code, timings=timings))
 
-    def succeed(self, run: Run, rows_deleted: int = 0, **counts: Any) -> None:
+    def succeed(self, run: Run, rows_deleted: int = 0, details: dict | None = None,
+                **counts: Any) -> None:
         """The run row of a published run (inside its publishing transaction): records_read,
-        rows_written, dead_letters, per_partition, timings; an upsert's deletes go into
-        details."""
+        rows_written, dead_letters, per_partition, timings; an upsert's deletes and
+        ``details`` (the run's tables) go into details."""
         extra = {}
-        if rows_deleted:
+        added = {**({"rows_deleted": rows_deleted} if rows_deleted else {}), **(details or {})}
+        if added:
             extra["details"] = func.coalesce(runs.c.details, literal({}, JSONB)).op(
-                "||", return_type=JSONB)(literal({"rows_deleted": rows_deleted}, JSONB))
+                "||", return_type=JSONB)(literal(added, JSONB))
         self.db.run(update_(runs).where(runs.c.run_id == run.id).values(
             status="succeeded", finished_at=func.clock_timestamp(), exit_code=0, **counts,
             **extra))

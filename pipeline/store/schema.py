@@ -6,13 +6,16 @@ caller builds them from the settings)."""
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import sql
 from sqlalchemy import Table, inspect
-from sqlalchemy.exc import CompileError, SAWarning
+from sqlalchemy.exc import CompileError, ProgrammingError, SAWarning
 from sqlalchemy.schema import CreateTable
 
 from pipeline.errors import ConfigError
@@ -22,6 +25,8 @@ from pipeline.store.locks import LOCK_CLASS
 from pipeline.store.results import Sink
 from pipeline.store.session import Session
 from pipeline.store.tables import offsets
+
+log = logging.getLogger("pipeline")
 
 # The migrations ship inside the package (pipeline/sql links to the repository's sql/), so a
 # wheel installed anywhere applies them; in a checkout the link leads to the same files.
@@ -53,12 +58,68 @@ class Schema:
                 conn.execute(path.read_text().replace("{schema}", f'"{schema}"'))
                 applied.append(path.name)
             for sink in sinks:
-                for table in sink.tables:
-                    db.session.execute(CreateTable(table, if_not_exists=True))
-                    applied.append(f"{sink.mode} table {schema}.{table.name}")
-                for statement in sink.upgrades():
-                    conn.execute(statement)
+                if unresolved(sink):
+                    applied.append(f"none yet for {schema}.{sink.settings.table}: its columns "
+                                   "come from the writer's schema (sink.columns = 'schema'), "
+                                   "the first run that reads the topic creates it")
+                    continue
+                applied += self._create(sink)
         return applied
+
+    def _create(self, sink: Sink) -> list[str]:
+        """The sink's tables and their upgrades, in the open transaction."""
+        schema = self.db.settings.schema
+        made = []
+        for table in sink.tables:
+            self.db.session.execute(CreateTable(table, if_not_exists=True))
+            made.append(f"{sink.mode} table {schema}.{table.name}")
+        for statement in sink.upgrades():
+            self.db.conn.execute(statement)
+        return made
+
+    def create_missing(self, sinks: Sequence[Sink]) -> list[str]:
+        """sink.columns = 'schema': the tables of these (resolved) sinks that do not exist
+        yet, made from the writer's schema before the run reads, in a short transaction of
+        their own (CREATE TABLE IF NOT EXISTS: a concurrent run's are kept). Returns what it
+        made."""
+        names = [t.name for sink in sinks for t in sink.tables]
+        live = self._reflect(names)
+        missing = [sink for sink in sinks if any(t.name not in live for t in sink.tables)]
+        if not missing:
+            return []
+        made: list[str] = []
+        try:
+            with self.db.transaction():
+                for sink in missing:
+                    made += self._create(sink)
+        except ProgrammingError as e:
+            if not isinstance(e.orig, psycopg.errors.InsufficientPrivilege):
+                raise
+            tables_ = ", ".join(sorted(t.name for sink in missing for t in sink.tables))
+            raise ConfigError(
+                f"the run must create {tables_} in schema {self.db.settings.schema} (their "
+                f"columns come from the writer's schema: sink.columns = 'schema') and the "
+                f"job's role may not ({str(e.orig).splitlines()[0]}): grant it CREATE on the "
+                "schema; nothing was read") from None
+        return made
+
+    def live_table(self, name: str) -> LiveTable | None:
+        """A table's columns as Postgres DDL spells their types, with their nullability, and
+        its primary key; None when it does not exist."""
+        live = self._reflect([name]).get(name)
+        if live is None:
+            return None
+        with self.db.transaction():
+            key = inspect(self.db.session).get_pk_constraint(
+                name, schema=self.db.settings.schema).get("constrained_columns", [])
+        return LiveTable(name, {c["name"]: (_type_name(c["type"]), c["nullable"])
+                                for c in live}, tuple(key))
+
+    def missing_tables(self, sinks: Sequence[Sink]) -> list[str]:
+        """The names of the ``sinks``' tables that are not there."""
+        wanted = [t.name for sink in sinks for t in sink.tables]
+        live = self._reflect(wanted)
+        return [name for name in wanted if name not in live]
 
     def _reflect(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """The live columns of the tables ``names`` that exist (one catalog query). It takes
@@ -79,7 +140,8 @@ class Schema:
         and every table of ``sinks``."""
         settings = self.db.settings
         fixed = list(tables.metadata.tables.values())
-        sink_tables = [t for sink in sinks for t in sink.tables]
+        # A table whose columns come from the writer's schema is the run's to make.
+        sink_tables = [t for sink in sinks if not unresolved(sink) for t in sink.tables]
         live = self._reflect([t.name for t in fixed + sink_tables])
         if offsets.name not in live or any(t.name not in live for t in sink_tables):
             raise ConfigError(f"tables missing in schema {settings.schema}: run "
@@ -100,7 +162,12 @@ class Schema:
         'add_columns', a declared column a table lacks is no error: it is planned, and
         added by the run before it reads (evolve.py). Returns the planned additions."""
         db, schema = self.db, self.db.settings.schema
+        # A table whose columns come from the writer's schema is checked once the run has
+        # read them (driver/schema_probe.py).
+        sinks = [sink for sink in sinks if not unresolved(sink)]
         names = [t.name for sink in sinks for t in sink.tables]
+        if not names:
+            return self.evolution.plan([])
         live = self._reflect(names)
         with db.transaction():
             keys = inspect(db.session).get_multi_pk_constraint(schema=schema,
@@ -155,11 +222,32 @@ class Schema:
                               f"ALTER COLUMN {sql.Identifier(cname).as_string(self.db.conn)} "
                               "DROP NOT NULL"))
         if fixes:
+            # sink.columns = 'schema': the columns are the writer's; only a new one is
+            # sink.evolve's to add.
+            other = " or change [sink.columns]"
+            if sink.settings.columns_from_schema:
+                other = (" or set sink.evolve = 'add_columns'" if all(
+                    fix.startswith("ADD COLUMN") for _, fix in fixes) else
+                    " as the table's owner (the source's schema changed)")
             raise ConfigError(
                 f"results table {name} does not match [sink] of {settings.source}: "
                 + "; ".join(why for why, _ in fixes) + f" - run 'ALTER TABLE {name} "
-                + ", ".join(fix for _, fix in fixes) + "' or change [sink.columns]; "
-                "nothing was read")
+                + ", ".join(fix for _, fix in fixes) + f"'{other}; nothing was read")
+
+
+@dataclass(frozen=True)
+class LiveTable:
+    """A table as it is: ``columns`` name -> (type as DDL spells it, nullable), in order."""
+
+    name: str
+    columns: dict[str, tuple[str, bool]]
+    key: tuple[str, ...]
+
+
+def unresolved(sink: Sink) -> bool:
+    """A sink of sink.columns = 'schema' whose columns no run has read yet: its tables are
+    not known."""
+    return sink.settings.columns_from_schema and not sink.settings.columns
 
 
 def _type_name(type_) -> str:

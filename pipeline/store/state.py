@@ -91,13 +91,25 @@ class StateVerification:
             self.db.conn.execute(statement)
         return self.sink.state_columns()
 
+    def _compared(self, columns: list[str]) -> sql.Composable:
+        """The select list of the compared columns: a column that keeps each value's scale
+        (Sink.state_scaled) as its text, so that 1.50 differs from 1.5; the others as they
+        are."""
+        scaled = self.sink.state_scaled()
+        return sql.SQL(", ").join(
+            sql.SQL("{c}::text AS {c}").format(c=sql.Identifier(c)) if c in scaled
+            else sql.Identifier(c) for c in columns)
+
     def _different(self, columns: list[str], inexact: set[str]) -> sql.Composable:
         """The predicate 'row s and row t differ' (NULLs equal; inexact columns within a
-        relative 1e-9)."""
+        relative 1e-9; scaled ones with their scale)."""
         tests = []
+        scaled = self.sink.state_scaled()
         for c in columns:
             s_c, t_c = sql.SQL("s.{}").format(sql.Identifier(c)), \
                 sql.SQL("t.{}").format(sql.Identifier(c))
+            if c in scaled:
+                s_c, t_c = sql.SQL("{}::text").format(s_c), sql.SQL("{}::text").format(t_c)
             if c in inexact:
                 tests.append(sql.SQL(
                     "({s} IS DISTINCT FROM {t} AND NOT coalesce(abs({s} - {t}) <= 1e-9 * "
@@ -142,7 +154,7 @@ class StateVerification:
         counted (per partition too, when rows name their records), with the first keys of
         each. ``left_out``: ``leave_out`` named keys not to compare."""
         key = identifiers(self.sink.state_key())
-        cols = identifiers(columns)
+        cols = self._compared(columns)
         state: sql.Composable = sql.Identifier(STATE)
         table: sql.Composable = self.db.t(self.sink.results.name)
         if not self.sink.state_is_whole_table:

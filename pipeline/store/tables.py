@@ -16,6 +16,8 @@ Nothing here runs on the executors (they get column lists and COPY statements as
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -36,16 +38,10 @@ from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB, TIMES
 from sqlalchemy.types import TypeEngine
 
 from pipeline.config import SinkSettings
-from pipeline.formats.types import column_type
+from pipeline.formats.types import SCALARS, column_type
 
 SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
 UNAVAILABLE = "_unavailable"  # a staged change event's columns it left out (text[])
-# A change event's place in its source ({lsn, order in its transaction}: bigint[]), what the
-# upsert orders a Debezium sink's changes by (sinks/upsert.py); kept with its row.
-POSITION = "_source_position"
-# The old key a primary-key change's create names (its key fields, text[]): where a column
-# it left out takes its value from.
-OLD_KEY = "_old_key"
 TIMESTAMPTZ = TIMESTAMP(timezone=True)
 _DIALECT = postgresql.dialect()
 
@@ -183,7 +179,7 @@ RESULTS_ARCHIVE_COLUMNS = _archive_columns()
 _POSTGRES_TYPES = {"text": Text, "bigint": BigInteger, "integer": Integer,
                    "double precision": DOUBLE_PRECISION, "boolean": Boolean,
                    "timestamp with time zone": lambda: TIMESTAMPTZ, "date": Date,
-                   "jsonb": JSONB}
+                   "jsonb": JSONB, "numeric": Numeric}
 
 
 def sink_type(declared: str) -> TypeEngine:
@@ -197,6 +193,24 @@ def sink_type(declared: str) -> TypeEngine:
     return _POSTGRES_TYPES[t.pg]()
 
 
+def declared_type(ddl: str) -> str | None:
+    """The [sink.columns] type whose column is of Postgres type ``ddl`` (as ddl_type spells
+    it: 'numeric(14,2)', 'text[]'), or None for a type the pipeline does not write."""
+    for declared in (*SCALARS, "jsonb"):
+        if ddl_type(sink_type(declared)) == ddl:
+            return declared
+    if ddl.endswith("[]"):
+        element = declared_type(ddl[:-2])
+        return f"array<{element}>" if element and column_type(element).scalar else None
+    m = re.fullmatch(r"numeric\((\d+),(\d+)\)", ddl)
+    if m is None:
+        return None
+    try:
+        return column_type(f"decimal({m[1]},{m[2]})").declared
+    except KeyError:  # wider than decimal(p,s) declares
+        return None
+
+
 def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
     """One row per record, keyed by its coordinates: what the executors stage (in this
     column order, run_id last) whatever the mode, and an append sink's results table
@@ -208,11 +222,8 @@ def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
     else:
         body = [Column("kafka_timestamp", TIMESTAMPTZ)] + [
             Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
-    if sink.envelope == "debezium":  # formats/debezium/: where the change stands in its
-        # source, the columns it left out, the old key of a primary-key change's create
-        body += [Column(POSITION, postgresql.ARRAY(BigInteger)),
-                 Column(UNAVAILABLE, postgresql.ARRAY(Text)),
-                 Column(OLD_KEY, postgresql.ARRAY(Text))]
+    if sink.envelope == "debezium":  # the columns a change left out (formats/debezium/)
+        body.append(Column(UNAVAILABLE, postgresql.ARRAY(Text)))
     return Table(
         name, MetaData(schema=SCHEMA),
         _key("topic", Text), _key("partition", Integer), _key("offset", BigInteger), *body,
@@ -228,7 +239,8 @@ def business_key(sink: SinkSettings) -> list[Column]:
 
 def aggregate_type(a, declared) -> TypeEngine:
     """count: bigint; min/max: the column's type; sum: the registry's sum type (bigint of
-    integers, double of doubles, numeric(38, s) of decimal(p, s): a sum outgrows p)."""
+    integers, double of doubles, numeric(38, s) of decimal(p, s): a sum outgrows p;
+    numeric of decimal)."""
     if a.function == "count":
         return BigInteger()
     kind = declared[a.of].type
@@ -250,10 +262,8 @@ def record_batch(sink: SinkSettings, name: str) -> Table:
 
 def tombstone_columns(sink: SinkSettings) -> list[str]:
     """What a tombstone line holds, in order (encode.Encoder); a line whose key fields are
-    all NULL deletes every key (a Debezium truncate, sinks/upsert.py); a change event's
-    deletion carries its source position."""
-    position = [POSITION] if sink.envelope == "debezium" else []
-    return ["topic", "partition", "offset", "kafka_timestamp", *sink.key, *position, "run_id",
+    all NULL deletes every key (a Debezium truncate, sinks/upsert.py)."""
+    return ["topic", "partition", "offset", "kafka_timestamp", *sink.key, "run_id",
             "_tombstone"]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.airflow.conftest import dag_env, task
 from tests.helpers import (
+    TEST_DB_NAME,
     TEST_DB_URL,
     create_topic,
     grant_job_role,
@@ -59,7 +60,7 @@ def connection_env(stack: dict[str, str]) -> dict[str, str]:
         "ssl.ca.location": stack["KAFKA_SSL_CA"]}}
     postgres = {"conn_type": "postgres", "host": "127.0.0.1", "port": int(stack["PG_PORT"]),
                 "login": stack["PIPELINE_DB_USER"], "password": stack["PIPELINE_DB_PASSWORD"],
-                "schema": "pipeline_test",
+                "schema": TEST_DB_NAME,
                 "extra": {"sslmode": "verify-full", "sslrootcert": stack["PG_SSLROOTCERT"]}}
     return {f"AIRFLOW_CONN_{KAFKA_CONN.upper()}": json.dumps(kafka),
             f"AIRFLOW_CONN_{DB_CONN.upper()}": json.dumps(postgres)}
@@ -121,7 +122,7 @@ def test_credentials_come_from_connections_and_never_show(secure_run):
     for secret in (secrets["KAFKA_SASL_PASSWORD"], secrets["PIPELINE_DB_PASSWORD"]):
         assert secret not in log
     assert "sasl" not in command.lower() and "password" not in command.lower()
-    assert "pipeline_test" not in command  # not even the database URL is on it
+    assert TEST_DB_NAME not in command  # not even the database URL is on it
 
 
 def test_openlineage_events_name_the_topics_the_table_and_the_offsets(secure_run):
@@ -136,7 +137,7 @@ def test_openlineage_events_name_the_topics_the_table_and_the_offsets(secure_run
     assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [(kafka, name)]
     postgres = f"postgres://127.0.0.1:{secrets['PG_PORT']}"
     assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
-        (postgres, f"pipeline_test.public.{name}")]
+        (postgres, f"{TEST_DB_NAME}.public.{name}")]
     facet = event["run"]["facets"]["kafkaOffsetPipeline_offsets"]
     ends = {part: high for part, (_, high) in watermarks(name).items()}
     assert sorted((r["topic"], r["partition"], r["from"], r["until"])

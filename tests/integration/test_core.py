@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,14 +20,15 @@ from sqlalchemy.engine import make_url
 from pipeline.driver.job import execute_ranges, run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.report import Timer
+from pipeline.driver.routing import resolve_routes
 from pipeline.errors import ConflictError, DataError
 from pipeline.plan.offsets import plan_ranges
-from pipeline.sinks import for_settings
 from pipeline.store import Store
 from pipeline.store.run import staging_table
 from tests.helpers import (
     BOOTSTRAP,
     ROOT,
+    TEST_DB_NAME,
     TEST_DB_URL,
     create_topic,
     init_cli,
@@ -177,7 +179,7 @@ def test_stale_plan_published_twice_is_rolled_back_by_the_offsets_compare_and_se
     run = store.runs.start("ingest", stale.partitions)
     run_id = run.id
     with pytest.raises(ConflictError, match=r"another run already published \[0, \d+\)"):
-        execute_ranges(s, store, for_settings(s), meta, run, stale.ranges,
+        execute_ranges(s, store, resolve_routes(s, [topic]), meta, run, stale.ranges,
                        stale.offset_updates, Timer(), None)
     store.close()
 
@@ -410,7 +412,9 @@ def test_init_db_is_idempotent(stack):
     init_db(s)
     assert query("SELECT count(*) FROM information_schema.tables WHERE table_name = %s",
                  (s.sink.table,)) == [(1,)]
-    assert TEST_DB_URL.endswith("/pipeline_test")
+    # The test database, never the product's: pipeline_test, or a copy of it that one
+    # pytest process owns (pipeline_test_gw0, ...: tests/helpers.py own_database).
+    assert re.fullmatch(r"pipeline_test(_\w+)?", TEST_DB_NAME), TEST_DB_URL
 
 
 def test_driver_rolls_back_when_spark_submit_is_killed(stack, tmp_path):

@@ -379,8 +379,10 @@ def test_offsets_set_validates_and_needs_confirmation(stack, tmp_path, capsys, m
     assert stored_offsets(p.name) == {} and p.runs("offsets") == []
 
 
-def run_cli_on_terminal(answer: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
-    """The real CLI with a pseudo-terminal on stdin/stderr: it asks, we answer."""
+def run_cli_on_terminal(answer: str, *args: str, timeout: float = 60,
+                        on_prompt=lambda: None) -> tuple[int, str, str]:
+    """The real CLI with a pseudo-terminal on stdin/stderr: it asks, ``on_prompt`` runs
+    while it waits, we answer."""
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
                             env=dict(os.environ), stdin=slave, stderr=slave,
@@ -392,6 +394,7 @@ def run_cli_on_terminal(answer: str, *args: str, timeout: float = 60) -> tuple[i
             if select.select([master], [], [], 0.2)[0]:
                 seen += os.read(master, 4096)
         assert b"[y/N]" in seen, seen.decode(errors="replace")
+        on_prompt()
         os.write(master, answer.encode() + b"\n")
         out, _ = proc.communicate(timeout=timeout)
         while select.select([master], [], [], 0.1)[0]:
@@ -422,6 +425,41 @@ def test_offsets_set_asks_on_a_terminal(stack, tmp_path):
     rc, out, term = run_cli_on_terminal("y", *args)
     assert rc == 0 and "1 offsets changed" in out, term
     assert stored_offsets(p.name) == {(p.topic, 0): 3}
+
+
+def test_offsets_set_holds_no_run_lock_while_it_asks(stack, tmp_path):
+    # An operator thinking at the prompt must not keep the scheduled runs out.
+    p = new_pipeline(tmp_path)
+    produce_orders(p.topic, range(5))
+
+    def a_run_takes_the_lock():
+        with psycopg.connect(TEST_DB_URL, autocommit=True) as run:
+            assert run.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                               (LOCK_CLASS, p.name)).fetchone()[0]
+            run.execute("SELECT pg_advisory_unlock_all()")
+
+    rc, out, term = run_cli_on_terminal("y", "offsets", "set", "--config", p.config,
+                                        "--topic", p.topic, "--to", "3",
+                                        on_prompt=a_run_takes_the_lock)
+    assert rc == 0 and "1 offsets changed" in out, term
+    assert stored_offsets(p.name) == {(p.topic, 0): 3}
+
+
+def test_offsets_that_moved_while_asked_are_not_overwritten(stack, tmp_path):
+    p = new_pipeline(tmp_path)
+    produce_orders(p.topic, range(5))
+
+    def offsets_move():  # as a run that publishes meanwhile would move them
+        r = run_cli("offsets", "set", "--config", p.config, "--topic", p.topic, "--to", "5",
+                    "--yes")
+        assert r.returncode == 0, r.stderr
+
+    rc, out, term = run_cli_on_terminal("y", "offsets", "set", "--config", p.config,
+                                        "--topic", p.topic, "--to", "3",
+                                        on_prompt=offsets_move)
+    assert rc == 75 and "changed while the change was being confirmed" in term, term
+    assert stored_offsets(p.name) == {(p.topic, 0): 5}
+    assert len(p.runs("offsets")) == 1  # the one that moved them
 
 
 def with_a_gone_partition(tmp_path, capsys):

@@ -13,6 +13,7 @@ import pytest
 
 from tests.helpers import (
     BOOTSTRAP,
+    TEST_DB_NAME,
     TEST_DB_URL,
     create_topic,
     make_settings,
@@ -47,7 +48,7 @@ def role(stack):
             conn.execute(f"DROP ROLE {name}")
 
 
-def url_for(role: str, port: int | None = None, database: str = "pipeline_test") -> str:
+def url_for(role: str, port: int | None = None, database: str = TEST_DB_NAME) -> str:
     host = TEST_DB_URL.split("@", 1)[1].split("/", 1)[0]
     if port is not None:
         host = f"127.0.0.1:{port}"

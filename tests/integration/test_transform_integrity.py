@@ -14,14 +14,13 @@ import pytest
 from pipeline.driver.job import run_ingest
 from pipeline.driver.kafka_meta import KafkaMeta
 from pipeline.driver.publish import Publisher
+from pipeline.driver.routing import resolve_routes
 from pipeline.errors import ConfigError
 from pipeline.executor import task
 from pipeline.executor.consume import read_range, reader_config
 from pipeline.executor.staging import DEAD, ROW
 from pipeline.formats.encode import Encoder
-from pipeline.formats.registry import binary_rows
 from pipeline.plan.offsets import plan_ranges
-from pipeline.sinks import for_settings
 from pipeline.store import Store, tables
 from pipeline.store.run import Run
 from tests.helpers import (
@@ -85,9 +84,7 @@ def test_a_partition_staged_again_by_a_resubmitted_stage_is_published_once(stack
         {"part": 0, "attempt": 0, "task": 7}
     stage_as(store, run, [first_stage, second_stage], blobs)
 
-    with Publisher(store, for_settings(s), run, plan.ranges,
-                   binary=binary_rows(s.sink.record_format,
-                                      [(c.name, c.type) for c in s.sink.columns])) as publisher:
+    with Publisher(store, resolve_routes(s, [topic]).tables, run, plan.ranges) as publisher:
         publisher.take()
         published = publisher.finish(plan.offset_updates, {})
     store.close()
@@ -188,17 +185,14 @@ def test_staged_blobs_are_bounded_by_bytes_on_both_paths(spark, monkeypatch, fmt
     monkeypatch.setattr(task, "StagingTarget",
                         functools.partial(task.StagingTarget, max_blob_bytes=SMALL_BLOB))
     streamed: list[tuple[str, int]] = []
-    stream = Publisher._stream
+    blobs = Publisher._blobs
 
-    def spied(self, kind, parts, copy):
-        class Spy:
-            def write(self, blob):
-                streamed.append((kind, len(blob)))
-                copy.write(blob)
+    def spied(self, kind, parts, topics=None):
+        for blob in blobs(self, kind, parts, topics):
+            streamed.append((kind, len(blob)))
+            yield blob
 
-        stream(self, kind, parts, Spy())
-
-    monkeypatch.setattr(Publisher, "_stream", spied)
+    monkeypatch.setattr(Publisher, "_blobs", spied)
 
     result = run_ingest(settings)
 

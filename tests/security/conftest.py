@@ -17,6 +17,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from tests.helpers import (
     ROOT,
+    TEST_DB_NAME,
     TEST_DB_URL,
     admin,
     create_topic,
@@ -52,9 +53,10 @@ class Secure:
         has ('scripts/stack env' sets them), as a user runs it; else this stack's, written."""
         text = (ROOT / "conf" / "secure.toml").read_text()
         db_host = TEST_DB_URL.split("@", 1)[1].split("/", 1)[0]
-        addresses = ((("@127.0.0.1:${PG_PORT}/pipeline?", "@127.0.0.1:${PG_PORT}/pipeline_test?"),)
+        addresses = ((("@127.0.0.1:${PG_PORT}/pipeline?",
+                       f"@127.0.0.1:${{PG_PORT}}/{TEST_DB_NAME}?"),)
                      if addresses_from_env else
-                     (("@127.0.0.1:${PG_PORT}/pipeline?", f"@{db_host}/pipeline_test?"),
+                     (("@127.0.0.1:${PG_PORT}/pipeline?", f"@{db_host}/{TEST_DB_NAME}?"),
                       ('bootstrap_servers = "${KAFKA_SECURE_BOOTSTRAP_SERVERS}"',
                        f'bootstrap_servers = "{self.bootstrap}"')))
         for old, new in (('name = "pipeline_demo"', f'name = "{name}"'),

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from tests.helpers import TEST_DB_URL, admin, query, unique, watermarks
+from tests.helpers import TEST_DB_NAME, TEST_DB_URL, admin, query, unique, watermarks
 from tests.security.conftest import RECORDS, SCHEMA
 
 EXIT_CONFIG = 2
@@ -23,7 +23,7 @@ def secure_url(secure, password: str | None = None, ca: str | None = None,
                sslmode: str = "verify-full") -> str:
     host = TEST_DB_URL.split("@", 1)[1].split("/", 1)[0]
     return (f"postgresql://pipeline:{password or secure.env['PIPELINE_DB_PASSWORD']}@{host}"
-            f"/pipeline_test?sslmode={sslmode}&sslrootcert={ca or secure.env['PG_SSLROOTCERT']}")
+            f"/{TEST_DB_NAME}?sslmode={sslmode}&sslrootcert={ca or secure.env['PG_SSLROOTCERT']}")
 
 
 def everything_printed_or_stored(secure, name: str, *results) -> str:
@@ -161,7 +161,7 @@ def test_wrong_postgres_password_is_one_config_error(secure):
     error = one_error(r)
     assert time.monotonic() - started < 30
     host = TEST_DB_URL.split("@", 1)[1].split("/", 1)[0]
-    assert error.startswith(f"error: Postgres at postgresql://pipeline:***@{host}/pipeline_test"
+    assert error.startswith(f"error: Postgres at postgresql://pipeline:***@{host}/{TEST_DB_NAME}"
                             "?sslmode=verify-full"), error
     assert 'password authentication failed for user "pipeline"' in error
     assert_no_secret(secure, everything_printed_or_stored(secure, name, r))
@@ -272,8 +272,8 @@ def test_the_documented_flow_runs_as_the_role_over_sasl_ssl_in_a_shell_that_sour
         if "fault injection: sleeping at after_stage" in line:
             break
     sessions = query("SELECT a.usename, s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s "
-                     "USING (pid) WHERE a.datname = 'pipeline_test' AND a.application_name "
-                     "LIKE 'kafka-offset-pipeline%%'")
+                     "USING (pid) WHERE a.datname = %s AND a.application_name "
+                     "LIKE 'kafka-offset-pipeline%%'", (TEST_DB_NAME,))
     out, err = run.communicate(timeout=180)
     said.append(err)
 

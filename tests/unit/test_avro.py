@@ -117,7 +117,8 @@ def test_a_wider_decimal_column_rescales_and_a_narrower_one_is_a_wrong_type(sche
     narrow = Encoder("avro", (("amount", "decimal(5,2)", True),), 1, schemas=schemas)
     assert dead(narrow.encode("t", 0, [Record(0, wire(7, LOGICAL, value))])) == {
         0: ("wrong_type", "field 'amount' (writer schema id 7): expected decimal(5,2), got "
-                          "decimal")}
+                          "decimal: 99999999.99 is too large for decimal(5,2) (at most 3 "
+                          "digits before the point)")}
 
 
 def test_bad_records_are_dead_letters_with_their_reasons(schemas):

@@ -38,6 +38,9 @@ def test_example_configs_are_valid():
         "conf/examples/avro-schemas")
     enriched = load_settings("conf/examples/transform.toml", environ={}).sink
     assert enriched.transform == "order_enrichment:enrich" and enriched.mode == "append"
+    shop = load_settings("conf/examples/tables.toml", environ={})
+    assert [(t.table, t.sink.key) for t in shop.routes.tables(shop.kafka.topics)] == [
+        ("order_lines", ("order_id", "line_no")), ("orders", ("id",))]
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -206,6 +209,8 @@ def test_an_airflow_table_is_accepted_for_the_dags_and_ignored_by_the_job():
     ({"retries": True}, "'airflow.retries' must be an integer, got a boolean"),
     ({"retry_delay_seconds": "1m"}, "'airflow.retry_delay_seconds' must be a number"),
     ({"execution_timeout_seconds": 0}, "'airflow.execution_timeout_seconds' must be >= 1"),
+    # Airflow's timedelta overflows at 1e300: the job names the key instead.
+    ({"execution_timeout_seconds": 1e300}, "'airflow.execution_timeout_seconds' must be <= "),
     ({"pool_slots": 0}, "'airflow.pool_slots' must be >= 1"),
     ({"owner": " "}, "'airflow.owner' must not be empty"),
     ({"tags": "orders"}, "'airflow.tags' must be a list"),
@@ -297,3 +302,14 @@ def test_a_secret_of_the_wrong_type_is_not_quoted_in_the_error(changes):
 def test_a_database_url_whose_port_is_not_a_number_is_a_config_error():
     with pytest.raises(ConfigError, match="'database.url' is not a valid URL"):
         parse_settings(doc(database={"url": "postgresql://u@h:notaport/db"}), environ={})
+
+
+@pytest.mark.parametrize("sink, message", [
+    ({"columns": {"a": "long"}},
+     "[sink.columns] is only for sink.format = 'json', 'avro' or 'protobuf'"),
+    ({"mode": "upsert", "key": ["a"]},
+     "sink.mode = 'upsert' needs sink.format = 'json', 'avro' or 'protobuf'"),
+])
+def test_a_raw_sinks_errors_name_every_format_with_columns(sink, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_settings(doc(sink=sink), environ={})

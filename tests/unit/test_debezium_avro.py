@@ -140,9 +140,8 @@ def test_creates_reads_and_updates_upsert_the_after_image_deletes_and_tombstones
         Record(6, wire(ENVELOPE, env, change("d", row(8), None)), k=None),  # no key
     ])
     assert out.dead == []
-    # No source position (these events name no LSN), no column left out, no old key.
-    assert {tuple(line.split("\t")[-4:-1]) for line in out.rows} == {("\\N",) * 3}
-    assert [line.split("\t")[4:-4] for line in out.rows] == [
+    assert {line.split("\t")[-2] for line in out.rows} == {"\\N"}  # no column left out
+    assert [line.split("\t")[4:-2] for line in out.rows] == [
         ["1", "a", "2023-11-14 22:13:20.123457+00:00", "2022-01-09", "13.34",
          "2026-03-01 10:00:00+00:00"],
         ["2", "\\N", "2023-11-14 22:13:20.123458+00:00", "2022-01-10", "14.34",
@@ -253,32 +252,26 @@ def test_unavailable_values_variable_scale_decimals_and_truncates(tmp_path):
         Record(1, wire(1, env, change("t", None, None)), k=None)])
     assert out.dead == []
     assert [line.split("\t")[4:-1] for line in out.rows] == [
-        ["1", "\\N", "\\N", "-1234.5670", "\\N", "{note,blob}", "\\N"]]
+        ["1", "\\N", "\\N", "-1234.5670", "{note,blob}"]]
     assert [line.split("\t")[2:] for line in out.tombstones] == [
-        ["1", "2023-11-14 22:13:20.123000+00", "\\N", "\\N", "1", "t\n"]]
+        ["1", "2023-11-14 22:13:20.123000+00", "\\N", "1", "t\n"]]
 
 
-def test_source_positions_transactions_and_the_old_key_as_in_json(schemas):
-    def at(op, before, after, lsn, tx=None, order=1, table_order=1):
-        return {**change(op, before, after), "source": {**SOURCE, "lsn": lsn},
-                "transaction": None if tx is None else {
-                    "id": f"{tx}:{lsn}", "total_order": order,
-                    "data_collection_order": table_order}}
+def test_transactions_names_each_changes_source_transaction_as_in_json(schemas):
+    def at(op, before, after, tx=None, table_order=1):
+        return {**change(op, before, after), "transaction": None if tx is None else {
+            "id": f"{tx}:{100 + table_order}", "total_order": table_order,
+            "data_collection_order": table_order}}
 
     env = envelope_schema()
     encoder = Encoder("debezium_avro", COLUMNS, 1, tombstone_key=("id",), schemas=schemas)
-    old = [("__debezium.oldkey", b'{"id":1}')]
     encoded, sources = encoder.transactions("t", 0, [
-        Record(0, wire(ENVELOPE, env, at("r", None, row(1), 100)), k=key(1)),
-        Record(1, wire(ENVELOPE, env, at("d", row(1), None, 200, 9, 1, 1)), k=key(1)),
+        Record(0, wire(ENVELOPE, env, at("r", None, row(1))), k=key(1)),
+        Record(1, wire(ENVELOPE, env, at("d", row(1), None, 9, 1)), k=key(1)),
         Record(2, None, k=key(1)),
-        Record(3, wire(ENVELOPE, env, at("c", None, {**row(2), "name": "__debezium_unavailable_"
-                                                     "value"}, 210, 9, 2, 2)), k=key(2), h=old),
+        Record(3, wire(ENVELOPE, env, at("c", None, row(2), 9, 2)), k=key(2)),
         Record(4, wire(OTHER, {"type": "record", "name": "Plain", "fields": [
             {"name": "id", "type": "long"}]}, {"id": 1}), k=key(3))])
     assert sources == [None, ("9", 1), None, ("9", 2), None]
-    assert [line.split("\t")[-4:-1] for line in encoded.rows] == [
-        ["{100}", "\\N", "\\N"], ["{210,2}", "{name}", '{"1"}']]
-    assert [line.split("\t")[4:6] for line in encoded.tombstones] == [
-        ["1", "{200,1}"], ["1", "{200,1}"]]
-    assert encoder.format.sources is None and len(encoded.dead) == 1
+    assert len(encoded.rows) == 2 and len(encoded.tombstones) == 2 and len(encoded.dead) == 1
+    assert encoder.format.sources is None

@@ -462,3 +462,14 @@ def test_a_raw_record_postgres_cannot_store_is_unstorable_whatever_its_timestamp
     _, dead, _ = Encoder("raw", (), 1).encode("t", 0, [Record(0, b"v", h=[("k\x00", b"x")],
                                                               ts=far)])
     assert [line.split("\t")[7] for line in dead] == ["unstorable"]
+
+
+def test_a_number_too_large_for_its_decimal_says_so_not_that_its_type_is_wrong():
+    _, dead, _ = Encoder("json", COLUMNS, 1).encode("t", 0, [
+        Record(0, b'{"order_id": 1, "customer": "c", "amount": 12345678901234567}'),
+        Record(1, b'{"order_id": 2, "customer": "c", "amount": "99999999999.995"}')])
+    assert [d.split("\t")[7:9] for d in dead] == [
+        ["wrong_type", "field 'amount': 12345678901234567 is too large for decimal(12,2) "
+                       "(at most 10 digits before the point)\n"],
+        ["wrong_type", "field 'amount': 99999999999.995 is too large for decimal(12,2) "
+                       "(at most 10 digits before the point)\n"]]

@@ -1,6 +1,6 @@
 """A transform's read tasks read in smaller batches, with a smaller queue, than the built-in
 path's (consume.FEED_BATCH: each batch is held as Messages, columns and an Arrow batch at
-once; docs/benchmarks.md, "Memory of the transform path, round three")."""
+once; git history of docs/benchmarks.md)."""
 
 from pipeline.config import parse_settings
 from pipeline.driver.transform_job import feed_task

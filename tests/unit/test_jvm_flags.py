@@ -102,7 +102,7 @@ def test_the_allocator_settings_go_to_the_jvm_and_the_executors(monkeypatch):
 def test_a_transforms_run_takes_small_memory_pages_unless_the_user_set_them(monkeypatch):
     """A hash table takes a whole Tungsten page for its first row: Spark's own size (8 MB
     for local[2]) kept the example's 90-customer broadcast join 8 MB of live heap and one
-    more full collection (docs/benchmarks.md, "round four")."""
+    more full collection (git history of docs/benchmarks.md)."""
     monkeypatch.setattr(session, "check_master_reachable", lambda master: None)
     key = "spark.buffer.pageSize"
     assert spark_conf("local[2]", {}, jvm="transform").get(key) == "1m"

@@ -83,3 +83,16 @@ def test_the_airflow_extra_starts_at_the_versions_the_airflow_venv_pins():
     floors = dict(re.match(r"([a-z-]+)>=([0-9.]+)", req).groups() for req in extra)
     assert floors == {name: pins[name] for name in floors}
     assert set(floors) == {"apache-airflow", "apache-airflow-providers-openlineage"}
+
+
+def test_each_topic_names_the_table_its_route_resolves():
+    doc = {**DOC, "kafka": {**DOC["kafka"], "topics": ["shop.public.orders", "shop.public.lines",
+                                                       "shop.public.carts"]},
+           "sink": {"table": "{schema}_{table}",
+                    "topics": {"shop.public.lines": {"table": "order_lines"},
+                               "shop.public.carts": {"table": "orders_raw"}}}}
+    names = lineage.lineage_datasets(doc, [], {"PG_PASSWORD": "s3cret"})
+    assert [name for _, name in names["outputs"]] == [
+        "sales.ingest.public_orders", "sales.ingest.order_lines", "sales.ingest.orders_raw"]
+    pattern = {**doc, "kafka": {"bootstrap_servers": "b:9092", "topic_pattern": "shop\\..*"}}
+    assert lineage.lineage_datasets(pattern, [], {})["outputs"] == []  # found by each run

@@ -176,3 +176,18 @@ def test_a_python_workers_memory_error_names_the_settings_to_change():
     assert "ran out of memory" in got.message and "MemoryError" in got.message
     assert "spark.executor.memory" in got.message
     assert "maxBytesPerBatch" not in got.message  # no transform: no Arrow batches
+
+
+@pytest.mark.parametrize("error", [
+    "py4j.protocol.Py4JNetworkError('Answer from Java side is empty')",
+    "py4j.protocol.Py4JNetworkError('Error while sending or receiving')",
+    "ConnectionRefusedError(111, 'Connection refused')",
+])
+def test_a_driver_jvm_that_died_is_transient_names_the_ranges_and_the_memory_setting(error):
+    import py4j.protocol  # noqa: F401 - eval'd below
+
+    e = classify_spark_error(eval(error), SETTINGS, RANGES)
+
+    assert type(e) is TransientError and e.exit_code == EXIT_TRANSIENT
+    assert str(e).startswith("the driver's JVM died while the run read orders[0] [100, 200)")
+    assert "spark.driver.memory" in str(e) and "nothing committed" in str(e)

@@ -27,11 +27,17 @@ TARGET = StagingTarget("postgresql://db/x", "COPY s FROM STDIN (FORMAT BINARY)",
 
 
 def test_a_spec_is_frozen_typed_and_pickles_to_an_equal_spec():
-    spec = RangeStageTask(TARGET, {"bootstrap.servers": "k:9092"}, 30.0,
-                          EncoderSettings("json", [["id", "bigint", True]], 7, ["id"]))
+    spec = RangeStageTask(TARGET, {"bootstrap.servers": "k:9092"}, 30.0, [
+        ("orders", EncoderSettings("json", [["id", "bigint", True]], 7, ["id"])),
+        ("lines", EncoderSettings("json", [["line", "bigint", True]], 7))])
     assert spec.target.types == ("int4", "bytea") and spec.target.max_blob_bytes == BLOB_BYTES
-    assert spec.encoding.columns == (("id", "bigint", True),)
-    assert spec.encoding.tombstone_key == ("id",)
+    # Each topic's records are encoded by its own route's settings.
+    assert spec.encoding("orders").columns == (("id", "bigint", True),)
+    assert spec.encoding("orders").tombstone_key == ("id",)
+    assert spec.encoding("lines").columns == (("line", "bigint", True),)
+    assert spec.encoding("lines").tombstone_key == ()
+    with pytest.raises(KeyError, match="other"):
+        spec.encoding("other")
     assert pickle.loads(pickle.dumps(spec)) == spec
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.timeout_seconds = 1  # type: ignore[misc]
@@ -131,7 +137,7 @@ def test_a_failing_batch_commits_nothing(staged):
 def test_a_writers_spec_built_from_the_sinks_tables_pickles_without_sqlalchemy():
     """The driver takes the staged columns from SQLAlchemy's tables, whose names are its
     quoted_name: pickled as such, every writer worker imported SQLAlchemy to unpickle its
-    spec (~11 MB and ~0.1 CPU-s a worker; docs/benchmarks.md, "round four")."""
+    spec (~11 MB and ~0.1 CPU-s a worker; git history of docs/benchmarks.md)."""
     import tomllib
     from pathlib import Path
 

@@ -28,7 +28,7 @@ def test_transactions_names_debeziums_transaction_topic():
     for sink, topics, why in (
             ({"mode": "upsert", "key": ["id"]}, (), "only for sink.envelope = 'debezium'"),
             (DEBEZIUM, (), "is not a Kafka topic name"),
-            (DEBEZIUM, ("shop.transaction",), "is also in kafka.topics")):
+            (DEBEZIUM, ("shop.transaction",), "is also one of the pipeline.s topics")):
         with pytest.raises(ConfigError, match=why):
             settings(topics=("shop.public.orders", *topics), **sink,
                      transactions="shop.transaction" if "name" not in why else "a b")

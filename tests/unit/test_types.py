@@ -31,11 +31,13 @@ def test_every_declared_type_is_accepted_by_the_config_and_has_every_part(declar
 def test_the_spark_types_are_spark_sql_names():
     assert {d: column_type(d).spark for d in types.TYPES} == {
         "string": "string", "long": "bigint", "int": "int", "double": "double",
-        "boolean": "boolean", "timestamp": "timestamp", "date": "date", "jsonb": "string"}
+        "boolean": "boolean", "timestamp": "timestamp", "date": "date", "jsonb": "string",
+        "decimal": "string"}  # no Spark decimal keeps each value's scale: no transform
 
 
 def test_only_numbers_can_be_summed():
-    assert {d for d in types.TYPES if column_type(d).sum} == {"long", "int", "double"}
+    assert {d for d in types.TYPES if column_type(d).sum} == {"long", "int", "double",
+                                                               "decimal"}
 
 
 def test_an_unknown_type_is_refused_with_the_spellings():
@@ -47,7 +49,7 @@ def test_an_unknown_type_is_refused_with_the_spellings():
            "database": {"url": "postgresql://u:pw@h/db"},
            "sink": {"format": "json", "table": "t", "columns": {"a": "varchar"}}}
     with pytest.raises(ConfigError, match="use string, long, int, double, boolean, timestamp, "
-                                          "date, decimal\\(p,s\\), jsonb or array<T> "
+                                          "date, decimal, decimal\\(p,s\\), jsonb or array<T> "
                                           "\\(T one of these but jsonb\\), optionally"):
         parse_settings(doc)
 

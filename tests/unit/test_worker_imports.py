@@ -1,6 +1,6 @@
 """The transform path's workers keep pandas out when only our code runs there
 (executor/transform/worker_imports.py): pyarrow's first conversion of Python objects imports pandas
-(~40 MB a worker, docs/benchmarks.md "Memory of the transform path")."""
+(~40 MB a worker, git history of docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ string). So the rules go by the Python type: string = a string, an enum symbol o
 long/int = an integer in range (an Avro int read into a long column is the int -> long
 promotion); double = a float or an integer (float -> double); boolean; decimal(p,s) = a
 Decimal, an integer or a float, rounded half-up to s places, at most p digits (the JSON
-rule); timestamp = a datetime (a local-timestamp without zone is taken as UTC); date = a
-date. types.py holds which rule each declared type uses.
+rule); decimal = the same, exact with its own scale; timestamp = a datetime (a
+local-timestamp without zone is taken as UTC); date = a date. types.py holds which rule
+each declared type uses.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ def decimal(precision: int, scale: int) -> Callable:
             raise WrongType
         return rule(x)
     return convert
+
+
+def exact_decimal(x):
+    if type(x) is str or type(x) is bool:  # as decimal(p,s): Avro has types
+        raise WrongType
+    return jv.exact_decimal(x)
 
 
 def timestamp(x):

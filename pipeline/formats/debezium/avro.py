@@ -17,9 +17,11 @@ Avro's logical types (Connect's Decimal, Date, Timestamp) come out of fastavro t
 already. Debezium's own semantic types are plain longs and ints named by the schema's
 ``connect.name`` (io.debezium.time.Timestamp, MicroTimestamp, NanoTimestamp, Date) or ISO
 strings (ZonedTimestamp): they are decoded by that name, in the images and in the key, so a
-timestamp column takes them and a delete names the row as its create wrote it. A NUMERIC
-without precision is Debezium's VariableScaleDecimal record {scale, value: bytes}: decoded
-into a decimal column.
+timestamp column takes them and a delete names the row as its create wrote it (an array's
+elements alike). A NUMERIC without precision is Debezium's VariableScaleDecimal record
+{scale, value: bytes}: decoded exactly, into a ``decimal`` column with its own scale (a
+``decimal(p,s)`` rounds it). A json or jsonb column (io.debezium.data.Json, the document's
+text) is decoded into the document for a jsonb column.
 """
 
 from __future__ import annotations
@@ -34,25 +36,26 @@ from pipeline.formats.debezium.envelope import (
     DATES,
     DELETE,
     EPOCH_UNITS,
+    JSON_DOCUMENT,
     TRUNCATE,
     UNAVAILABLE_MARKS,
     UPSERTS,
     VARIABLE_SCALE,
+    documents,
     holds,
-    old_key_field,
-    source_position,
+    json_document,
     transaction_of,
     unavailable,
     variable_scale,
 )
-from pipeline.formats.refused import Refused
+from pipeline.formats.refused import Refused, decoded_rows
 from pipeline.formats.schema_source import SchemaSource
-from pipeline.formats.timestamps import EPOCH, kafka_timestamp
+from pipeline.formats.timestamps import EPOCH
 from pipeline.formats.tombstones import EVERY_KEY, BadTombstone
-from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import NULL, TEXT
 
 ZONED = "io.debezium.time.ZonedTimestamp"
+ARRAY_OF = "array of "  # semantic_types' kind of an array of a semantic type
 _DAY0 = date(1970, 1, 1)
 
 
@@ -75,7 +78,11 @@ def semantic_types(record, named: dict) -> dict[str, str]:
     out = {}
     for f in record.get("fields", ()):
         t = _branch(f.get("type"), named)
-        if type(t) is dict and type(t.get("connect.name")) is str:
+        if type(t) is dict and t.get("type") == "array":  # its elements' type
+            items = _branch(t.get("items"), named)
+            if type(items) is dict and type(items.get("connect.name")) is str:
+                out[f["name"]] = ARRAY_OF + items["connect.name"]
+        elif type(t) is dict and type(t.get("connect.name")) is str:
             out[f["name"]] = t["connect.name"]
     return out
 
@@ -93,35 +100,47 @@ def image_types(schema, image: str) -> dict[str, str]:
 
 def decode(image: dict, kinds: dict[str, str]) -> dict:
     """The image with Debezium's semantic types decoded to what the avro rules take (a
-    datetime, a date); a value that does not fit its type is left as it is (the column
-    rule then refuses it, naming it)."""
+    datetime, a date, a Decimal, a JSON document); a value that does not fit its type is
+    left as it is (the column rule then refuses it, naming it)."""
     if not kinds:
         return image
     out = dict(image)
     for name, kind in kinds.items():
         x = out.get(name)
+        if x is None:
+            continue
         try:
-            if kind in EPOCH_UNITS and type(x) is int:
-                unit = EPOCH_UNITS[kind]
-                seconds, rest = divmod(x, unit)
-                out[name] = EPOCH + timedelta(seconds=seconds,
-                                              microseconds=rest * 1_000_000 // unit)
-            elif kind in DATES and type(x) is int:
-                out[name] = _DAY0 + timedelta(days=x)
-            elif kind == ZONED and type(x) is str:
-                out[name] = datetime.fromisoformat(x)
-            elif kind == VARIABLE_SCALE and type(x) is dict:
-                out[name] = variable_scale(x)
-        except (ValueError, OverflowError, TypeError, KeyError):
+            out[name] = _decoded(kind, x)
+        except (ValueError, OverflowError, TypeError, KeyError, RecursionError):
             continue
     return out
+
+
+def _decoded(kind: str, x):
+    """One value of a semantic type (``ARRAY_OF`` + kind: an array's, element by element);
+    raises for a value that does not fit it."""
+    if kind in EPOCH_UNITS and type(x) is int:
+        unit = EPOCH_UNITS[kind]
+        seconds, rest = divmod(x, unit)
+        return EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // unit)
+    if kind in DATES and type(x) is int:
+        return _DAY0 + timedelta(days=x)
+    if kind == ZONED and type(x) is str:
+        return datetime.fromisoformat(x)
+    if kind == VARIABLE_SCALE and type(x) is dict:
+        return variable_scale(x)
+    if kind == JSON_DOCUMENT and type(x) is str:
+        return json_document(x)
+    if kind.startswith(ARRAY_OF) and type(x) is list:
+        element = kind[len(ARRAY_OF):]
+        return [None if v is None else _decoded(element, v) for v in x]
+    return x
 
 
 class DebeziumAvroFormat:
     """``columns``: the declared (name, type, required[, path]) columns, paths relative to
     the row image; ``schemas``: where the writer schemas of values and keys come from;
-    ``key``, ``truncate``, the line's fields after the columns and ``sources``: as
-    DebeziumFormat's (json.py)."""
+    ``key``, ``truncate``: as DebeziumFormat's."""
     wire = TEXT
     change_events = True  # the Encoder passes ``key`` and ``truncate``
 
@@ -132,18 +151,17 @@ class DebeziumAvroFormat:
         self.schemas = schemas
         self.truncate = truncate
         self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
-        declared = paths.columns(columns)
-        self.toastable = [(n, p) for n, _, _, p in declared if n not in key]
-        by_name = {c[0]: c for c in declared}
-        self.key_columns = [(n, column_type(by_name[n][1]).from_json, by_name[n][1],
-                             by_name[n][3]) for n in key if n in by_name]
-        self.tail = f"\t{run_id}\n"
+        self.toastable = [(n, p) for n, _, _, p in paths.columns(columns) if n not in key]
+        self.documents = documents(paths.columns(columns))
+        # Encoder.transactions: each change's source transaction by offset, while set.
         self.sources: dict[int, tuple[str, int]] | None = None
+        self._transaction: tuple[str, int] | None = None
 
-    def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int, dict]:
-        """(op, after, before, writer schema id, the Envelope record) of one value; raises
-        Refused."""
+    def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
+        """(op, after, before, writer schema id) of one value; raises Refused."""
         doc, schema_id, schema = decode_wire(self.schemas, value, read, "value")
+        if self.sources is not None:
+            self._transaction = transaction_of(doc)
         if type(doc) is not dict or type(doc.get("op")) is not str:
             what = "a record without an 'op' field" if type(doc) is dict else (
                 f"an Avro {avro_kind(doc)}")
@@ -158,8 +176,10 @@ class DebeziumAvroFormat:
                               f"{avro_kind(x)}, not a record (writer schema id {schema_id})")
             if x:
                 kinds = self.kinds.get((schema_id, image))
-                if kinds is None:
-                    kinds = self.kinds[schema_id, image] = image_types(schema, image)
+                if kinds is None:  # a JSON document's text is parsed for a jsonb column only
+                    kinds = self.kinds[schema_id, image] = {
+                        n: k for n, k in image_types(schema, image).items()
+                        if k != JSON_DOCUMENT or n in self.documents}
                 x = decode(x, kinds)
             images[image] = x
         if op in UPSERTS and images["after"] is None:
@@ -169,81 +189,68 @@ class DebeziumAvroFormat:
             raise Refused("unsupported_op", f"op '{op}' is not a row change this sink "
                           "applies (c, r, u upsert; d deletes; t empties the table with "
                           "[sink] truncate = \"apply\")")
-        return op, images["after"], images["before"], schema_id, doc
+        return op, images["after"], images["before"], schema_id
 
-    def fields(self, m, read) -> str | None:
-        """An upsert's COPY text fields (its after image's, then its source position, the
-        columns it left out: ``_unavailable``, and the old key a primary-key change's create
-        names: ``_old_key``), None for a delete or a truncate."""
-        value = m.value()
-        op, after, _, schema_id, doc = self.change(value, read)
-        if self.sources is not None and (tx := transaction_of(doc)) is not None:
-            self.sources[m.offset()] = tx
+    def fields(self, value: bytes, read) -> str | None:
+        """An upsert's COPY text fields (its after image's, then the columns it left out:
+        ``_unavailable``), None for a delete or a truncate."""
+        op, after, _, schema_id = self.change(value, read)
         if op == DELETE or op == TRUNCATE:
             return None
-        position = source_position(doc) or NULL
         names: list[str] = []
         if UNAVAILABLE_MARKS[0] in value:
             after, names = unavailable(after, self.toastable)
         if not names:
-            return f"{self.avro.project(after, schema_id)}\t{position}\t{NULL}\t{NULL}"
+            return f"{self.avro.project(after, schema_id)}\t{NULL}"
         # Those columns are NULL in the staged row, whatever their 'not null' (the merge
         # keeps the stored values).
         columns = [(k, p, c, r and n not in names, d, n)
                    for k, p, c, r, d, n in self.avro.columns]
-        return (f"{self.avro.project(after, schema_id, columns)}\t{position}"
-                f"\t{{{','.join(names)}}}\t{old_key_field(m, self.key_columns)}")
+        return f"{self.avro.project(after, schema_id, columns)}\t{{{','.join(names)}}}"
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
         """Upserts' result lines; deletes and tombstones go to ``rejected`` (the Encoder
         turns them into deletions of the key ``delete_key`` names), the rest to
-        ``refuse`` (refused.decoded_rows' loop, with the record in hand)."""
+        ``refuse``."""
         from fastavro import schemaless_reader
 
-        rows = []
-        append, tail = rows.append, self.tail
-        for m in records:
-            if m.value() is None:
-                rejected.append(m)
-                continue
+        if self.sources is None:
+            return decoded_rows(records, head, self.avro.tail,
+                                lambda value: self.fields(value, schemaless_reader), rejected,
+                                refuse)
+        sources = self.sources
+
+        def fields(m):  # and the change's source transaction (a dead letter's too)
+            self._transaction = None
             try:
-                got = self.fields(m, schemaless_reader)
-            except Refused as e:
-                refuse(m, e.error_type, e.message)
-                continue
-            if got is None:
-                rejected.append(m)
-            else:
-                append(f"{head}{m.offset()}\t{kafka_timestamp(m.timestamp()[1])}\t{got}{tail}")
-        return rows
+                return self.fields(m.value(), schemaless_reader)
+            finally:
+                if self._transaction is not None:
+                    sources[m.offset()] = self._transaction
+        return decoded_rows(records, head, self.avro.tail, fields, rejected, refuse,
+                            by_record=True)
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
-        """The key of the row a delete (or a tombstone) removes (``deletion``'s key)."""
-        return self.deletion(m, key_columns)[0]
-
-    def deletion(self, m, key_columns: Sequence[tuple] = ()):
-        """(the key of the row a delete, a truncate or a tombstone removes, for
-        tombstones.key_fields; its source position, None for a tombstone). The key: a
-        delete's ``before`` image when it holds every key column, else the Kafka key
+        """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:
+        a delete's ``before`` image when it holds every key column, else the Kafka key
         decoded by its own writer schema (its semantic types too), else the ``before``
         image. A key that is not in the Confluent wire format goes to key_fields as it is
         (a JSON or text key)."""
         from fastavro import schemaless_reader
 
-        before = position = None
+        before = None
         if m.value() is not None:
-            op, _, before, _, doc = self.change(m.value(), schemaless_reader)
-            position = source_position(doc)
+            op, _, before, _ = self.change(m.value(), schemaless_reader)
             if op == TRUNCATE:
-                return EVERY_KEY, position
+                return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):
-                return before, position
+                return before
         key = m.key()
         if key is None:
-            return before, position
+            return before
         if len(key) < HEADER or key[0] != MAGIC:
-            return key, position
+            return key
         try:
             doc, schema_id, schema = decode_wire(self.schemas, key, schemaless_reader, "key")
         except Refused as e:
@@ -252,9 +259,9 @@ class DebeziumAvroFormat:
             if len(key_columns) != 1:
                 raise BadTombstone(f"has a Kafka key that is an Avro {avro_kind(doc)} (writer "
                                    f"schema id {schema_id}), not a record of the key columns")
-            return {key_columns[0][0]: doc}, position
+            return {key_columns[0][0]: doc}
         kinds = semantic_types(schema, schema.get("__named_schemas", {}))
-        return decode(doc, kinds), position
+        return decode(doc, kinds)
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"

@@ -4,27 +4,22 @@ and u upsert the ``after`` image; d deletes the row its ``before`` image, else i
 key, names; t truncates, a dead letter unless ``[sink] truncate = "apply"``), the
 placeholder Debezium sends for an unchanged TOASTed value under ``REPLICA IDENTITY
 DEFAULT``, and the semantic type names of its and Kafka Connect's encodings of dates,
-timestamps and decimals.
+timestamps, decimals and JSON documents.
 
-Where a change stands in its source: its ``source_position`` (``source.lsn``, then the
-event's ``transaction.total_order``), which orders a key's changes in the upsert
-(sinks/upsert.py) so that a change Kafka Connect wrote again after a restart never passes
-what followed it; and its source transaction (``transaction_of``: the part of
-``transaction.id`` before ':', which is ``source.txId``, and the event's
-``data_collection_order``), which a read task summarises when whole transactions are kept
-(executor/segments.py). A primary-key change's create names the old key in the header
-``__debezium.oldkey`` (``old_key``): a column it leaves out takes the old key's value.
+A change's source transaction (``transaction_of``: the part of ``transaction.id`` before
+':', which is ``source.txId``, and the event's ``data_collection_order``) is what a read
+task summarises when whole source transactions are kept (executor/segments.py).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Sequence
 from decimal import Decimal
 
 from pipeline.formats import paths
-from pipeline.formats.tombstones import BadTombstone, key_fields
-from pipeline.formats.wire.text import NULL, Unstorable, text, unescape
+from pipeline.formats.types import column_type
 
 UPSERTS = ("c", "r", "u")
 DELETE = "d"
@@ -44,33 +39,23 @@ EPOCH_UNITS = {"io.debezium.time.Timestamp": 1_000,
                 "io.debezium.time.NanoTimestamp": 1_000_000_000}
 DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 VARIABLE_SCALE = "io.debezium.data.VariableScaleDecimal"
-# The key a format puts a change's source position under in its ``after`` image: read like a
-# declared column (the staged ``_source_position``); no JSON key of a source row is it.
-POSITION = "\x00source_position"
-OLD_KEY = "__debezium.oldkey"  # the header of a primary-key change's create: the old key
+CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+# A json or jsonb column: the document's text, as a string.
+JSON_DOCUMENT = "io.debezium.data.Json"
 
 
-def source_position(change: dict) -> str | None:
-    """The change's place in its source as the COPY text of a bigint[]: ``{lsn,order}``
-    (``source.lsn``, then ``transaction.total_order``), ``{lsn}`` for an event of no
-    transaction (a snapshot's read), None when the source names no LSN (a connector other
-    than Postgres's: the upsert then orders by Kafka's order alone)."""
-    source = change.get("source")
-    if type(source) is not dict:
-        return None
-    lsn = source.get("lsn")
-    if type(lsn) is not int:
-        return None
-    tx = change.get("transaction")
-    order = tx.get("total_order") if type(tx) is dict else None
-    return f"{{{lsn},{order}}}" if type(order) is int else f"{{{lsn}}}"
+def scaled(unscaled: int, scale: int) -> Decimal:
+    """unscaled * 10**-scale, exactly, with that scale (Decimal.scaleb would round to the
+    context's 28 digits)."""
+    return Decimal(f"{unscaled}E{-scale}")
 
 
-def transaction_of(change: dict) -> tuple[str, int] | None:
-    """(the source transaction's key, the event's data_collection_order) of a change, None
-    for one of no transaction. The key is ``transaction.id`` up to ':' (Debezium 3.6 writes
-    ``<txId>:<lsn>``, the LSN each event's own), or all of it where it has no ':'."""
-    tx = change.get("transaction")
+def transaction_of(change) -> tuple[str, int] | None:
+    """(the source transaction's key, the event's data_collection_order) of a change's
+    payload, None for one of no transaction (a snapshot's read). The key is
+    ``transaction.id`` up to ':' (Debezium 3.6 writes ``<txId>:<lsn>``, the LSN each event's
+    own), or all of it where it has no ':'."""
+    tx = change.get("transaction") if type(change) is dict else None
     if type(tx) is not dict:
         return None
     tid, order = tx.get("id"), tx.get("data_collection_order")
@@ -79,24 +64,22 @@ def transaction_of(change: dict) -> tuple[str, int] | None:
     return tid.partition(":")[0], order
 
 
-def old_key(m) -> bytes | None:
-    """The old key a primary-key change's create names (header ``__debezium.oldkey``)."""
-    for name, value in m.headers() or ():
-        if name == OLD_KEY:
-            return value
-    return None
-
-
 def variable_scale(x) -> Decimal:
     """io.debezium.data.VariableScaleDecimal: {scale, value: the unscaled big-endian two's
-    complement bytes (base64 in JSON)} -> its Decimal; raises ValueError, KeyError,
-    TypeError."""
+    complement bytes (base64 in JSON)} -> its Decimal, exactly; raises ValueError,
+    KeyError, TypeError."""
     value = x["value"]
     if type(value) is str:
         value = base64.b64decode(value, validate=True)
     if type(value) is not bytes or type(x["scale"]) is not int:
         raise TypeError("not a VariableScaleDecimal")
-    return Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-x["scale"])
+    return scaled(int.from_bytes(value, "big", signed=True), x["scale"])
+
+
+def json_document(x: str):
+    """io.debezium.data.Json's text -> the document, its numbers exactly as written (a
+    jsonb column stores the document, not a string holding it); raises ValueError."""
+    return json.loads(x, parse_float=Decimal)
 
 
 def is_unavailable(x) -> bool:
@@ -137,17 +120,8 @@ def holds(image: dict, column: tuple) -> bool:
     return (x if x is not None else image.get(name)) is not None
 
 
-def old_key_field(m, key_columns: Sequence[tuple]) -> str:
-    """The staged ``_old_key`` of a change (a text[] of the old key's fields, in the key's
-    order, as COPY text): the key a primary-key change's create names in its header, NULL
-    for any other change or a header that does not name the key columns."""
-    found = old_key(m)
-    if found is None or not key_columns:
-        return NULL
-    try:
-        fields = key_fields(found, key_columns)
-        items = ",".join('"' + unescape(f).replace("\\", "\\\\").replace('"', '\\"') + '"'
-                         for f in fields)
-        return text("{" + items + "}")
-    except (BadTombstone, Unstorable):
-        return NULL
+def documents(columns: Sequence[tuple]) -> frozenset[str]:
+    """The image's fields a jsonb column reads whole ((name, type, required, path)
+    columns): their io.debezium.data.Json text is decoded into the document."""
+    return frozenset(p[0] for _, t, _, p in columns
+                     if len(p) == 1 and column_type(t).pg == "jsonb")

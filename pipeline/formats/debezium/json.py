@@ -18,38 +18,40 @@ sends its placeholder instead (``__debezium_unavailable_value``; a bytea column'
 base64, an array's one element). Such a column is written NULL and named in the row's
 ``_unavailable`` field (COPY text of a text[]), and the merge keeps the value the row had.
 
-With the schema envelope, Debezium's encodings of dates, timestamps and decimals (days,
-epoch milli/micro/nanoseconds, base64 unscaled bytes) are decoded by the schema's
-semantic type names before the column rules apply (a Kafka key's too, by the key's own
+With the schema envelope, Debezium's encodings of dates, timestamps, decimals and JSON
+documents (days, epoch milli/micro/nanoseconds, base64 unscaled bytes exactly, a document's
+text; an array's elements alike) are decoded by the schema's semantic type names before
+the column rules apply (a Kafka key's too, by the key's own
 schema: a delete names the row as its create wrote it); without it a value is taken as the JSON
 it is (so declare such a field ``long``, or have Debezium write ISO strings:
 ``time.precision.mode = connect`` does not, ``ZonedTimestamp`` does). A NUMERIC without
 precision (io.debezium.data.VariableScaleDecimal, ``{"scale": s, "value": base64}``) is
-decoded into a decimal column by its schema name, or without the schema envelope by that
-shape.
+decoded by its schema name, or without the schema envelope by that shape: exact, with its
+own scale, into a ``decimal`` column (into a ``decimal(p,s)`` rounded to s places).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import date, timedelta
-from decimal import Decimal
 
 from pipeline.formats import paths
 from pipeline.formats.debezium.envelope import (
+    CONNECT_DECIMAL,
     DATES,
     DELETE,
     EPOCH_UNITS,
-    POSITION,
+    JSON_DOCUMENT,
     TRUNCATE,
     UNAVAILABLE_BASE64,
     UNAVAILABLE_MARKS,
     UPSERTS,
     VARIABLE_SCALE,
+    documents,
     holds,
-    old_key_field,
-    source_position,
+    json_document,
+    scaled,
     transaction_of,
     unavailable,
     variable_scale,
@@ -59,10 +61,9 @@ from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
 from pipeline.formats.tombstones import EVERY_KEY
 from pipeline.formats.types import column_type
-from pipeline.formats.wire.text import NULL, TEXT, Unstorable
+from pipeline.formats.wire.text import TEXT, Unstorable
 
 _DAY0 = date(1970, 1, 1)
-_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
 class NotAChange(ValueError):
@@ -93,35 +94,55 @@ def _struct_fields(schema) -> dict[str, dict]:
     return {f.get("field"): f for f in schema.get("fields") or () if type(f) is dict}
 
 
-def decode(image: dict, fields: dict[str, dict]) -> dict:
+def decode(image: dict, fields: dict[str, dict], documents: Collection[str] = ()) -> dict:
     """The image with Debezium's semantic encodings decoded (a value that does not fit its
     semantic type is left as it is: the column rule then refuses it; so is the placeholder
-    of an unavailable value)."""
+    of an unavailable value). ``documents``: the fields a jsonb column reads, whose JSON
+    text (io.debezium.data.Json) becomes the document; elsewhere it stays a string."""
     out = dict(image)
     for name, f in fields.items():
         x = out.get(name)
-        kind = f.get("name")
-        if x is None or kind is None or x == UNAVAILABLE_BASE64:
+        if x is None or x == UNAVAILABLE_BASE64 or not _semantic(f):
+            continue
+        if f.get("name") == JSON_DOCUMENT and name not in documents:
             continue
         try:
-            if kind in EPOCH_UNITS and type(x) is int:
-                unit = EPOCH_UNITS[kind]
-                seconds, rest = divmod(x, unit)
-                out[name] = (EPOCH + timedelta(seconds=seconds,
-                                               microseconds=rest * 1_000_000 // unit)
-                             ).isoformat()
-            elif kind in DATES and type(x) is int:
-                out[name] = (_DAY0 + timedelta(days=x)).isoformat()
-            elif kind == _DECIMAL and type(x) is str:
-                scale = int((f.get("parameters") or {}).get("scale", 0))
-                unscaled = int.from_bytes(base64.b64decode(x, validate=True), "big",
-                                          signed=True)
-                out[name] = Decimal(unscaled).scaleb(-scale)
-            elif kind == VARIABLE_SCALE and type(x) is dict:
-                out[name] = variable_scale(x)
-        except (ValueError, OverflowError, TypeError, KeyError):
+            out[name] = _decoded(f, x)
+        except (ValueError, OverflowError, TypeError, KeyError, RecursionError):
             continue
     return out
+
+
+def _semantic(f: dict) -> bool:
+    """A field whose values Debezium encodes (a named type, or an array of one)."""
+    if f.get("name") is not None:
+        return True
+    items = f.get("items")
+    return f.get("type") == "array" and type(items) is dict and items.get("name") is not None
+
+
+def _decoded(f: dict, x):
+    """One value by its field schema's semantic type (an array's, element by element);
+    raises for a value that does not fit it."""
+    kind = f.get("name")
+    if kind in EPOCH_UNITS and type(x) is int:
+        unit = EPOCH_UNITS[kind]
+        seconds, rest = divmod(x, unit)
+        return (EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // unit)
+                ).isoformat()
+    if kind in DATES and type(x) is int:
+        return (_DAY0 + timedelta(days=x)).isoformat()
+    if kind == CONNECT_DECIMAL and type(x) is str:
+        scale = int((f.get("parameters") or {}).get("scale", 0))
+        return scaled(int.from_bytes(base64.b64decode(x, validate=True), "big", signed=True),
+                      scale)
+    if kind == VARIABLE_SCALE and type(x) is dict:
+        return variable_scale(x)
+    if kind == JSON_DOCUMENT and type(x) is str:
+        return json_document(x)
+    if kind is None and type(x) is list:  # an array of a semantic type
+        return [None if v is None else _decoded(f["items"], v) for v in x]
+    return x
 
 
 def variable_scale_by_shape(image: dict, columns: Sequence[tuple]) -> dict:
@@ -149,9 +170,10 @@ def _replaced(doc: dict, path: Sequence[str], value) -> dict:
     return out
 
 
-def change(doc, truncate: bool = False) -> tuple[str, dict | None, dict | None]:
+def change(doc, truncate: bool = False, documents: Collection[str] = ()
+           ) -> tuple[str, dict | None, dict | None]:
     """(op, after, before) of a parsed value; ``truncate``: op t is one ([sink] truncate =
-    "apply"); raises NotAChange."""
+    "apply"); ``documents``: decode's; raises NotAChange."""
     doc, schema = unwrap(doc)
     if type(doc) is not dict or type(doc.get("op")) is not str:
         raise NotAChange("not_a_change_event", "value is not a Debezium change event (no "
@@ -162,7 +184,8 @@ def change(doc, truncate: bool = False) -> tuple[str, dict | None, dict | None]:
         x = doc.get(image)
         if x is not None and type(x) is not dict:
             raise NotAChange("not_a_change_event", f"op '{op}': '{image}' is not an object")
-        images[image] = decode(x, _image_schema(schema, image)) if x and schema else x
+        images[image] = (decode(x, _image_schema(schema, image), documents) if x and schema
+                         else x)
     if op in UPSERTS and images["after"] is None:
         raise NotAChange("not_a_change_event", f"op '{op}' without an 'after' image")
     if op not in UPSERTS and op != DELETE and not (truncate and op == TRUNCATE):
@@ -198,34 +221,23 @@ class _Image:
 class DebeziumFormat:
     """``columns``: the declared (name, type, required[, path]) columns, paths relative to
     the row image; ``key``: the upsert key's columns (never unavailable); ``truncate``: op t
-    deletes every key ([sink] truncate = "apply") instead of being a dead letter.
-
-    A row's line is the declared columns', then the change's source position
-    (``_source_position``), the columns it left out (``_unavailable``) and the old key a
-    primary-key change's create names (``_old_key``), then the run id
-    (store/tables.record_rows). ``sources``: None, or a dict the batch loop fills with each
-    change's (source transaction, data_collection_order) by offset (Encoder.transactions)."""
+    deletes every key ([sink] truncate = "apply") instead of being a dead letter."""
     wire = TEXT
     change_events = True  # the Encoder passes ``key`` and ``truncate``
 
     def __init__(self, columns: Sequence[Sequence], run_id: int, key: Sequence[str] = (),
                  truncate: bool = False):
-        declared = paths.columns(columns)
-        # The source position is read from the after image like a declared column (the
-        # batch loop puts it there): one pass of the row encoder writes it.
-        self.columns = [*declared, ("_source_position", "string", False, (POSITION,))]
-        self.json = JsonFormat(self.columns, run_id)
+        self.json = JsonFormat(columns, run_id)
         self.loads = self.json.loads
         self.truncate = truncate
         self.run_id = run_id
-        self.toastable = [(n, p) for n, _, _, p in declared if n not in key]
-        self.decimals = [(n, p) for n, t, _, p in declared
-                         if column_type(t).precision is not None]
-        by_name = {c[0]: c for c in declared}
-        self.key_columns = [(n, column_type(by_name[n][1]).from_json, by_name[n][1],
-                             by_name[n][3]) for n in key if n in by_name]
-        self.tail = f"\t{NULL}\t{NULL}\t{run_id}\n"  # no column unavailable, no old key
+        self.columns = paths.columns(columns)
+        self.toastable = [(n, p) for n, _, _, p in self.columns if n not in key]
+        self.decimals = [(n, p) for n, t, _, p in self.columns if column_type(t).is_decimal]
+        self.documents = documents(self.columns)
+        self.tail = f"\t\\N\t{run_id}\n"  # no column unavailable
         self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
+        # Encoder.transactions: each change's source transaction by offset, while set.
         self.sources: dict[int, tuple[str, int]] | None = None
 
     def _without(self, names: tuple[str, ...]) -> JsonFormat:
@@ -243,8 +255,7 @@ class DebeziumFormat:
         Encoder turns them into deletions of the key ``delete_key`` names), the rest to
         ``refuse``."""
         images = []
-        partial: dict[tuple[str, str], list] = {}  # images with unavailable columns
-        sources = self.sources
+        partial: dict[tuple[str, ...], list] = {}  # images with unavailable columns
         for m in records:
             value = m.value()
             if value is None:
@@ -252,33 +263,30 @@ class DebeziumFormat:
                 continue
             try:
                 doc = self.loads(value)
-                op, after, _ = change(doc, self.truncate)
+                if self.sources is not None and (tx := transaction_of(unwrap(doc)[0])):
+                    self.sources[m.offset()] = tx  # a dead letter too: its END counts it
+                op, after, _ = change(doc, self.truncate, self.documents)
             except NotAChange as e:
                 refuse(m, *e.args)
                 continue
             except Exception:  # noqa: BLE001 - not JSON: the JSON format says why
                 refuse(m, *self.json.explain(m))
                 continue
-            payload = unwrap(doc)[0]
-            if sources is not None and (tx := transaction_of(payload)) is not None:
-                sources[m.offset()] = tx
             if op == DELETE or op == TRUNCATE:
                 rejected.append(m)
                 continue
-            after[POSITION] = source_position(payload)
             if self.decimals and b'"scale"' in value:
                 after = variable_scale_by_shape(after, self.decimals)
             if UNAVAILABLE_MARKS[0] in value or UNAVAILABLE_MARKS[1] in value:
                 after, names = unavailable(after, self.toastable)
                 if names:
-                    group = (",".join(names), old_key_field(m, self.key_columns))
-                    partial.setdefault(group, []).append(_Image(m, after))
+                    partial.setdefault(tuple(names), []).append(_Image(m, after))
                     continue
             images.append(_Image(m, after))
         rows = self._encode(self.json, images, head, self.tail, refuse)
-        for (names, old), some in partial.items():
-            rows += self._encode(self._without(tuple(names.split(","))), some, head,
-                                 f"\t{{{names}}}\t{old}\t{self.run_id}\n", refuse)
+        for names, some in partial.items():
+            rows += self._encode(self._without(names), some, head,
+                                 f"\t{{{','.join(names)}}}\t{self.run_id}\n", refuse)
         if self.json.surrogates_possible:  # parsed by the standard library: see JsonFormat
             rows = self.json.utf8_only(rows, records, refuse)
         return rows
@@ -290,44 +298,36 @@ class DebeziumFormat:
         rows = fmt.encode_rows(images, head, tail, _same, kafka_timestamp,
                                *[c for _, c, _, _ in fmt.columns], bad)
         for image in bad:  # explained as the JSON format explains its image's text
-            shown = {k: v for k, v in image.v.items() if k != POSITION}  # the image's own
             try:
-                why = fmt.explain(_Image(image.m, json_text(shown).encode()))
+                why = fmt.explain(_Image(image.m, json_text(image.v).encode()))
             except Unstorable as e:
                 why = ("unstorable", f"the after image {e}")
             refuse(image.m, *why)
         return rows
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
-        """The key of the row a delete (or a tombstone) removes (``deletion``'s key)."""
-        return self.deletion(m, key_columns)[0]
-
-    def deletion(self, m, key_columns: Sequence[tuple] = ()):
-        """(the key of the row a delete, a truncate or a tombstone removes, for
-        tombstones.key_fields; its source position, None for a tombstone). The key: a
-        delete's decoded ``before`` image when it holds every key column (``key_columns``:
+        """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:
+        a delete's decoded ``before`` image when it holds every key column (``key_columns``:
         tombstones.key_fields' columns), else the Kafka key, its payload decoded by its own
         schema as the images are (a date key's days name the row its create wrote, as
         ``2022-01-08``), else the ``before`` image."""
-        before = position = None
+        before = None
         if m.value() is not None:
-            doc = self.loads(m.value())
-            op, _, before = change(doc, self.truncate)
-            position = source_position(unwrap(doc)[0])
+            op, _, before = change(self.loads(m.value()), self.truncate)
             if op == TRUNCATE:
-                return EVERY_KEY, position
+                return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):
-                return before, position
+                return before
         key = m.key()
         if key is None:
-            return before, position
+            return before
         try:
             doc, schema = unwrap(self.loads(key))
         except Exception:  # noqa: BLE001 - a bare text key (A-17): key_fields' rules
-            return key, position
+            return key
         if type(doc) is not dict:
-            return key, position
-        return (decode(doc, _struct_fields(schema)) if schema else doc), position
+            return key
+        return decode(doc, _struct_fields(schema)) if schema else doc
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"

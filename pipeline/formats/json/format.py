@@ -16,7 +16,7 @@ from decimal import Decimal
 from pipeline.formats import paths
 from pipeline.formats.json import diagnose as d
 from pipeline.formats.json.rows import column_encoder, row_encoder, timestamp_checks
-from pipeline.formats.json.values import WrongType
+from pipeline.formats.json.values import OutOfRange, WrongType
 from pipeline.formats.timestamps import kafka_timestamp
 from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import TEXT, Unstorable
@@ -160,6 +160,8 @@ class JsonFormat:
             try:
                 convert(x)
                 typed[name] = x
+            except OutOfRange as e:
+                return "wrong_type", f"field {paths.field(name, path)}: {e}"
             except WrongType as e:
                 if self.types[name] == "string":
                     continue

@@ -5,9 +5,10 @@ The same rules as Spark's ``from_json``, which a transform's path used to parse 
 were held to the same catalogue in tests/integration/test_bad_input.py): string = a JSON string;
 long/int = a JSON integer in range; double = a JSON number or one of "NaN", "Infinity",
 "-Infinity"; boolean = true/false; decimal(p,s) = a JSON number or numeric string, rounded
-half-up to s places, at most p digits; timestamp = an ISO 8601 string (no offset = UTC) or
-an integer of epoch seconds; date = an ISO date string. Timestamps are written with an
-explicit UTC offset: no time zone of any OS takes part.
+half-up to s places, at most p digits; decimal (a NUMERIC without precision) = the same,
+exact with its own scale (its column makes the JSON parse exact); timestamp = an ISO 8601
+string (no offset = UTC) or an integer of epoch seconds; date = an ISO date string.
+Timestamps are written with an explicit UTC offset: no time zone of any OS takes part.
 
 types.py holds which rule each declared type uses; json/rows.py inlines the common cases
 of these rules into the generated row encoder (tests/unit/test_encode.py holds the two to
@@ -32,6 +33,11 @@ _SPECIAL_DOUBLES = {"NaN": "NaN", "Infinity": "Infinity", "+Infinity": "Infinity
 
 class WrongType(ValueError):
     pass
+
+
+class OutOfRange(WrongType):
+    """The kind is right, the value does not fit the declared type: its message says so
+    (a dead letter saying "expected decimal(20,4), got bigint" sent users to the type)."""
 
 
 def string(x):
@@ -96,7 +102,9 @@ def decimal(precision: int, scale: int) -> Callable:
         except InvalidOperation:
             raise WrongType from None
         if len(v.as_tuple().digits) > precision:
-            raise WrongType
+            raise OutOfRange(f"{x.strip() if t is str else x} is too large for "
+                             f"decimal({precision},{scale}) (at most {whole} digits before "
+                             "the point)")
         return str(v)
 
     def convert(x):
@@ -111,6 +119,36 @@ def decimal(precision: int, scale: int) -> Callable:
                     return text_
         return exact(x)
     return convert
+
+
+# What Postgres's numeric holds: digits before the point, and after it.
+NUMERIC_WHOLE_DIGITS, NUMERIC_SCALE = 131_072, 16_383
+
+
+def exact_decimal(x):
+    """decimal, a NUMERIC without precision: the value exactly, with its own scale ("1.50"
+    stays 1.50), written in positional notation (no exponent for Postgres to re-scale)."""
+    t = type(x)
+    try:
+        if t is Decimal:
+            v = x
+        elif t is int:
+            v = Decimal(x)
+        elif t is float:
+            v = Decimal(repr(x))  # the shortest repr: the text a float was written as
+        elif t is str and x.strip():
+            v = Decimal(x.strip())
+        else:
+            raise WrongType
+    except (InvalidOperation, ValueError):
+        raise WrongType from None
+    if not v.is_finite():
+        raise WrongType
+    _sign, digits, exponent = v.as_tuple()
+    if -exponent > NUMERIC_SCALE or len(digits) + exponent > NUMERIC_WHOLE_DIGITS:
+        raise WrongType(f"beyond what a Postgres numeric holds ({NUMERIC_WHOLE_DIGITS} digits "
+                        f"before the point, {NUMERIC_SCALE} after)")
+    return format(v, "f")
 
 
 # An ISO timestamp with an explicit offset Postgres accepts (at most 15:59 away from UTC):
