@@ -29,12 +29,13 @@ class RangeSegments:
     formats.encode.Encoder.transactions), then ``s.blob()``; ``s.hash`` is the range's
     content hash, as the HASH summary stages it."""
 
-    __slots__ = ("hash", "segments", "orders")
+    __slots__ = ("hash", "segments", "orders", "started")
 
     def __init__(self) -> None:
         self.hash = ContentHash()
         self.segments: list[list] = []
         self.orders: dict[str, set[int]] = {}
+        self.started: dict[str, int] = {}
 
     def add(self, records: Sequence, sources: Sequence[tuple[str, int] | None]) -> None:
         h, segments, orders = self.hash, self.segments, self.orders
@@ -51,13 +52,16 @@ class RangeSegments:
             else:
                 current[2] = m.offset()
             if source is not None:
+                if tx not in orders:
+                    self.started[tx] = m.timestamp()[1]
                 orders.setdefault(tx, set()).add(source[1])
         if start < len(records):
             h.add(records[start:])
 
     def blob(self) -> bytes:
         return json.dumps({"segments": self.segments,
-                           "events": {tx: len(o) for tx, o in self.orders.items()}},
+                           "events": {tx: len(o) for tx, o in self.orders.items()},
+                           "started": self.started},
                           separators=(",", ":")).encode()
 
 
@@ -67,3 +71,8 @@ def parse(blob: bytes) -> tuple[list[tuple[str | None, int, int, int, bytes]], d
     doc = json.loads(blob)
     return ([(tx, first, last, before, bytes.fromhex(digest))
              for tx, first, last, before, digest in doc["segments"]], doc["events"])
+
+
+def started(blob: bytes) -> dict[str, int]:
+    """A SEGMENTS blob's first Kafka timestamp (ms) of each transaction in the range."""
+    return json.loads(blob).get("started", {})

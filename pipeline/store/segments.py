@@ -11,13 +11,14 @@ be in a COPY.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from psycopg import sql
 
 from pipeline.executor.content_hash import ContentHash
-from pipeline.executor.segments import parse
+from pipeline.executor.segments import parse, started
 from pipeline.executor.staging import HASH, SEGMENTS
 from pipeline.plan.offsets import OffsetRange, TopicPartition
 from pipeline.plan.transactions import ReadPartition, Segment
@@ -33,6 +34,7 @@ class StagedRange:
     starts: Mapping[int, tuple[int, bytes]]
     records: int
     digest: bytes
+    started: Mapping[str, int] = dataclasses.field(default_factory=dict)  # tx -> Kafka ms
 
     @property
     def range(self) -> OffsetRange:
@@ -81,7 +83,8 @@ def staged_ranges(conn, staging: sql.Composable, parts: Mapping[int, int]
         out[r.tp] = StagedRange(
             ReadPartition(r, tuple(Segment(tx, first, last) for tx, first, last, _, _
                                    in segments), events),
-            {first: (before, d) for _, first, _, before, d in segments}, records, digest)
+            {first: (before, d) for _, first, _, before, d in segments}, records, digest,
+            started(bytes(blob)))
     return out
 
 
