@@ -85,7 +85,7 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         stored = store.offsets.load(topics)
         kafka = meta.topic_offsets(topics)
         seen.latest = {(k.topic, k.partition): k.latest for k in kafka}
-        def planned(capped: bool = True) -> Plan:
+        def plan_of(capped: bool = True) -> Plan:
             k = settings.kafka
             return plan_ranges(
                 stored, kafka, stored_topic_ids=store.offsets.topic_ids(topics),
@@ -94,7 +94,7 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
                 max_records_per_run=k.max_records_per_run if capped else None,
                 on_data_loss=k.on_data_loss)
 
-        plan = planned()
+        plan = plan_of()
         timer.lap("plan")
         seen.plan = plan
         planned = [p.as_dict() for p in plan.partitions]
@@ -138,7 +138,7 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
             whole = TransactionPlan(
                 plan.partitions,
                 any(p.range.until_offset < seen.latest.get(p.range.tp, 0)
-                    for p in plan.partitions), lambda: planned(capped=False))
+                    for p in plan.partitions), lambda: plan_of(capped=False))
         run = store.runs.start(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
         seen.started(run.id)
         result = execute_ranges(settings, store, routes, meta, run, plan.ranges,

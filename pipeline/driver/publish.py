@@ -58,7 +58,15 @@ from sqlalchemy.schema import CreateTable
 from pipeline import faults
 from pipeline.driver.routing import RunTable
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, reader_part
+from pipeline.executor.staging import (
+    DEAD,
+    HASH,
+    RECEIVED,
+    ROW,
+    SEGMENTS,
+    TOMBSTONE,
+    reader_part,
+)
 from pipeline.formats.wire import binary as copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.sinks import Merged, Sink
@@ -308,10 +316,14 @@ class Publisher:
 
     def segments(self):
         """The chosen attempts' summaries by source transaction (store/segments.py), per
-        partition; every task committed so far is taken first."""
+        partition; every task committed so far is taken first, and the open COPY ended
+        (the cut reads the stored offsets on the publishing connection, in its
+        transaction)."""
         from pipeline.store.segments import staged_ranges
 
         self.take()
+        with db_errors(self.store.url):
+            self._end_copy()
         with db_errors(self.store.url), self._reader.begin():
             return staged_ranges(self._read, self.staging, self.parts)
 
@@ -325,7 +337,7 @@ class Publisher:
                     "AND (part, task) IN (SELECT * FROM unnest(%s::int[], %s::bigint[])) "
                     "GROUP BY 1, 2, 3 "
                     "ORDER BY 1, 2, 3").format(self.staging),
-                    ([HASH, RECEIVED], list(self.parts), list(self.parts.values()))
+                    ([HASH, RECEIVED, SEGMENTS], list(self.parts), list(self.parts.values()))
             ).fetchall():
                 item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})
                 name = {ROW: "rows", DEAD: "dead", TOMBSTONE: "deletes"}[kind]

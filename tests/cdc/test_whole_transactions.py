@@ -1,0 +1,136 @@
+"""``[sink] transactions``: a run of several tables publishes whole source transactions only,
+on the real chain, through the CLI. The shop's orders and order_lines (Debezium's JSON
+topics) into two tables; kafka.max_records_per_partition ends the lines' range inside a
+source transaction that placed an order. Without the metadata that run shows a reader
+orders without all their lines; with ``transactions = "shop_json.transaction"`` the cut
+keeps every transaction whole, a budget smaller than the next transaction is read past
+(the transaction published whole), the replica ends equal to the source and ``verify``
+holds for the ranges cut short."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pipeline.errors import EXIT_OK
+from pipeline.sample_shop_compare import compare
+from pipeline.sample_shop_invariants import check, fetch
+from tests.cdc.conftest import SOURCE_URL, ShopRun, tx_of
+from tests.helpers import BOOTSTRAP, TEST_DB_URL, run_cli, unique
+
+pytestmark = pytest.mark.integration
+
+ORDERS, LINES = "shop_json.public.orders", "shop_json.public.order_lines"
+# What a torn order_placed transaction breaks (the replica has no customers or accounts).
+ORDER_CHECKS = ("order_total", "order_line_count", "orphan_lines")
+
+
+def config(path: Path, name: str, schema: str, *, cap: int | None,
+           transactions: bool) -> Path:
+    path.write_text(f"""
+[pipeline]
+name = "{name}"
+[kafka]
+bootstrap_servers = "{BOOTSTRAP}"
+topics = ["{ORDERS}", "{LINES}"]
+timeout_seconds = 20
+{f"max_records_per_partition = {cap}" if cap else ""}
+[database]
+url = "{TEST_DB_URL}"
+schema = "{schema}"
+[sink]
+format = "json"
+envelope = "debezium"
+mode = "upsert"
+table = "{{table}}"
+key = ["id"]
+{'transactions = "shop_json.transaction"' if transactions else ""}
+[sink.columns]
+id = "long not null"
+customer_id = "long not null"
+total = "decimal(14,2)"
+line_count = "int"
+[sink.topics."{LINES}"]
+key = ["order_id", "line_no"]
+[sink.topics."{LINES}".columns]
+order_id = "long not null"
+line_no = "int not null"
+sku = "string"
+qty = "int"
+amount = "decimal(12,2)"
+[spark]
+master = "local[1]"
+""")
+    return path
+
+
+def cli(*args) -> tuple[int, str, str]:
+    r = run_cli(*map(str, args), timeout=600)
+    return r.returncode, r.stdout, r.stdout + r.stderr
+
+
+def torn(schema: str) -> list[str]:
+    with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
+        return [f"{b.check}: {b.samples}" for b in check(fetch(conn, schema))
+                if b.check in ORDER_CHECKS]
+
+
+def cut_inside_a_transaction(shop_run: ShopRun) -> int:
+    """A per-partition budget that reads every order event and ends the lines' range
+    between two events of one source transaction (of two lines or more)."""
+    orders = [e for e in shop_run.json.table("orders") if e.value is not None]
+    lines = [e for e in shop_run.json.table("order_lines") if e.value is not None]
+    assert lines[0].offset == 0 and orders[0].offset == 0, "a fresh chain's topics"
+    start = shop_run.json.table("orders")[-1].offset + 1
+    for cap in range(start, shop_run.json.table("order_lines")[-1].offset):
+        here, after = (e.json()["payload"]["transaction"] for e in
+                       (shop_run.json.table("order_lines")[cap - 1],
+                        shop_run.json.table("order_lines")[cap]))
+        if here and after and tx_of(here["id"]) == tx_of(after["id"]):
+            return cap
+    pytest.fail("no source transaction of two lines after the orders' last event")
+
+
+def test_a_run_of_several_tables_publishes_whole_source_transactions(shop_run, tmp_path):
+    cap = cut_inside_a_transaction(shop_run)
+
+    # Without the metadata: the budget tears an order's transaction apart.
+    schema = unique("torn")
+    plain = config(tmp_path / "plain.toml", schema, schema, cap=cap, transactions=False)
+    for args in (("init-db", "--config", plain), ("run", "--config", plain)):
+        code, _, out = cli(*args)
+        assert code == EXIT_OK, out
+    assert torn(schema), "the budget did not end inside a transaction of an order"
+
+    # With it: the same budget, every transaction whole.
+    schema = unique("whole")
+    whole = config(tmp_path / "whole.toml", schema, schema, cap=cap, transactions=True)
+    code, _, out = cli("init-db", "--config", whole)
+    assert code == EXIT_OK, out
+    code, stdout, out = cli("run", "--config", whole, "--json")
+    assert code == EXIT_OK, out
+    assert torn(schema) == []
+    summary = json.loads(stdout)["transactions"]
+    assert summary["topic"] == "shop_json.transaction" and summary["included"] > 0
+    [short] = [c for c in summary["cut"] if c["topic"] == LINES]
+    assert short["until"] < cap and summary["blocked"]["missing"][LINES]["read"] > 0
+    assert f"{LINES}[0] publishes [0, {short['until']}) of [0, {cap})" in out
+
+    # A budget of one record per partition: the next transaction is larger, so the run
+    # reads past it rather than publish nothing, and catches up whole.
+    config(whole, schema, schema, cap=1, transactions=True)
+    code, stdout, out = cli("run", "--config", whole, "--json")
+    assert code == EXIT_OK, out
+    assert "planning again without kafka.max_records_per_partition" in out
+    assert torn(schema) == []
+    assert json.loads(stdout)["transactions"]["cut"] == []
+    for diff in compare(SOURCE_URL, TEST_DB_URL, schema, tables=["orders", "order_lines"]):
+        # Row by row in the columns the replica declares.
+        assert diff.source_rows > 0 and not (diff.missing or diff.extra or diff.differing), \
+            diff.first
+
+    code, _, out = cli("verify", "--config", whole)
+    assert code == EXIT_OK, out
