@@ -134,7 +134,7 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
             routes = resolve_routes(settings, topics)
         whole = None
         if settings.sink.transactions is not None:
-            check_transaction_topic(settings, meta)  # exit 2 before anything is read
+            check_transaction_topic(settings, meta, store)  # before anything is read
             whole = TransactionPlan(
                 plan.partitions,
                 any(p.range.until_offset < seen.latest.get(p.range.tp, 0)

@@ -24,12 +24,11 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.driver.transaction_topic import (
-    METADATA_SETTING,
     PARTITION,
     TransactionTopicRead,
+    check_position,
     read_transaction_ends,
 )
-from pipeline.errors import ConfigError, DataError
 from pipeline.plan.offsets import OffsetRange, PlannedPartition, TopicPartition
 from pipeline.plan.transactions import TransactionCut, collection_topics, cut_at_transactions
 from pipeline.store.segments import StagedRange, read_partitions
@@ -41,18 +40,12 @@ class NeedsUncapped(Exception):
     """The cut publishes nothing and the plan capped a range: plan again without caps."""
 
 
-def check_transaction_topic(settings: Settings, meta) -> None:
+def check_transaction_topic(settings: Settings, meta, store) -> None:
     """Before anything is read: the transaction topic exists (exit 2 naming
-    provide.transaction.metadata); read_transaction_ends checks the rest."""
+    provide.transaction.metadata) with one partition, and under on_data_loss = fail none of
+    it was deleted before it was read (exit 3 naming the lost offsets)."""
     topic = settings.sink.transactions
-    try:
-        meta.describe([topic])
-    except DataError:
-        raise ConfigError(
-            f"the transaction topic '{topic}' ([sink] transactions) does not exist on "
-            f"{settings.kafka.bootstrap_servers}: set {METADATA_SETTING}=true on the Debezium "
-            "connector (it then writes <topic.prefix>.transaction), or point "
-            "sink.transactions at its transaction topic; nothing was read") from None
+    check_position(settings, meta, store.offsets.load([topic]))
 
 
 @dataclass(frozen=True)

@@ -76,18 +76,38 @@ class TransactionTopicRead:
         return update if update.moves_offset or self.lost is not None else None
 
 
+def check_position(settings: Settings, meta, stored: Mapping[TopicPartition, int]) -> None:
+    """Before anything is read: the transaction topic exists with one partition, and its
+    stored offset is not behind its earliest under on_data_loss = fail (read_transaction_ends
+    checks all of it again after the read)."""
+    _position(settings, meta, stored, quiet=True)
+
+
 def read_transaction_ends(settings: Settings, meta, stored: Mapping[TopicPartition, int],
                           data_topics=()) -> TransactionTopicRead:
     """The END events of ``[sink] transactions`` from ``stored`` (store.offsets.load of the
     topic; its earliest offset when none) to its latest. ``meta``: the run's KafkaMeta;
     ``data_topics``: the topics the run reads (the transaction topic must not be one)."""
     topic = settings.sink.transactions
-    if topic is None:
-        raise ValueError("[sink] transactions is not set")
     if topic in data_topics:
         raise ConfigError(f"'sink.transactions' = {topic!r} is also one of the topics the "
                           "pipeline reads: it holds BEGIN/END events, not changes; take it out "
                           "of the pipeline's topics")
+    topic_id, current, start, latest, lost = _position(settings, meta, stored)
+    ends = tuple(_ends(settings, topic, start, latest))
+    log.info("transaction topic %s[%d] [%d, %d): %d END events", topic, PARTITION, start,
+             latest, len(ends), extra={"event": "transactions.read", "topic": topic,
+                                       "from": start, "until": latest, "ends": len(ends)})
+    return TransactionTopicRead(topic, current, start, latest, ends, lost, topic_id)
+
+
+def _position(settings: Settings, meta, stored: Mapping[TopicPartition, int],
+              quiet: bool = False):
+    """(topic id, stored offset, where to read from, latest, lost range) of the
+    transaction topic; every rule of the module's docstring but the records'."""
+    topic = settings.sink.transactions
+    if topic is None:
+        raise ValueError("[sink] transactions is not set")
     try:
         topic_id, partitions = meta.describe([topic])[topic]
     except DataError:  # does not exist
@@ -123,18 +143,15 @@ def read_transaction_ends(settings: Settings, meta, stored: Mapping[TopicPartiti
                 "or set kafka.on_data_loss = 'skip' to go on from offset "
                 f"{held.earliest} (the run passes transactions whose END is gone once a later "
                 "one follows them, and records the gap); nothing was read")
-        log.warning("data loss skipped (on_data_loss=skip): transaction topic %s deleted before "
-                    "it was read; transactions whose END was there pass unchecked", lost,
-                    extra={"event": "transactions.data_loss_skipped", **lost.as_dict()})
+        if not quiet:
+            log.warning("data loss skipped (on_data_loss=skip): transaction topic %s deleted "
+                        "before it was read; transactions whose END was there pass unchecked",
+                        lost, extra={"event": "transactions.data_loss_skipped",
+                                     **lost.as_dict()})
         start = held.earliest
     else:
         start = current
-    ends = tuple(_ends(settings, topic, start, held.latest))
-    log.info("transaction topic %s[%d] [%d, %d): %d END events", topic, PARTITION, start,
-             held.latest, len(ends), extra={"event": "transactions.read", "topic": topic,
-                                            "from": start, "until": held.latest,
-                                            "ends": len(ends)})
-    return TransactionTopicRead(topic, current, start, held.latest, ends, lost, topic_id)
+    return topic_id, current, start, held.latest, lost
 
 
 def _ends(settings: Settings, topic: str, start: int, until: int):

@@ -5,7 +5,9 @@ source transaction that placed an order. Without the metadata that run shows a r
 orders without all their lines; with ``transactions = "shop_json.transaction"`` the cut
 keeps every transaction whole, a budget smaller than the next transaction is read past
 (the transaction published whole), the replica ends equal to the source and ``verify``
-holds for the ranges cut short."""
+holds for the ranges cut short. A transaction topic that does not exist is exit 2 naming
+provide.transaction.metadata; one whose unread offsets retention deleted is exit 3 naming
+them, or with kafka.on_data_loss = "skip" a run that says so in its run row."""
 
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pipeline.errors import EXIT_OK
+from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK
 from pipeline.sample_shop_compare import compare
 from pipeline.sample_shop_invariants import check, fetch
 from tests.cdc.conftest import SOURCE_URL, ShopRun, tx_of
-from tests.helpers import BOOTSTRAP, TEST_DB_URL, run_cli, unique
+from tests.helpers import BOOTSTRAP, TEST_DB_URL, query, run_cli, unique
+from tests.integration.test_bad_input import delete_records
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +31,11 @@ ORDERS, LINES = "shop_json.public.orders", "shop_json.public.order_lines"
 ORDER_CHECKS = ("order_total", "order_line_count", "orphan_lines")
 
 
+TRANSACTIONS = "shop_json.transaction"
+
+
 def config(path: Path, name: str, schema: str, *, cap: int | None,
-           transactions: bool) -> Path:
+           transactions: str | None, on_data_loss: str = "fail") -> Path:
     path.write_text(f"""
 [pipeline]
 name = "{name}"
@@ -37,6 +43,7 @@ name = "{name}"
 bootstrap_servers = "{BOOTSTRAP}"
 topics = ["{ORDERS}", "{LINES}"]
 timeout_seconds = 20
+on_data_loss = "{on_data_loss}"
 {f"max_records_per_partition = {cap}" if cap else ""}
 [database]
 url = "{TEST_DB_URL}"
@@ -47,7 +54,7 @@ envelope = "debezium"
 mode = "upsert"
 table = "{{table}}"
 key = ["id"]
-{'transactions = "shop_json.transaction"' if transactions else ""}
+{f'transactions = "{transactions}"' if transactions else ""}
 [sink.columns]
 id = "long not null"
 customer_id = "long not null"
@@ -98,8 +105,8 @@ def test_a_run_of_several_tables_publishes_whole_source_transactions(shop_run, t
     cap = cut_inside_a_transaction(shop_run)
 
     # Without the metadata: the budget tears an order's transaction apart.
-    schema = unique("torn")
-    plain = config(tmp_path / "plain.toml", schema, schema, cap=cap, transactions=False)
+    schema = torn_schema = unique("torn")
+    plain = config(tmp_path / "plain.toml", schema, schema, cap=cap, transactions=None)
     for args in (("init-db", "--config", plain), ("run", "--config", plain)):
         code, _, out = cli(*args)
         assert code == EXIT_OK, out
@@ -107,7 +114,7 @@ def test_a_run_of_several_tables_publishes_whole_source_transactions(shop_run, t
 
     # With it: the same budget, every transaction whole.
     schema = unique("whole")
-    whole = config(tmp_path / "whole.toml", schema, schema, cap=cap, transactions=True)
+    whole = config(tmp_path / "whole.toml", schema, schema, cap=cap, transactions=TRANSACTIONS)
     code, _, out = cli("init-db", "--config", whole)
     assert code == EXIT_OK, out
     code, stdout, out = cli("run", "--config", whole, "--json")
@@ -121,7 +128,7 @@ def test_a_run_of_several_tables_publishes_whole_source_transactions(shop_run, t
 
     # A budget of one record per partition: the next transaction is larger, so the run
     # reads past it rather than publish nothing, and catches up whole.
-    config(whole, schema, schema, cap=1, transactions=True)
+    config(whole, schema, schema, cap=1, transactions=TRANSACTIONS)
     code, stdout, out = cli("run", "--config", whole, "--json")
     assert code == EXIT_OK, out
     assert "planning again without kafka.max_records_per_partition" in out
@@ -134,3 +141,30 @@ def test_a_run_of_several_tables_publishes_whole_source_transactions(shop_run, t
 
     code, _, out = cli("verify", "--config", whole)
     assert code == EXIT_OK, out
+
+
+    # The torn pipeline, turned to whole transactions: no such transaction topic is exit 2
+    # before anything is read.
+    schema = torn_schema
+    config(plain, schema, schema, cap=None, transactions="shop_json.no_transactions")
+    code, _, out = cli("run", "--config", plain)
+    assert code == EXIT_CONFIG, out
+    assert ("the transaction topic 'shop_json.no_transactions' ([sink] transactions) does not "
+            "exist" in out and "provide.transaction.metadata=true" in out)
+
+    # Its stored transaction topic offset 0, and retention deleting offset 0 before it was
+    # read: exit 3 naming the offsets, then with on_data_loss = "skip" a run that records the
+    # gap and publishes whole transactions again.
+    query(f'INSERT INTO "{schema}".pipeline_offsets (pipeline, topic, "partition", '
+          "next_offset) VALUES (%s, %s, 0, 0) RETURNING 1", (schema, TRANSACTIONS))
+    delete_records(TRANSACTIONS, 0, 1)
+    config(plain, schema, schema, cap=None, transactions=TRANSACTIONS)
+    code, _, out = cli("run", "--config", plain)
+    assert code == EXIT_DATA, out
+    assert f"data loss: the transaction topic {TRANSACTIONS}[0] offsets [0, 1) were deleted" in out
+    config(plain, schema, schema, cap=None, transactions=TRANSACTIONS, on_data_loss="skip")
+    code, stdout, out = cli("run", "--config", plain, "--json")
+    assert code == EXIT_OK, out
+    assert json.loads(stdout)["transactions"]["metadata"]["lost"] == {
+        "topic": TRANSACTIONS, "partition": 0, "from": 0, "until": 1, "offsets": 1}
+    assert torn(schema) == []
