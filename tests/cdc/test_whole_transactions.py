@@ -35,13 +35,16 @@ TRANSACTIONS = "shop_json.transaction"
 
 
 def config(path: Path, name: str, schema: str, *, cap: int | None,
-           transactions: str | None, on_data_loss: str = "fail") -> Path:
+           transactions: str | None, on_data_loss: str = "fail",
+           registry: str | None = None) -> Path:
+    orders, lines = ((ORDERS, LINES) if registry is None else
+                     (t.replace("shop_json", "shop_avro") for t in (ORDERS, LINES)))
     path.write_text(f"""
 [pipeline]
 name = "{name}"
 [kafka]
 bootstrap_servers = "{BOOTSTRAP}"
-topics = ["{ORDERS}", "{LINES}"]
+topics = ["{orders}", "{lines}"]
 timeout_seconds = 20
 on_data_loss = "{on_data_loss}"
 {f"max_records_per_partition = {cap}" if cap else ""}
@@ -49,7 +52,7 @@ on_data_loss = "{on_data_loss}"
 url = "{TEST_DB_URL}"
 schema = "{schema}"
 [sink]
-format = "json"
+format = "{'avro' if registry else 'json'}"
 envelope = "debezium"
 mode = "upsert"
 table = "{{table}}"
@@ -60,14 +63,15 @@ id = "long not null"
 customer_id = "long not null"
 total = "decimal(14,2)"
 line_count = "int"
-[sink.topics."{LINES}"]
+[sink.topics."{lines}"]
 key = ["order_id", "line_no"]
-[sink.topics."{LINES}".columns]
+[sink.topics."{lines}".columns]
 order_id = "long not null"
 line_no = "int not null"
 sku = "string"
 qty = "int"
 amount = "decimal(12,2)"
+{f'[schema_registry]{chr(10)}url = "{registry}"' if registry else ""}
 [spark]
 master = "local[1]"
 """)
@@ -168,3 +172,21 @@ def test_a_run_of_several_tables_publishes_whole_source_transactions(shop_run, t
     assert json.loads(stdout)["transactions"]["metadata"]["lost"] == {
         "topic": TRANSACTIONS, "partition": 0, "from": 0, "until": 1, "offsets": 1}
     assert torn(schema) == []
+
+
+def test_avro_transaction_metadata_keeps_transactions_whole_too(shop_run, tmp_path):
+    """The Avro connector's transaction topic (its END events decoded through the
+    registry) cuts the same budget at the same place."""
+    cap = cut_inside_a_transaction(shop_run)  # the Avro topics hold the same events
+    schema = unique("whole_avro")
+    avro = config(tmp_path / "avro.toml", schema, schema, cap=cap,
+                  transactions="shop_avro.transaction", registry=shop_run.registry_url)
+    code, _, out = cli("init-db", "--config", avro)
+    assert code == EXIT_OK, out
+    code, stdout, out = cli("run", "--config", avro, "--json")
+    assert code == EXIT_OK, out
+    assert torn(schema) == []
+    summary = json.loads(stdout)["transactions"]
+    assert summary["included"] > 0
+    assert "shop_avro.public.order_lines" in [c["topic"] for c in summary["cut"]]
+    assert summary["blocked"]["missing"]["shop_avro.public.order_lines"]["read"] > 0
