@@ -174,7 +174,9 @@ def _report_topics(settings: Settings, store: Store, topics: Sequence[str],
              len(topics), routes.describe(),
              extra={"event": "plan.topics", "topics": list(topics),
                     "tables": routes.as_dict()})
-    gone = stored_elsewhere({t for t, _ in store.offsets.load()}, topics)
+    # The transaction topic's offset ([sink] transactions) is stored beside the data's.
+    stored = {t for t, _ in store.offsets.load()} - {settings.sink.transactions}
+    gone = stored_elsewhere(stored, topics)
     if gone:
         log.warning("topics %s have stored offsets but are not on the broker or no longer "
                     "match kafka.topic_pattern: not read ('pipeline offsets reset' forgets a "
