@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.executor.content_hash import ContentHash
-from pipeline.executor.segments import RangeSegments, parse
+from pipeline.executor.segments import RangeSegments, parse, started
 from pipeline.plan.offsets import OffsetRange
 from pipeline.plan.split import pack_ranges, split_ranges
 from pipeline.plan.transactions import Segment, TransactionEnd, cut_at_transactions
@@ -33,7 +33,8 @@ def records_and_sources():
     # then after a connector's restart 5 again (2) and 6 again (1), then 7 (1).
     spec = [(10, None), (11, ("5", 1)), (12, ("5", 2)), (13, None), (14, ("6", 1)),
             (15, ("5", 2)), (16, ("6", 1)), (17, ("7", 1)), (18, ("7", 2)), (19, None)]
-    return ([Record(o, f"v{o}".encode(), k=b"k") for o, _ in spec], [s for _, s in spec])
+    return ([Record(o, f"v{o}".encode(), k=b"k", ts=1_000 + o) for o, _ in spec],
+            [s for _, s in spec])
 
 
 def test_segments_are_runs_of_one_transaction_with_what_came_before_them():
@@ -47,6 +48,9 @@ def test_segments_are_runs_of_one_transaction_with_what_came_before_them():
         ("5", 15, 15, 5), ("6", 16, 16, 6), ("7", 17, 18, 7), (None, 19, 19, 9)]
     # Distinct events by their order in their table: a change written twice counts once.
     assert events == {"5": 2, "6": 1, "7": 2}
+    # Each transaction's first Kafka timestamp: how long one without an END has waited.
+    assert started(summary.blob()) == {"5": records[1].ts, "6": records[4].ts,
+                                       "7": records[7].ts}
     for _, first, _, before, digest in segments:
         h = ContentHash()
         h.add(records[:first - 10])
