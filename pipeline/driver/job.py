@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from pipeline import faults
 from pipeline.config import Settings
@@ -24,8 +24,15 @@ from pipeline.driver.routing import (
 )
 from pipeline.driver.schema_probe import with_schema_columns
 from pipeline.driver.signals import StopSignals, overlapped
+from pipeline.driver.transaction_cut import NeedsUncapped, check_transaction_topic, decide_cut
 from pipeline.errors import DataError
-from pipeline.plan.offsets import OffsetRange, PlannedPartition, check_topic_ids, plan_ranges
+from pipeline.plan.offsets import (
+    OffsetRange,
+    Plan,
+    PlannedPartition,
+    check_topic_ids,
+    plan_ranges,
+)
 from pipeline.sinks.upsert import partitions_added
 from pipeline.spark import errors as spark_errors
 from pipeline.spark.launch import start_spark
@@ -35,6 +42,17 @@ from pipeline.store.run import Kind, Run
 from pipeline.store.schema import unresolved
 
 log = logging.getLogger("pipeline")
+
+
+@dataclass(frozen=True)
+class TransactionPlan:
+    """[sink] transactions: what the cut needs of the plan. ``partitions``: every planned
+    partition (empty ranges too); ``capped``: a range ends before the partition's latest
+    offset (kafka.max_records_per_*); ``uncapped``: the plan again without the caps."""
+
+    partitions: tuple[PlannedPartition, ...]
+    capped: bool
+    uncapped: Callable[[], Plan]
 
 
 def run_ingest(settings: Settings, *, dry_run: bool = False,
@@ -67,12 +85,16 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
         stored = store.offsets.load(topics)
         kafka = meta.topic_offsets(topics)
         seen.latest = {(k.topic, k.partition): k.latest for k in kafka}
-        plan = plan_ranges(
-            stored, kafka, stored_topic_ids=store.offsets.topic_ids(topics),
-            starting_offsets=settings.kafka.starting_offsets,
-            max_records_per_partition=settings.kafka.max_records_per_partition,
-            max_records_per_run=settings.kafka.max_records_per_run,
-            on_data_loss=settings.kafka.on_data_loss)
+        def plan_of(capped: bool = True) -> Plan:
+            k = settings.kafka
+            return plan_ranges(
+                stored, kafka, stored_topic_ids=store.offsets.topic_ids(topics),
+                starting_offsets=k.starting_offsets,
+                max_records_per_partition=k.max_records_per_partition if capped else None,
+                max_records_per_run=k.max_records_per_run if capped else None,
+                on_data_loss=k.on_data_loss)
+
+        plan = plan_of()
         timer.lap("plan")
         seen.plan = plan
         planned = [p.as_dict() for p in plan.partitions]
@@ -110,11 +132,18 @@ def _ingest(settings: Settings, dry_run: bool, signals: StopSignals | None, time
             # made or checked (driver/schema_probe.py).
             settings, _, additions = with_schema_columns(settings, store, plan.ranges)
             routes = resolve_routes(settings, topics)
+        whole = None
+        if settings.sink.transactions is not None:
+            check_transaction_topic(settings, meta, store)  # before anything is read
+            whole = TransactionPlan(
+                plan.partitions,
+                any(p.range.until_offset < seen.latest.get(p.range.tp, 0)
+                    for p in plan.partitions), lambda: plan_of(capped=False))
         run = store.runs.start(Kind.INGEST, plan.partitions, {"topic_ids": plan.topic_ids})
         seen.started(run.id)
         result = execute_ranges(settings, store, routes, meta, run, plan.ranges,
                                 plan.offset_updates, timer, signals, topic_ids=plan.topic_ids,
-                                additions=additions)
+                                additions=additions, transactions=whole)
         result.plan, result.lost = planned, lost
         return result
     finally:
@@ -145,7 +174,9 @@ def _report_topics(settings: Settings, store: Store, topics: Sequence[str],
              len(topics), routes.describe(),
              extra={"event": "plan.topics", "topics": list(topics),
                     "tables": routes.as_dict()})
-    gone = stored_elsewhere({t for t, _ in store.offsets.load()}, topics)
+    # The transaction topic's offset ([sink] transactions) is stored beside the data's.
+    stored = {t for t, _ in store.offsets.load()} - {settings.sink.transactions}
+    gone = stored_elsewhere(stored, topics)
     if gone:
         log.warning("topics %s have stored offsets but are not on the broker or no longer "
                     "match kafka.topic_pattern: not read ('pipeline offsets reset' forgets a "
@@ -157,11 +188,14 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
                    run: Run, ranges: Sequence[OffsetRange],
                    offset_updates: Sequence[PlannedPartition], timer: Timer,
                    signals: StopSignals | None, topic_ids: dict[str, str] | None = None,
-                   additions: Sequence[Addition] = ()) -> RunResult:
+                   additions: Sequence[Addition] = (),
+                   transactions: TransactionPlan | None = None) -> RunResult:
     """Read and stage ``ranges``, then publish them into their topics' tables (``routes``)
     with ``offset_updates``, in one transaction; ``topic_ids``: the Kafka topic IDs the
     ranges were planned on, checked again after the read; ``additions``: the columns
-    sink.evolve adds first (Store.tables_ready planned them)."""
+    sink.evolve adds first (Store.tables_ready planned them); ``transactions``: [sink]
+    transactions' plan, the run is cut at whole source transactions
+    (driver/transaction_cut.py)."""
     signals = signals or StopSignals()
     run_id, kind = run.id, str(run.kind)
     tables = routes.reading(ranges)
@@ -179,32 +213,27 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
             timer.lap("spark_start")
             log.info("Spark started in %.1f s", timer.stages["spark_start"],
                      extra={"event": "spark.start", "duration": timer.stages["spark_start"]})
-        with Publisher(store, tables, run, ranges) as publisher:
-            if sc is not None:
-                overlapped(lambda: publisher.expect_readers(
-                    stage(sc, settings, routes, run, ranges, publisher.choose_wire)),
-                    publisher.take, signals)
-                timer.lap("read_and_stage")
-            # What one attempt of each task staged: a retried task is not counted twice.
-            staged = publisher.staged()
-            staged_dead = sum(v["dead"] for v in staged.values())
-            if sc is not None:
-                records = publisher.records_read(staged)
-                log.info("read and staged %d records of %s in %.1f s", records,
-                         describe(ranges), timer.stages["read_and_stage"],
-                         extra={"event": "read.done", "records": records,
-                                "dead_letters": staged_dead, "tasks": len(publisher.parts),
-                                "ranges": [r.as_dict() for r in ranges],
-                                "duration": timer.stages["read_and_stage"]})
-            for t in tables:
-                _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
-            faults.inject("after_stage")
-            if topic_ids and ranges:
-                # A topic recreated after the plan: what was read may be either topic's.
-                check_topic_ids({t: {i} for t, i in topic_ids.items()},
-                                meta.topic_ids(list(topic_ids)), "the planned ranges")
-            with signals.shielded():
-                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids)
+        while True:
+            try:
+                published, offset_updates = _read_and_publish(
+                    settings, store, routes, meta, run, sc, tables, ranges, offset_updates,
+                    timer, signals, topic_ids, transactions)
+                break
+            except NeedsUncapped as blocked:
+                # A source transaction larger than the run's budget: read to the latest
+                # offsets (the plan without kafka.max_records_per_*), so it is published whole.
+                plan = transactions.uncapped()
+                log.info("run %s: nothing could be published whole within the planned ranges "
+                         "(%s): planning again without kafka.max_records_per_partition/"
+                         "per_run, %s", run_id, blocked, describe(plan.ranges),
+                         extra={"event": "transactions.uncapped",
+                                "ranges": [r.as_dict() for r in plan.ranges]})
+                transactions = replace(transactions, partitions=plan.partitions, capped=False)
+                ranges, offset_updates = plan.ranges, plan.offset_updates
+                tables = routes.reading(ranges)
+                store.runs.set_planned(run_id, ranges)
+                store.staging.drop(run)
+                store.staging.create(run)
         timer.lap("publish")
         log.info("run %s %s: published %d rows (%d deleted), %d dead letters from %d records "
                  "into %s; offsets %s", run_id, kind, published.rows_written,
@@ -237,6 +266,50 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
                             {u.range.tp: u.range.until_offset for u in offset_updates})
     return RunResult(kind, "succeeded", run_id, [r.as_dict() for r in ranges],
                      **published.counts(), timings=timer.as_dict())
+
+
+def _read_and_publish(settings: Settings, store: Store, routes: RunRoutes, meta: KafkaMeta,
+                      run: Run, sc, tables: Sequence[RunTable], ranges: Sequence[OffsetRange],
+                      offset_updates: Sequence[PlannedPartition], timer: Timer,
+                      signals: StopSignals, topic_ids: dict[str, str] | None,
+                      transactions: TransactionPlan | None):
+    """execute_ranges' read, stage and publishing transaction: (Published, the offset
+    updates committed)."""
+    run_id = run.id
+    with Publisher(store, tables, run, ranges,
+                   whole_transactions=transactions is not None) as publisher:
+        if sc is not None:
+            overlapped(lambda: publisher.expect_readers(
+                stage(sc, settings, routes, run, ranges, publisher.choose_wire)),
+                publisher.take, signals)
+            timer.lap("read_and_stage")
+        # What one attempt of each task staged: a retried task is not counted twice.
+        staged = publisher.staged()
+        staged_dead = sum(v["dead"] for v in staged.values())
+        if sc is not None:
+            records = publisher.records_read(staged)
+            log.info("read and staged %d records of %s in %.1f s", records,
+                     describe(ranges), timer.stages["read_and_stage"],
+                     extra={"event": "read.done", "records": records,
+                            "dead_letters": staged_dead, "tasks": len(publisher.parts),
+                            "ranges": [r.as_dict() for r in ranges],
+                            "duration": timer.stages["read_and_stage"]})
+        for t in tables:
+            _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
+        faults.inject("after_stage")
+        if topic_ids and ranges:
+            # A topic recreated after the plan: what was read may be either topic's.
+            check_topic_ids({t: {i} for t, i in topic_ids.items()},
+                            meta.topic_ids(list(topic_ids)), "the planned ranges")
+        cut = None
+        if transactions is not None:
+            cut = decide_cut(settings, store, meta, publisher.segments(),
+                             transactions.partitions, run_id, transactions.capped)
+            offset_updates = cut.offset_updates(offset_updates)
+        with signals.shielded():
+            published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,
+                                         cut=cut)
+    return published, offset_updates
 
 
 def _check_bad_records(run_id: int, table: RunTable, ranges: Sequence[OffsetRange],
@@ -293,12 +366,15 @@ def stage_ranges(sc, settings: Settings, routes: RunRoutes, run: Run,
     from pipeline.plan.split import pack_ranges, split_ranges
 
     slots = max(sc.defaultParallelism, settings.spark.min_partitions)
-    tasks = pack_ranges(split_ranges(ranges, slots), slots)
+    # [sink] transactions: a partition's range is read whole by one task, whose summary by
+    # source transaction counts a change written twice once (executor/segments.py).
+    whole = settings.sink.transactions is not None
+    tasks = pack_ranges(split_ranges(ranges, slots, whole=whole), slots)
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-reader")
     stager = range_stager(RangeStageTask(
         StagingTarget(settings.database_url, *run.staging_copy()), reader, k.timeout_seconds,
-        routes.encodings(settings, run.id)))
+        routes.encodings(settings, run.id)), transactions=whole)
     log.info("run %s: %d read tasks for %s", run.id, len(tasks), describe(ranges),
              extra={"event": "read.start", "tasks": len(tasks),
                     "ranges": [r.as_dict() for r in ranges]})

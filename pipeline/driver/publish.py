@@ -32,6 +32,13 @@ A transform's rows are checked before anything commits: one row per Kafka record
 results table is keyed by (topic, partition, offset); a second row for an offset is a
 ConfigError naming the transform, never a conflict to retry or a row dropped in silence.
 A transform writes one table (settings/routes.py).
+
+With [sink] transactions (whole source transactions, driver/transaction_cut.py) every
+table's rows go through its temp table, and ``finish(..., cut=)`` leaves out the rows,
+tombstones and dead letters at or after each partition's cut before the merges; the ledger
+records ``[from, cut)``, the offsets move to the cut (the transaction topic's to the END
+events it passed) and the published source transactions are recorded, all in the same
+transaction.
 """
 
 from __future__ import annotations
@@ -51,7 +58,15 @@ from sqlalchemy.schema import CreateTable
 from pipeline import faults
 from pipeline.driver.routing import RunTable
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.executor.staging import DEAD, HASH, RECEIVED, ROW, TOMBSTONE, reader_part
+from pipeline.executor.staging import (
+    DEAD,
+    HASH,
+    RECEIVED,
+    ROW,
+    SEGMENTS,
+    TOMBSTONE,
+    reader_part,
+)
 from pipeline.formats.wire import binary as copy_binary
 from pipeline.plan.offsets import OffsetRange, PlannedPartition
 from pipeline.sinks import Merged, Sink
@@ -87,6 +102,8 @@ class Published:
     timings: dict[str, float] = field(default_factory=dict)  # as stored in the run row
     # Per table: its mode, topics, records read, rows written and deleted, dead letters.
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # [sink] transactions: the cut (transaction_cut.RunCut.summary); empty without.
+    transactions: dict[str, Any] = field(default_factory=dict)
 
     def counts(self) -> dict[str, Any]:
         """The counts, by name (job.RunResult's fields): all but the stored timings."""
@@ -140,13 +157,16 @@ class Publisher:
     finish() commits; leaving the context without it, or with an error, rolls back."""
 
     def __init__(self, store: Store, tables_: Sequence[RunTable], run: Run,
-                 ranges: Sequence[OffsetRange]):
+                 ranges: Sequence[OffsetRange], whole_transactions: bool = False):
         """``tables_``: the tables the run's ranges go to (routing.RunRoutes.reading), each
         with its sink and topics; a table's staged rows are in its route's COPY wire
         (RunTable.binary), or for a transform's run (one table) in the one its driver
         tells ``choose_wire`` once the transform's plan is built, before any blob is staged
-        (the COPY then opens when the first blobs are taken)."""
+        (the COPY then opens when the first blobs are taken). ``whole_transactions``: the
+        run is cut at source transactions (finish's ``cut``): no row goes straight in."""
         self.store, self.run = store, run
+        self.whole_transactions = whole_transactions
+        self._cut_until: dict[tuple[str, int], int] = {}  # finish's cut, short ranges only
         self.ranges = list(ranges)
         self.targets = [Target(t.sink, frozenset(t.topics),
                                [r for r in self.ranges if r.topic in t.topics], t.binary,
@@ -160,6 +180,7 @@ class Publisher:
         self.staging = run.staging
         self.finished = False
         self.started = time.monotonic()
+        self._dead_kept: dict[tuple[str, int], int] = {}  # a cut run's, per range cut short
 
     @property
     def tables(self) -> list[str]:
@@ -185,7 +206,7 @@ class Publisher:
                 # through a temp table and the sink's merge (pipeline/sinks/). Columns
                 # sink.evolve adds are there already (driver/job.py added them before the
                 # read).
-                t.direct = (t.sink.copies_directly(self.run)
+                t.direct = (not self.whole_transactions and t.sink.copies_directly(self.run)
                             and not t.results.hold_rows_in(t.ranges))
                 if not t.direct:
                     store.run(CreateTable(tables.record_batch(t.sink.settings, t.temp)))
@@ -293,6 +314,19 @@ class Publisher:
             for (blob,) in cur:
                 yield blob
 
+    def segments(self):
+        """The chosen attempts' summaries by source transaction (store/segments.py), per
+        partition; every task committed so far is taken first, and the open COPY ended
+        (the cut reads the stored offsets on the publishing connection, in its
+        transaction)."""
+        from pipeline.store.segments import staged_ranges
+
+        self.take()
+        with db_errors(self.store.url):
+            self._end_copy()
+        with db_errors(self.store.url), self._reader.begin():
+            return staged_ranges(self._read, self.staging, self.parts)
+
     def staged(self) -> dict[tuple[str, int], dict[str, int]]:
         """Per (topic, partition): result rows, dead letters and (upsert) tombstones of the
         published attempts, from the staging table's per-blob counts (no blob is read)."""
@@ -303,7 +337,7 @@ class Publisher:
                     "AND (part, task) IN (SELECT * FROM unnest(%s::int[], %s::bigint[])) "
                     "GROUP BY 1, 2, 3 "
                     "ORDER BY 1, 2, 3").format(self.staging),
-                    ([HASH, RECEIVED], list(self.parts), list(self.parts.values()))
+                    ([HASH, RECEIVED, SEGMENTS], list(self.parts), list(self.parts.values()))
             ).fetchall():
                 item = out.setdefault((topic, partition), {"rows": 0, "dead": 0})
                 name = {ROW: "rows", DEAD: "dead", TOMBSTONE: "deletes"}[kind]
@@ -358,14 +392,19 @@ class Publisher:
 
     # ---- after Spark: the rest of the transaction ---------------------------------------
     def finish(self, offset_updates: Sequence[PlannedPartition], timings: dict,
-               topic_ids: dict[str, str] | None = None) -> Published:
+               topic_ids: dict[str, str] | None = None, cut=None) -> Published:
         """Everything after the read: the last blobs, each table's tombstones and merge
         (``_publish_table``, tables by name), the dead letters (those of offsets that are
         rows now moved out, the run's own written), the ledger rows, the offsets
         compare-and-set and the run row, then COMMIT. A transform's records that it
         filtered out are staged nowhere: ``filtered`` in the run's per-partition counts and
-        its ledger rows."""
+        its ledger rows. ``cut`` (transaction_cut.RunCut): what lies at or after each
+        partition's cut is left out (``offset_updates`` are the cut's, RunCut.offset_updates)."""
         store, conn, run = self.store, self.conn, self.run
+        if cut is not None and not self.whole_transactions:
+            raise RuntimeError("a cut run's publisher is made with whole_transactions")
+        short = cut.cut_short() if cut is not None else {}
+        self._cut_until = {tp: r.until_offset for tp, r in short.items()}
         tail_started = time.monotonic()
         self.take()
         self._check_readers()
@@ -378,6 +417,7 @@ class Publisher:
                 if any(v.get("deletes") for (topic, _), v in staged.items()
                        if topic in t.topics):
                     self._tombstones(t)
+            kept = self._leave_out(short)
             # The one lock order of every publishing transaction: the sinks' merge locks
             # (tables by name), each table's rows, the dead-letter lock, the dead letters
             # (store/dead_letters.py).
@@ -388,6 +428,8 @@ class Publisher:
             rows_written = sum(t.counts(staged)["rows_written"] for t in self.targets)
             rows_deleted = sum(t.counts(staged)["rows_deleted"] for t in self.targets)
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
+            for tp in short:  # the counts of what is published of a range cut short
+                staged[tp] = {**kept.get(tp, {"rows": 0}), "dead": self._dead_kept.get(tp, 0)}
             by_table = {t.name: t.counts(staged) for t in self.targets}
             records_read = sum(sum(v.values()) for v in staged.values())
             if self.readers:
@@ -404,6 +446,16 @@ class Publisher:
             # The ledger, from the same attempts (a transform's: the read tasks' summaries,
             # the writers' rows inside each range).
             store.ledger.record(run, self.parts, transformed=bool(self.readers))
+            details: dict[str, Any] = {"tables": by_table}
+            if cut is not None:
+                store.ledger.cut_short(run, {
+                    r: (*cut.ledger_at(tp), staged[tp]["rows"], staged[tp]["dead"],
+                        staged[tp].get("deletes", 0)) for tp, r in short.items()})
+                if cut.metadata.topic_id:
+                    topic_ids = {**(topic_ids or {}), cut.metadata.topic: cut.metadata.topic_id}
+                store.source_transactions.record(run, cut.cut.published)
+                store.source_transactions.prune()
+                details["transactions"] = cut.summary()
             store.offsets.compare_and_set(run, offset_updates, topic_ids)
             faults.inject("before_commit")
             # The stored timings include this transaction up to its COMMIT.
@@ -413,12 +465,34 @@ class Publisher:
             store.runs.succeed(run, records_read=records_read, rows_written=rows_written,
                                dead_letters=dead_written, per_partition=per_partition,
                                timings=timings, rows_deleted=rows_deleted,
-                               details={"tables": by_table})
+                               details=details)
             store.staging.drop(run)
         self.finished = True
         self._tx.__exit__(None, None, None)  # COMMIT: from here on, the run is published
         return Published(records_read, rows_written, rows_deleted, dead_written,
-                         per_partition, timings, by_table)
+                         per_partition, timings, by_table, details.get("transactions", {}))
+
+    def _leave_out(self, short: dict[tuple[str, int], OffsetRange]
+                   ) -> dict[tuple[str, int], dict[str, int]]:
+        """A cut run: each table's rows and tombstones at or after its partitions' cut
+        deleted from its temp table; per partition cut short, the rows and tombstones
+        kept (the counts of its published part)."""
+        kept: dict[tuple[str, int], dict[str, int]] = {}
+        for t in self.targets:
+            mine = [(tp, r) for tp, r in short.items() if tp[0] in t.topics]
+            tombstone = (sql.SQL("_tombstone") if t.sink.settings.mode == "upsert"
+                         else sql.SQL("false"))
+            for (topic, partition), r in mine:
+                self.conn.execute(sql.SQL(
+                    'DELETE FROM {} WHERE topic = %s AND "partition" = %s AND "offset" >= %s'
+                ).format(sql.Identifier(t.temp)), (topic, partition, r.until_offset))
+                rows, deletes = self.conn.execute(sql.SQL(
+                    "SELECT count(*) FILTER (WHERE NOT {0}), count(*) FILTER (WHERE {0}) "
+                    'FROM {1} WHERE topic = %s AND "partition" = %s').format(
+                        tombstone, sql.Identifier(t.temp)), (topic, partition)).fetchone()
+                kept[(topic, partition)] = {"rows": rows, **({"deletes": deletes}
+                                                             if deletes else {})}
+        return kept
 
     def _publish_table(self, t: Target) -> None:
         """One table's part of the transaction, under the merge locks: its rows are in its
@@ -533,6 +607,13 @@ class Publisher:
                 sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
             for blob in self._blobs(DEAD, self.parts):
                 cp.write(blob)
+        for (topic, partition), until in self._cut_until.items():  # a cut run's
+            conn.execute(sql.SQL('DELETE FROM {} WHERE topic = %s AND "partition" = %s AND '
+                                 '"offset" >= %s').format(sql.Identifier(_DEAD)),
+                         (topic, partition, until))
+            self._dead_kept[(topic, partition)] = conn.execute(sql.SQL(
+                'SELECT count(*) FROM {} WHERE topic = %s AND "partition" = %s').format(
+                    sql.Identifier(_DEAD)), (topic, partition)).fetchone()[0]
         kept, first = dead.beside_rows(_DEAD, sinks)
         if kept:
             store.runs.add_details(run.id, {"rows_kept_over_dead_letters": kept})

@@ -34,6 +34,8 @@ class RunResult:
     timings: dict = field(default_factory=dict)
     # Per table: its mode and topics, and (published) its counts (publish.Published.tables).
     tables: dict = field(default_factory=dict)
+    # [sink] transactions: the run's cut at whole source transactions (RunCut.summary).
+    transactions: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

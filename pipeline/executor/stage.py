@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from pipeline.executor.blobs import line_chunks
-from pipeline.executor.staging import DEAD, HASH, ROW, TOMBSTONE, Blob
+from pipeline.executor.staging import DEAD, HASH, ROW, SEGMENTS, TOMBSTONE, Blob
 from pipeline.executor.task import RangeStageTask, StagingTarget
 from pipeline.formats.wire.text import TEXT
 
@@ -92,18 +92,23 @@ def stage_attempt(target: StagingTarget, batches: Iterator[Iterator[Blob]]
     return part, attempt, totals
 
 
-def range_stager(spec: RangeStageTask):
+def range_stager(spec: RangeStageTask, transactions: bool = False):
     """A picklable function for ``RDD.mapPartitions`` over read tasks (one Spark partition
     holds one group of split.pack_ranges, a list of OffsetRanges, or bare OffsetRanges):
     read the task's ranges on the executor with one consumer (consume.read_ranges), encode
     each batch (encode.Encoder: its topic's route's) and store it as one blob per kind
     (ROW, DEAD, TOMBSTONE), all of a task attempt in one transaction (stage_attempt). Yields
-    one summary tuple per task: (part, attempt, rows, dead letters, tombstones)."""
+    one summary tuple per task: (part, attempt, rows, dead letters, tombstones).
+
+    ``transactions`` ([sink] transactions): each range is also summarised by source
+    transaction (segments.RangeSegments, a SEGMENTS blob beside its HASH); the ranges must
+    then be whole partitions' (split.split_ranges with ``whole``)."""
 
     def stage_ranges(items):
         from pipeline.executor import zip_imports
         from pipeline.executor.consume import read_ranges
         from pipeline.executor.content_hash import ContentHash
+        from pipeline.executor.segments import RangeSegments
 
         zip_imports.install()  # the worker's next tasks start sooner
 
@@ -112,13 +117,15 @@ def range_stager(spec: RangeStageTask):
         encoders: dict = {}
         ranges = [r for item in items for r in (item if isinstance(item, list) else [item])]
 
-        def blobs_of(r, records) -> Iterator[Blob]:
-            lo, hi = records[0].offset(), records[-1].offset()
-            encoding = spec.encoding(r.topic)
+        def encoder_of(topic: str):
+            encoding = spec.encoding(topic)
             encoder = encoders.get(encoding)
             if encoder is None:
                 encoder = encoders[encoding] = encoding.encoder()
-            encoded = encoder.encode(r.topic, r.partition, records)
+            return encoder
+
+        def blobs_of(r, records, encoder, encoded) -> Iterator[Blob]:
+            lo, hi = records[0].offset(), records[-1].offset()
             for kind, batch in zip((ROW, DEAD, TOMBSTONE), encoded, strict=True):
                 for lines in line_chunks(batch, spec.target.max_blob_bytes):
                     # Result rows are in the format's COPY wire; dead letters and
@@ -128,14 +135,24 @@ def range_stager(spec: RangeStageTask):
 
         def staged() -> Iterator[Iterator[Blob]]:
             for r, records in read_ranges(spec.reader, ranges, spec.timeout_seconds):
-                hashes[r].add(records)  # the one per-record step besides the encoding
-                yield blobs_of(r, records)
+                encoder = encoder_of(r.topic)
+                if transactions:
+                    encoded, sources = encoder.transactions(r.topic, r.partition, records)
+                    summaries[r].add(records, sources)
+                else:
+                    hashes[r].add(records)  # the one per-record step besides the encoding
+                    encoded = encoder.encode(r.topic, r.partition, records)
+                yield blobs_of(r, records, encoder, encoded)
             # Each range's summary, staged with its blobs: the ledger row of the attempt
             # the publisher chooses (a range with no record still has one).
             yield (Blob(r.topic, r.partition, HASH, h.records, r.from_offset,
                         r.until_offset, h.digest()) for r, h in hashes.items())
+            yield (Blob(r.topic, r.partition, SEGMENTS, len(s.segments), r.from_offset,
+                        r.until_offset, s.blob()) for r, s in summaries.items())
 
-        hashes = {r: ContentHash() for r in ranges if r.count > 0}
+        summaries = {r: RangeSegments() for r in ranges if r.count > 0} if transactions else {}
+        hashes = ({r: s.hash for r, s in summaries.items()} if transactions else
+                  {r: ContentHash() for r in ranges if r.count > 0})
         part, attempt, totals = stage_attempt(spec.target, staged())
         yield (part, attempt, totals[ROW], totals[DEAD], totals[TOMBSTONE])
 

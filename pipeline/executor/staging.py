@@ -17,6 +17,10 @@ TOMBSTONE = "t"  # a blob of an upsert sink's deletes (encode.Encoded.tombstones
 # A read range's summary, no rows: n = its Kafka records, min_offset/max_offset = the range's
 # from/until offsets, blob = their content hash (content_hash.py; the ledger's row).
 HASH = "h"
+# A read range's summary by source transaction ([sink] transactions), no rows: n = its
+# segments, min_offset/max_offset = the range's from/until offsets, blob = the segments and
+# the distinct events per transaction (segments.py).
+SEGMENTS = "s"
 # A transform writer attempt's input, no rows: n = the rows of one partition it received
 # (the transform's output), min_offset/max_offset = -1, no blob. The publisher holds them
 # to the ROW blobs of the same attempt: a row lost on the way is never "filtered".

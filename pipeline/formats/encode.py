@@ -84,6 +84,24 @@ class Encoder:
         except Exception:  # noqa: BLE001 - some record of the batch: found by _encode_each
             return self._encode_each(topic, partition, head, records)
 
+    def transactions(self, topic: str, partition: int, records
+                     ) -> tuple[Encoded, list[tuple[str, int] | None]]:
+        """``encode``, and each record's source transaction and its order within its table
+        (formats/debezium: ``transaction_of``; None for a record of none: a snapshot's
+        read, a tombstone, what is no change event), in the records' order: what a read
+        task summarises when whole source transactions are kept (executor/segments.py).
+        Only this path collects them: ``encode`` pays nothing for it."""
+        if not hasattr(self.format, "sources"):
+            raise TypeError(f"{type(self.format).__name__} reads no source transactions "
+                            "([sink] transactions needs envelope = \"debezium\")")
+        sources: dict[int, tuple[str, int]] = {}
+        self.format.sources = sources
+        try:
+            encoded = self.encode(topic, partition, records)
+        finally:
+            self.format.sources = None
+        return encoded, [sources.get(m.offset()) for m in records]
+
     def columns(self, topic: str, partition: int, records) -> Encoded | None:
         """The batch as ``encode`` has it, its rows as one list of values per column
         (JsonFormat.value_columns: offsets, epoch ms, then the declared columns) for the

@@ -33,13 +33,14 @@ def unconvertible(e: Exception, name: str, path: tuple[str, ...], schema_id: int
 
 
 def decoded_rows(records, head, tail, fields: Callable[[bytes], str | bytes | None],
-                 rejected: list, refuse: Callable, binary: bool = False) -> list:
+                 rejected: list, refuse: Callable, binary: bool = False,
+                 by_record: bool = False) -> list:
     """A schema format's batch loop: each value's ``fields`` (raising Refused) as one
     result row; a null value, or one whose ``fields`` are None (a Debezium delete), goes to
     ``rejected`` (a deletion: the Encoder's), every other bad record to ``refuse`` with its
     reason. Rows are COPY text lines, or with ``binary`` COPY binary tuples (``head``: a
     tuple's field count, topic and partition fields; ``fields``: the value's binary fields,
-    binary_fields.py)."""
+    binary_fields.py); ``by_record``: ``fields`` takes the record, not its value."""
     rows = []
     append = rows.append
     for m in records:
@@ -48,7 +49,7 @@ def decoded_rows(records, head, tail, fields: Callable[[bytes], str | bytes | No
             rejected.append(m)
             continue
         try:
-            got = fields(value)
+            got = fields(m if by_record else value)
         except Refused as e:
             refuse(m, e.error_type, e.message)
             continue

@@ -26,18 +26,24 @@ TASKS_PER_SLOT = 4
 def split_ranges(ranges: Sequence[OffsetRange], slots: int, *,
                  min_offsets: int = MIN_OFFSETS_PER_TASK,
                  max_offsets: int = MAX_OFFSETS_PER_TASK,
-                 waves: int = TASKS_PER_SLOT) -> list[OffsetRange]:
+                 waves: int = TASKS_PER_SLOT, whole: bool = False) -> list[OffsetRange]:
     """Split ``ranges`` into about ``slots * waves`` pieces when they span enough offsets
     (each piece >= ``min_offsets``) and into pieces of at most ``max_offsets``.
 
     Every offset of every range is in exactly one piece; pieces of one range are equal in
-    size to within one offset; the order is (topic, partition, from_offset)."""
+    size to within one offset; the order is (topic, partition, from_offset).
+
+    ``whole``: no range is split (a pipeline that keeps source transactions whole: one
+    task summarises a partition's range, so that a change written twice counts once in
+    it, executor/segments.py); the non-empty ranges in that order."""
     if slots < 1 or waves < 1 or min_offsets < 1 or max_offsets < min_offsets:
         raise ValueError(f"bad split: slots={slots} waves={waves} min={min_offsets} "
                          f"max={max_offsets}")
     total = sum(r.count for r in ranges)
     if total == 0:
         return []
+    if whole:
+        return sorted(r for r in ranges if r.count > 0)
     target = min(max(-(-total // (slots * waves)), min_offsets), max_offsets)
     pieces: list[OffsetRange] = []
     for r in sorted(ranges):

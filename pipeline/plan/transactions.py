@@ -18,6 +18,18 @@ its END) can be written again. Events are counted by their order within the tran
 (duplicates once), and a transaction an earlier run published is no obstacle when its
 events, or its END, come again.
 
+A transaction whose events in a topic are partly or wholly *before* the ranges read is no
+obstacle either: that happens only where a run without the cut published them (the first
+run with ``transactions``, whose transaction topic is read from its earliest offset while
+the data topics resume where they were; or after ``kafka.on_data_loss = "skip"``). It is
+told from a transaction that is still being written by the order of each partition, which
+is commit order: when every partition of the topic holds an event of a transaction that
+committed later (and is not a duplicate of one published), the missing events are behind
+the ranges, not ahead of them ("passed"). The first run also takes a partition with none
+of the transaction's events as past it (its data before the stored offsets), and a
+transaction with no END read whose events are followed in their partition by a later
+transaction's as one whose END lies before the transaction topic's earliest offset.
+
 No I/O: the executors summarise what they read (``ReadPartition``), the driver reads the
 END events, and this decides.
 """
@@ -82,13 +94,22 @@ class TransactionCut:
     range's own end when it holds no event of a transaction left out). ``included``: the
     transactions published, in commit order. ``metadata_next``: the transaction topic's
     next offset to read (None: where it was). ``blocked``: the transaction the cut stops
-    at, if any. ``unended``: transactions with events read but no END read yet."""
+    at, if any. ``unended``: transactions with events read but no END read yet.
+    ``passed``: transactions whose missing events are behind the ranges read (published
+    by a run without the cut, see the module's docstring): no obstacle, their events in
+    the ranges published; recorded as published like ``included``."""
 
     until: Mapping[TopicPartition, int]
     included: tuple[str, ...]
     metadata_next: int | None
     blocked: Blocked | None = None
     unended: tuple[str, ...] = ()
+    passed: tuple[str, ...] = ()
+
+    @property
+    def published(self) -> tuple[str, ...]:
+        """What the run records as published (pipeline_source_transactions)."""
+        return self.included + self.passed
 
     def cut_short(self, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
         """The ranges that end before their planned end."""
@@ -97,17 +118,29 @@ class TransactionCut:
 
 def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadPartition],
                         topic_of: Callable[[str], str | None],
-                        published: Collection[str] = ()) -> TransactionCut:
+                        published: Collection[str] = (),
+                        first_run: bool = False) -> TransactionCut:
     """The cut of one run. ``ends``: the END events read from the transaction topic, in
-    its order (commit order); ``read``: every partition the run read; ``topic_of``: the
-    pipeline's topic of a data collection (None: a table the pipeline does not read, whose
-    events do not count); ``published``: transactions earlier runs published."""
+    its order (commit order); ``read``: every partition of the pipeline's topics, each
+    with what the run read of it (an empty range for a partition with nothing new: it
+    still tells where its topic is); ``topic_of``: the pipeline's topic of a data
+    collection (None: a table the pipeline does not read, whose events do not count);
+    ``published``: transactions earlier runs published; ``first_run``: no offset of the
+    transaction topic is stored yet (it is read from its earliest)."""
     events: dict[tuple[str, str], int] = {}
     for p in read:
         for tx, n in p.events.items():
             events[(tx, p.range.topic)] = events.get((tx, p.range.topic), 0) + n
+    first_end: dict[str, int] = {}
+    for end in sorted(ends, key=lambda e: e.offset):
+        first_end.setdefault(end.tx, end.offset)
+    by_topic: dict[str, list[ReadPartition]] = {}
+    for p in read:
+        by_topic.setdefault(p.range.topic, []).append(p)
+    order = _commit_order(first_end, published)
     done = set(published)
     included: list[str] = []
+    passed: list[str] = []
     metadata_next = None
     blocked = None
     for end in sorted(ends, key=lambda e: e.offset):
@@ -115,6 +148,7 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
             metadata_next = end.offset + 1
             continue
         missing = {}
+        behind = True
         for collection, want in end.events.items():
             topic = topic_of(collection)
             if topic is None:
@@ -129,23 +163,84 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
                     "producer?): check the connector, nothing was published")
             if have < want:
                 missing[topic] = (have, want)
-        if missing:
+                behind = behind and _past(end.tx, by_topic.get(topic, ()), order, first_run)
+        if missing and not behind:
             blocked = Blocked(end.tx, missing)
             break
         done.add(end.tx)
-        included.append(end.tx)
+        (passed if missing else included).append(end.tx)
         metadata_next = end.offset + 1
     until: dict[TopicPartition, int] = {}
     unended: dict[str, None] = {}
-    ended = {e.tx for e in ends} | set(published)
+    ended = set(first_end) | set(published)
     for p in read:
         cut = p.range.until_offset
-        for s in p.segments:
+        for i, s in enumerate(p.segments):
             if s.tx is None or s.tx in done:
                 continue
             if s.tx not in ended:
+                if first_run and _followed_by_ended(p.segments[i + 1:], first_end,
+                                                    published):
+                    # Its END lies before the transaction topic's earliest offset: a later
+                    # transaction's END was read, so its own came before.
+                    done.add(s.tx)
+                    passed.append(s.tx)
+                    continue
                 unended[s.tx] = None
             cut = min(cut, s.first_offset)
             break
         until[p.range.tp] = max(p.range.from_offset, cut)
-    return TransactionCut(until, tuple(included), metadata_next, blocked, tuple(unended))
+    return TransactionCut(until, tuple(included), metadata_next, blocked, tuple(unended),
+                          tuple(passed))
+
+
+def _commit_order(first_end: Mapping[str, int], published: Collection[str]
+                  ) -> Callable[[str | None], float]:
+    """A transaction's place in commit order: its first END's offset; a transaction with
+    no END read comes after all of them (its END is still to come); None (no transaction)
+    and a transaction published before (a connector's restart writes it again after later
+    ones) have no place: -inf, never evidence of a later one."""
+    def place(tx: str | None) -> float:
+        if tx is None or tx in published:
+            return float("-inf")
+        return first_end.get(tx, float("inf"))
+    return place
+
+
+def _past(tx: str, partitions: Sequence[ReadPartition], order, first_run: bool) -> bool:
+    """Whether the events of ``tx`` missing from a topic's ``partitions`` are behind what
+    was read: each partition holds an event of a transaction that committed after it (a
+    partition is in commit order, so all of ``tx``'s events there came before that one),
+    or, in the first run, none of its events (they lie before the stored offsets)."""
+    if not partitions:
+        return False  # nothing known of the topic: wait
+    mine = order(tx)
+    for p in partitions:
+        if first_run and tx not in p.events:
+            continue
+        if not any(order(s.tx) > mine for s in p.segments):
+            return False
+    return True
+
+
+def _followed_by_ended(later: Sequence[Segment], first_end: Mapping[str, int],
+                       published: Collection[str]) -> bool:
+    """A later segment of the partition is of a transaction whose END was read (and that
+    is not a duplicate of one published before)."""
+    return any(s.tx is not None and s.tx in first_end and s.tx not in published
+               for s in later)
+
+
+def collection_topics(transaction_topic: str, topics: Collection[str]
+                      ) -> Callable[[str], str | None]:
+    """``topic_of`` for Debezium's default topic names: the data collection
+    ``<schema>.<table>`` is the topic ``<prefix>.<schema>.<table>``, ``<prefix>`` the
+    transaction topic's (``<prefix>.transaction``); None for a topic the pipeline does not
+    read."""
+    prefix = transaction_topic.rsplit(".", 1)[0] if "." in transaction_topic else ""
+    names = set(topics)
+
+    def topic_of(collection: str) -> str | None:
+        topic = f"{prefix}.{collection}" if prefix else collection
+        return topic if topic in names else None
+    return topic_of

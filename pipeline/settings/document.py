@@ -18,7 +18,7 @@ from pipeline.settings.metrics import MetricsSettings, MetricsTable
 from pipeline.settings.registry import SchemaRegistryTable, schema_source
 from pipeline.settings.routes import Routes, routes_of
 from pipeline.settings.secrets import redact_settings, redact_url
-from pipeline.settings.sink import SinkSettings, SinkTable
+from pipeline.settings.sink import SinkSettings, SinkTable, check_transactions_topic
 from pipeline.settings.spark import SparkSettings, SparkTable
 
 
@@ -65,6 +65,7 @@ class ConfigFile(Table):
                 "([sink.columns], a topic's [sink.topics.\"<topic>\"] columns) or send every "
                 "topic into one table")
         sink = routes.default
+        check_transactions_topic(sink, kafka)
         return Settings(
             name=self.pipeline.name, kafka=kafka, database_url=database_url,
             schema=self.database.schema_, sink=sink, spark=self.spark.value(), source=source,

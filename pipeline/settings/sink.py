@@ -45,6 +45,9 @@ class SinkSettings:
     # debezium: a truncate (op t) is a dead letter, or "apply": it deletes every row older
     # than it by the upsert's ordering rule (sinks/upsert.py).
     truncate: str = "dead_letter"
+    # debezium: the connector's transaction topic (provide.transaction.metadata): a run
+    # publishes whole source transactions only (plan/transactions.py).
+    transactions: str | None = None
     # columns = "schema": ``columns`` and ``key`` come from the writer's schema, filled in
     # by init-db and by each run before it checks the table (driver/schema_probe.py);
     # empty until then.
@@ -93,6 +96,7 @@ class SinkTable(Table):
     evolve: Evolve = "off"
     envelope: Literal["none", "debezium"] = "none"
     truncate: Literal["apply", "dead_letter"] | None = None
+    transactions: str | None = None
     # [sink.topics."<topic>"]: the keys of ROUTE_KEYS for one topic (settings/routes.py).
     topics: dict[str, RouteTable] = {}
 
@@ -167,6 +171,9 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         if s.truncate is not None:
             raise ConfigError("'sink.truncate' is only for sink.envelope = 'debezium' (what a "
                               "change event's truncate does)")
+        if s.transactions is not None:
+            raise ConfigError("'sink.transactions' is only for sink.envelope = 'debezium' "
+                              "(Debezium's transaction topic, provide.transaction.metadata)")
         return sink
     if sink.format not in ("json", "avro") or sink.transform:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.format = 'json' or 'avro' "
@@ -176,7 +183,24 @@ def _envelope(s: SinkTable, sink: SinkSettings) -> SinkSettings:
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.mode = 'upsert' with key = "
                           "[the source table's key columns] and tombstones = 'delete' (the "
                           "default): a change event upserts or deletes its row")
-    return replace(sink, envelope=s.envelope, truncate=s.truncate or "dead_letter")
+    _check_transactions_name(s)
+    return replace(sink, envelope=s.envelope, truncate=s.truncate or "dead_letter",
+                   transactions=s.transactions)
+
+
+def _check_transactions_name(s: SinkTable) -> None:
+    if s.transactions is not None and not re.match(r"^[A-Za-z0-9._-]{1,249}$", s.transactions):
+        raise ConfigError(f"'sink.transactions' = {s.transactions!r} is not a Kafka topic name: "
+                          "name Debezium's transaction topic, e.g. \"<topic.prefix>.transaction\"")
+
+
+def check_transactions_topic(sink: SinkSettings, kafka) -> None:
+    """[sink] transactions names the metadata topic, never one of the data topics."""
+    if sink.transactions is not None and kafka.matches(sink.transactions):
+        raise ConfigError(f"'sink.transactions' = {sink.transactions!r} is also one of the "
+                          f"pipeline's topics ({kafka.describe_topics()}): the transaction topic "
+                          "holds BEGIN/END events, not changes; leave it out of kafka.topics / "
+                          "kafka.topic_pattern")
 
 
 def _schema_columns(s: SinkTable) -> SinkSettings:
@@ -196,7 +220,9 @@ def _schema_columns(s: SinkTable) -> SinkSettings:
     if s.tombstones == "dead_letter":
         raise ConfigError("'sink.envelope' = 'debezium' needs sink.tombstones = 'delete' (the "
                           "default): a change event upserts or deletes its row")
+    _check_transactions_name(s)
     sink = SinkSettings(s.format, s.table, s.max_bad_records, mode="upsert",
                         tombstones="delete", envelope=s.envelope,
-                        truncate=s.truncate or "dead_letter", columns_from_schema=True)
+                        truncate=s.truncate or "dead_letter", columns_from_schema=True,
+                        transactions=s.transactions)
     return _evolve(s, sink)

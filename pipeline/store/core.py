@@ -15,6 +15,8 @@ concern and module, each given the session when the Store opens:
 - ``ledger`` (ledger.py): the ledger of published ranges (written on publish, read by
   verify); ``verification`` (verify.py): what `pipeline verify` reads
 - ``shadow`` (shadow.py): a dry run's private copies of a sink's tables, to merge into
+- ``source_transactions`` (source_transactions.py): the source transactions published whole
+  ([sink] transactions)
 
 What concerns one results table takes that table's sink (results.Sink; the caller builds it
 from the settings with pipeline.sinks.for_settings and passes it): ``results(sink)``
@@ -44,6 +46,7 @@ from pipeline.store.runs import Runs
 from pipeline.store.schema import Schema
 from pipeline.store.session import Session
 from pipeline.store.shadow import Shadow
+from pipeline.store.source_transactions import SourceTransactions
 from pipeline.store.staging import Staging
 from pipeline.store.state import StateVerification
 from pipeline.store.verify import Verification
@@ -69,6 +72,7 @@ class Store(Session):
         self.ledger = Ledger(self)
         self.verification = Verification(self)
         self.shadow = Shadow(self)
+        self.source_transactions = SourceTransactions(self)
 
     def __enter__(self) -> Store:
         return self

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from psycopg import sql
-from sqlalchemy import Table, and_, func, or_, select
+from sqlalchemy import Table, and_, delete, func, or_, select, update
 
 from pipeline.executor.content_hash import BLAKE2B
 from pipeline.executor.staging import DEAD, HASH, ROW, TOMBSTONE
@@ -78,6 +78,25 @@ class Ledger:
                 "pipeline": self.db.pipeline, "run": run.id, "row": ROW, "dead": DEAD,
                 "tombstone": TOMBSTONE, "hash": HASH, "parts": list(parts),
                 "tasks": list(parts.values()), "transformed": transformed}).rowcount
+
+    def cut_short(self, run: Run, cut: dict[OffsetRange, tuple[int, bytes, int, int, int]]
+                  ) -> None:
+        """In the open (publishing) transaction, after ``record``: the ledger rows of ranges
+        a cut at whole source transactions published in part (driver/transaction_cut.py)
+        become ``[from, cut)`` with its (records, content hash, rows, dead letters,
+        deletes); a range of which nothing is published has no row."""
+        c = ranges.c
+        for r, (records, digest, rows, dead, deletes) in cut.items():
+            row = and_(c.pipeline == self.db.pipeline, c.run_id == run.id,
+                       c.topic == r.topic, c.partition == r.partition,
+                       c.from_offset == r.from_offset)
+            if r.count == 0:
+                self.db.run(delete(ranges).where(row))
+                continue
+            self.db.run(update(ranges).where(row).values(
+                until_offset=r.until_offset, records=records, content_hash=digest,
+                rows_written=rows, dead_letters=dead, deletes=deletes,
+                skipped=r.count - records, filtered=0))
 
     def rows(self, topic: str, partition: int, window: OffsetRange) -> Iterator[LedgerRow]:
         """The partition's ledger rows that overlap ``window``, by offset then run, a page

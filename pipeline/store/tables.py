@@ -123,6 +123,17 @@ ranges = Table(
 Index("pipeline_ranges_by_partition", ranges.c.pipeline, ranges.c.topic,
       ranges.c.partition, ranges.c.from_offset)
 
+# The source transactions published whole ([sink] transactions), pruned by age (sql/008;
+# store/source_transactions.py).
+source_transactions = Table(
+    "pipeline_source_transactions", metadata,
+    _key("pipeline", Text), _key("tx", Text),
+    Column("run_id", BigInteger, nullable=False),
+    Column("published_at", TIMESTAMPTZ, nullable=False, server_default=func.now()),
+)
+Index("pipeline_source_transactions_by_age", source_transactions.c.pipeline,
+      source_transactions.c.published_at)
+
 # What an executor stages of a dead letter, in this order (encode.Encoder.dead_line and
 # stage.dead_head write it): the publisher adds pipeline and run_id, failed_at is defaulted.
 DEAD_LETTER_FIELDS = [c for c in dead_letters.columns

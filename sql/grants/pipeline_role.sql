@@ -32,6 +32,10 @@ GRANT SELECT, INSERT ON :"schema".pipeline_dead_letters_replayed TO :"role";
 -- The ledger of published ranges (sql/006): inserted on publish, read by 'pipeline verify'.
 GRANT SELECT, INSERT ON :"schema".pipeline_ranges TO :"role";
 
+-- The source transactions published whole (sql/008, [sink] transactions): looked up by the
+-- cut, inserted on publish, pruned by age (DELETE).
+GRANT SELECT, INSERT, DELETE ON :"schema".pipeline_source_transactions TO :"role";
+
 -- The results table: COPY/INSERT on publish, ON CONFLICT DO UPDATE and DELETE on
 -- reprocess, DELETE when 'offsets reset' archives a recreated topic's rows.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".:"results" TO :"role";

@@ -229,3 +229,32 @@ def test_truncate_is_only_for_the_debezium_envelope():
     assert settings(**dbz).sink.truncate == "dead_letter"
     with pytest.raises(ConfigError, match="'sink.truncate' is only for sink.envelope"):
         settings(mode="upsert", key=["id"], truncate="apply")
+
+
+# ---- each change's source transaction ([sink] transactions) ----------------------------
+def sourced(op, after=None, before=None, *, lsn, tx=None, table_order=1):
+    """An event as Debezium 3.6 writes it: a transaction block whose id's part after ':' is
+    the event's own LSN."""
+    payload = {"before": before, "after": after, "op": op, "ts_ms": 1,
+               "source": {"db": "shop", "txId": tx, "lsn": lsn},
+               "transaction": None if tx is None else {
+                   "id": f"{tx}:{lsn}", "total_order": table_order,
+                   "data_collection_order": table_order}}
+    return json.dumps({"schema": {"type": "struct", "fields": []}, "payload": payload}).encode()
+
+
+def test_transactions_names_each_records_source_transaction_and_order_in_its_table():
+    encoder = Encoder("debezium", COLUMNS, 1, tombstone_key=("id",))
+    records = [Record(0, sourced("r", {"id": 1}, lsn=100), k=b"1"),
+               Record(1, sourced("c", {"id": 2}, lsn=300, tx=742, table_order=1), k=b"2"),
+               Record(2, sourced("d", None, {"id": 2}, lsn=310, tx=742, table_order=2), k=b"2"),
+               Record(3, None, k=b"2"),
+               Record(4, b"not json"),
+               Record(5, sourced("c", {"id": "x"}, lsn=320, tx=743), k=b"3")]
+    encoded, sources = encoder.transactions("t", 0, records)
+    # A snapshot's read, a tombstone and what is no change event have none; a change that
+    # is a dead letter for its columns still counts in its transaction (its END counts it).
+    assert sources == [None, ("742", 1), ("742", 2), None, None, ("743", 1)]
+    assert len(encoded.rows) == 2 and len(encoded.tombstones) == 2 and len(encoded.dead) == 2
+    assert encoder.format.sources is None  # encode() collects nothing
+    assert encoder.encode("t", 0, records) == encoded

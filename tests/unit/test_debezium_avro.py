@@ -255,3 +255,23 @@ def test_unavailable_values_variable_scale_decimals_and_truncates(tmp_path):
         ["1", "\\N", "\\N", "-1234.5670", "{note,blob}"]]
     assert [line.split("\t")[2:] for line in out.tombstones] == [
         ["1", "2023-11-14 22:13:20.123000+00", "\\N", "1", "t\n"]]
+
+
+def test_transactions_names_each_changes_source_transaction_as_in_json(schemas):
+    def at(op, before, after, tx=None, table_order=1):
+        return {**change(op, before, after), "transaction": None if tx is None else {
+            "id": f"{tx}:{100 + table_order}", "total_order": table_order,
+            "data_collection_order": table_order}}
+
+    env = envelope_schema()
+    encoder = Encoder("debezium_avro", COLUMNS, 1, tombstone_key=("id",), schemas=schemas)
+    encoded, sources = encoder.transactions("t", 0, [
+        Record(0, wire(ENVELOPE, env, at("r", None, row(1))), k=key(1)),
+        Record(1, wire(ENVELOPE, env, at("d", row(1), None, 9, 1)), k=key(1)),
+        Record(2, None, k=key(1)),
+        Record(3, wire(ENVELOPE, env, at("c", None, row(2), 9, 2)), k=key(2)),
+        Record(4, wire(OTHER, {"type": "record", "name": "Plain", "fields": [
+            {"name": "id", "type": "long"}]}, {"id": 1}), k=key(3))])
+    assert sources == [None, ("9", 1), None, ("9", 2), None]
+    assert len(encoded.rows) == 2 and len(encoded.tombstones) == 2 and len(encoded.dead) == 1
+    assert encoder.format.sources is None

@@ -10,6 +10,7 @@ from pipeline.plan.transactions import (
     ReadPartition,
     Segment,
     TransactionEnd,
+    collection_topics,
     cut_at_transactions,
 )
 
@@ -61,13 +62,14 @@ def test_a_transaction_missing_an_event_cuts_every_partition_at_its_first_event(
 
 
 def test_the_cut_is_a_prefix_of_commit_order():
-    # 2 committed after 1 and is whole, but 1 is not: 2 waits, so the replica never holds
-    # a state the source never had.
+    # 2 committed after 1 and is whole, but 1 is not (its line, in the other partition of
+    # the lines, is still to come): 2 waits, so the replica never holds a state the source
+    # never had.
     read = [part(ORDERS, 0, 0, 1, ("1", 0, 0)),
-            part(LINES, 0, 0, 2, ("2", 0, 1))]
+            part(LINES, 0, 0, 2, ("2", 0, 1)), part(LINES, 1, 0, 0)]
     cut = cut_at_transactions([end("1", 5, 1, 1), end("2", 6, 0, 2)], read, topic_of)
     assert cut.included == ()
-    assert cut.until == {(ORDERS, 0): 0, (LINES, 0): 0}
+    assert cut.until == {(ORDERS, 0): 0, (LINES, 0): 0, (LINES, 1): 0}
     assert cut.metadata_next is None
     assert cut.blocked.tx == "1" and cut.blocked.missing == {LINES: (0, 1)}
 
@@ -126,3 +128,69 @@ def test_cut_short_names_the_ranges_that_end_early():
             part(LINES, 0, 0, 1, ("1", 0, 0))]
     cut = cut_at_transactions([end("1", 0, 1, 1)], read, topic_of)
     assert cut.cut_short([p.range for p in read]) == [OffsetRange(ORDERS, 0, 0, 2)]
+
+
+def test_events_behind_the_ranges_do_not_block_a_transaction_a_later_one_follows():
+    # Transaction 1's first order event was published by a run without the cut (before the
+    # stored offset); the partition has moved on to transaction 2 since: 1 is "passed".
+    read = [part(ORDERS, 0, 5, 7, ("1", 5, 5), ("2", 6, 6)),
+            part(LINES, 0, 3, 5, ("2", 3, 4))]
+    cut = cut_at_transactions([end("1", 0, 2), end("2", 1, 1, 2)], read, topic_of)
+    assert cut.passed == ("1",) and cut.included == ("2",)
+    assert cut.published == ("2", "1")
+    assert cut.until == {(ORDERS, 0): 7, (LINES, 0): 5}
+    assert cut.metadata_next == 2 and cut.blocked is None
+
+
+def test_a_transaction_whose_events_are_still_being_written_waits():
+    # Nothing later than transaction 1 is in the lines partition yet: its missing line may
+    # still come, so it waits (a run in steady state).
+    read = [part(ORDERS, 0, 0, 1, ("1", 0, 0)), part(LINES, 0, 0, 1, ("1", 0, 0))]
+    cut = cut_at_transactions([end("1", 0, 1, 2)], read, topic_of)
+    assert cut.blocked.tx == "1" and cut.passed == () and cut.until[(LINES, 0)] == 0
+    # A partition with none of its events and nothing later: waits too.
+    quiet = [part(ORDERS, 0, 0, 1, ("1", 0, 0)), part(LINES, 0, 9, 9)]
+    assert cut_at_transactions([end("1", 0, 1, 1)], quiet, topic_of).blocked.tx == "1"
+    # A topic the run has no partition of tells nothing: waits.
+    alone = [part(ORDERS, 0, 0, 1, ("1", 0, 0))]
+    assert cut_at_transactions([end("1", 0, 1, 1)], alone, topic_of).blocked.tx == "1"
+
+
+def test_a_published_transaction_written_again_is_no_evidence_of_a_later_one():
+    # Transaction 1 was published; the connector restarted and wrote it again after 2's
+    # order event, whose line is still to come: 2 waits.
+    read = [part(ORDERS, 0, 0, 2, ("2", 0, 0), ("1", 1, 1)),
+            part(LINES, 0, 0, 1, ("1", 0, 0))]
+    cut = cut_at_transactions([end("1", 0, 1, 1), end("2", 1, 1, 1)], read, topic_of,
+                              published={"1"})
+    assert cut.blocked.tx == "2" and cut.until == {(ORDERS, 0): 0, (LINES, 0): 1}
+
+
+def test_the_first_run_takes_partitions_without_a_transactions_events_as_past_it():
+    # The transaction topic is read from its start; the data topics resume where a run
+    # without the cut left them: transaction 1's events all lie before their ranges.
+    read = [part(ORDERS, 0, 4, 5, ("2", 4, 4)), part(LINES, 0, 8, 8)]
+    ends = [end("1", 0, 1, 2), end("2", 1, 1)]
+    cut = cut_at_transactions(ends, read, topic_of, first_run=True)
+    assert cut.passed == ("1",) and cut.included == ("2",) and cut.metadata_next == 2
+    assert cut.until == {(ORDERS, 0): 5, (LINES, 0): 8}
+    # The same outside the first run: 1 waits for its events.
+    assert cut_at_transactions(ends, read, topic_of).blocked.tx == "1"
+
+
+def test_the_first_run_passes_a_transaction_whose_end_retention_deleted():
+    # Transaction 0's END is before the transaction topic's earliest offset; 1, which
+    # follows it in the partition, has its END read.
+    read = [part(ORDERS, 0, 0, 3, ("0", 0, 1), ("1", 2, 2))]
+    cut = cut_at_transactions([end("1", 0, 1)], read, topic_of, first_run=True)
+    assert cut.until == {(ORDERS, 0): 3} and cut.passed == ("0",) and cut.unended == ()
+    # Followed by nothing ended: it may be a transaction whose END is still to come.
+    tail = [part(ORDERS, 0, 0, 3, ("1", 0, 0), ("0", 1, 2))]
+    cut = cut_at_transactions([end("1", 0, 1)], tail, topic_of, first_run=True)
+    assert cut.until == {(ORDERS, 0): 1} and cut.unended == ("0",)
+
+
+def test_collection_topics_maps_debeziums_default_topic_names():
+    topic_of = collection_topics("shop.transaction", ["shop.public.orders", "other.x"])
+    assert topic_of("public.orders") == "shop.public.orders"
+    assert topic_of("public.carts") is None

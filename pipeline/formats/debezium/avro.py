@@ -44,6 +44,7 @@ from pipeline.formats.debezium.envelope import (
     documents,
     holds,
     json_document,
+    transaction_of,
     unavailable,
     variable_scale,
 )
@@ -152,10 +153,15 @@ class DebeziumAvroFormat:
         self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
         self.toastable = [(n, p) for n, _, _, p in paths.columns(columns) if n not in key]
         self.documents = documents(paths.columns(columns))
+        # Encoder.transactions: each change's source transaction by offset, while set.
+        self.sources: dict[int, tuple[str, int]] | None = None
+        self._transaction: tuple[str, int] | None = None
 
     def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
         """(op, after, before, writer schema id) of one value; raises Refused."""
         doc, schema_id, schema = decode_wire(self.schemas, value, read, "value")
+        if self.sources is not None:
+            self._transaction = transaction_of(doc)
         if type(doc) is not dict or type(doc.get("op")) is not str:
             what = "a record without an 'op' field" if type(doc) is dict else (
                 f"an Avro {avro_kind(doc)}")
@@ -209,9 +215,21 @@ class DebeziumAvroFormat:
         ``refuse``."""
         from fastavro import schemaless_reader
 
-        return decoded_rows(records, head, self.avro.tail,
-                            lambda value: self.fields(value, schemaless_reader), rejected,
-                            refuse)
+        if self.sources is None:
+            return decoded_rows(records, head, self.avro.tail,
+                                lambda value: self.fields(value, schemaless_reader), rejected,
+                                refuse)
+        sources = self.sources
+
+        def fields(m):  # and the change's source transaction (a dead letter's too)
+            self._transaction = None
+            try:
+                return self.fields(m.value(), schemaless_reader)
+            finally:
+                if self._transaction is not None:
+                    sources[m.offset()] = self._transaction
+        return decoded_rows(records, head, self.avro.tail, fields, rejected, refuse,
+                            by_record=True)
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
         """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:

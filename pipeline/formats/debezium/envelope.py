@@ -5,6 +5,10 @@ key, names; t truncates, a dead letter unless ``[sink] truncate = "apply"``), th
 placeholder Debezium sends for an unchanged TOASTed value under ``REPLICA IDENTITY
 DEFAULT``, and the semantic type names of its and Kafka Connect's encodings of dates,
 timestamps, decimals and JSON documents.
+
+A change's source transaction (``transaction_of``: the part of ``transaction.id`` before
+':', which is ``source.txId``, and the event's ``data_collection_order``) is what a read
+task summarises when whole source transactions are kept (executor/segments.py).
 """
 
 from __future__ import annotations
@@ -44,6 +48,20 @@ def scaled(unscaled: int, scale: int) -> Decimal:
     """unscaled * 10**-scale, exactly, with that scale (Decimal.scaleb would round to the
     context's 28 digits)."""
     return Decimal(f"{unscaled}E{-scale}")
+
+
+def transaction_of(change) -> tuple[str, int] | None:
+    """(the source transaction's key, the event's data_collection_order) of a change's
+    payload, None for one of no transaction (a snapshot's read). The key is
+    ``transaction.id`` up to ':' (Debezium 3.6 writes ``<txId>:<lsn>``, the LSN each event's
+    own), or all of it where it has no ':'."""
+    tx = change.get("transaction") if type(change) is dict else None
+    if type(tx) is not dict:
+        return None
+    tid, order = tx.get("id"), tx.get("data_collection_order")
+    if type(tid) is not str or type(order) is not int:
+        return None
+    return tid.partition(":")[0], order
 
 
 def variable_scale(x) -> Decimal:

@@ -52,6 +52,7 @@ from pipeline.formats.debezium.envelope import (
     holds,
     json_document,
     scaled,
+    transaction_of,
     unavailable,
     variable_scale,
 )
@@ -236,6 +237,8 @@ class DebeziumFormat:
         self.documents = documents(self.columns)
         self.tail = f"\t\\N\t{run_id}\n"  # no column unavailable
         self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
+        # Encoder.transactions: each change's source transaction by offset, while set.
+        self.sources: dict[int, tuple[str, int]] | None = None
 
     def _without(self, names: tuple[str, ...]) -> JsonFormat:
         """The JSON format with ``names`` not required: an unavailable value is NULL in the
@@ -259,7 +262,10 @@ class DebeziumFormat:
                 rejected.append(m)
                 continue
             try:
-                op, after, _ = change(self.loads(value), self.truncate, self.documents)
+                doc = self.loads(value)
+                if self.sources is not None and (tx := transaction_of(unwrap(doc)[0])):
+                    self.sources[m.offset()] = tx  # a dead letter too: its END counts it
+                op, after, _ = change(doc, self.truncate, self.documents)
             except NotAChange as e:
                 refuse(m, *e.args)
                 continue

@@ -1,0 +1,77 @@
+"""Whole source transactions on the driver: [sink] transactions in the settings, and the
+transaction topic's events as plan/transactions.TransactionEnd values (JSON with and
+without Kafka Connect's schema envelope, Avro's decoded record); no Kafka."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import parse_settings
+from pipeline.errors import ConfigError
+
+DEBEZIUM = {"envelope": "debezium", "mode": "upsert", "key": ["id"]}
+
+
+def settings(topics=("shop.public.orders",), **sink):
+    return parse_settings({
+        "pipeline": {"name": "p"},
+        "kafka": {"bootstrap_servers": "h:9092", "topics": list(topics)},
+        "database": {"url": "postgresql://u:pw@h/db"},
+        "sink": {"format": "json", "table": "t", "columns": {"id": "long"}, **sink}},
+        environ={})
+
+
+def test_transactions_names_debeziums_transaction_topic():
+    assert settings(**DEBEZIUM, transactions="shop.transaction").sink.transactions == \
+        "shop.transaction"
+    assert settings(**DEBEZIUM).sink.transactions is None
+    for sink, topics, why in (
+            ({"mode": "upsert", "key": ["id"]}, (), "only for sink.envelope = 'debezium'"),
+            (DEBEZIUM, (), "is not a Kafka topic name"),
+            (DEBEZIUM, ("shop.transaction",), "is also one of the pipeline.s topics")):
+        with pytest.raises(ConfigError, match=why):
+            settings(topics=("shop.public.orders", *topics), **sink,
+                     transactions="shop.transaction" if "name" not in why else "a b")
+
+
+def test_transaction_events_are_ends_by_their_txid_begins_none_anything_else_exit_3():
+    from pipeline.driver.transaction_topic import parse_event
+    from pipeline.errors import DataError
+    from pipeline.plan.transactions import TransactionEnd
+
+    end = {"status": "END", "id": "742:26769792", "event_count": 3, "data_collections": [
+        {"data_collection": "public.orders", "event_count": 1},
+        {"data_collection": "public.order_lines", "event_count": 2}]}
+    want = TransactionEnd("742", 9, {"public.orders": 1, "public.order_lines": 2})
+    assert parse_event(end, "shop.transaction", 9) == want
+    # Kafka Connect's JSON with schemas, and an Avro record decoded: the same payload.
+    assert parse_event({"schema": {}, "payload": end}, "shop.transaction", 9) == want
+    assert parse_event({"status": "BEGIN", "id": "742:1", "event_count": None,
+                        "data_collections": None}, "shop.transaction", 8) is None
+    with pytest.raises(DataError, match=r"shop.transaction\[0\] offset 5 is not a Debezium "
+                                        "transaction event"):
+        parse_event({"id": 1, "after": {}}, "shop.transaction", 5)
+
+
+def test_a_cut_run_moves_each_offset_to_its_cut_and_the_transaction_topic_past_its_ends():
+    from pipeline.driver.transaction_cut import RunCut
+    from pipeline.driver.transaction_topic import TransactionTopicRead
+    from pipeline.plan.offsets import OffsetRange, PlannedPartition
+    from pipeline.plan.transactions import TransactionCut
+
+    orders, lines = OffsetRange("s.public.orders", 0, 10, 20), OffsetRange("s.public.lines",
+                                                                           0, 5, 9)
+    metadata = TransactionTopicRead("s.transaction", 30, 30, 40, ())
+    cut = RunCut(TransactionCut({orders.tp: 14, lines.tp: 9}, ("1",), 36), metadata, {},
+                 [orders, lines])
+    updates = cut.offset_updates([PlannedPartition(orders, 10), PlannedPartition(lines, 5)])
+    assert [(u.range, u.stored) for u in updates] == [
+        (OffsetRange("s.public.orders", 0, 10, 14), 10), (lines, 5),
+        (OffsetRange("s.transaction", 0, 30, 36), 30)]
+    assert cut.cut_short() == {orders.tp: OffsetRange("s.public.orders", 0, 10, 14)}
+    # Nothing passed: the transaction topic's offset stays, a range cut at its start too.
+    still = RunCut(TransactionCut({orders.tp: 10, lines.tp: 5}, (), None), metadata, {},
+                   [orders, lines])
+    assert still.offset_updates([PlannedPartition(orders, 10),
+                                 PlannedPartition(lines, 5)]) == []
+    assert still.summary()["metadata"] == {"from": 30, "until": 30, "latest": 40}
