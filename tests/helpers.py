@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import subprocess
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy.engine import make_url
 
 from pipeline.config import Settings, parse_settings
+from pipeline.errors import TransientError
 
 ROOT = Path(__file__).resolve().parent.parent
 UV = ROOT / ".tools" / "bin" / "uv"  # scripts/stack installs it, pinned
@@ -273,3 +275,49 @@ max_bad_records = -1
 [spark]
 master = "local[2]"
 """.replace("'", '"')
+
+
+def order(i: int, **fields) -> bytes:
+    """An order record as the JSON tests' columns (JSON_COLUMNS) read it."""
+    return json.dumps({"order_id": i, "customer": f"c{i}", "amount": 1.5, **fields}).encode()
+
+
+def wait_until(predicate, what: str, timeout: float = 30):
+    """Polls ``predicate``; a transient Kafka error (a new partition with no leader yet)
+    counts as not yet, as a run would retry it (exit 75)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except TransientError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def delete_records(topic: str, partition: int, before: int) -> None:
+    client = admin()
+    [f] = client.delete_records([TopicPartition(topic, partition, before)]).values()
+    f.result()
+    wait_until(lambda: watermark_low(topic, partition) == before, "the deletion")
+
+
+def watermark_low(topic: str, partition: int) -> int:
+    return watermarks(topic)[partition][0]
+
+
+def recreate_topic(topic: str, partitions: int) -> None:
+    client = admin()
+    client.delete_topics([topic])[topic].result()
+    wait_until(lambda: topic not in client.list_topics(timeout=5).topics, "the deletion")
+
+    def created() -> bool:
+        try:
+            create_topic(topic, partitions)
+            return True
+        except Exception:  # noqa: BLE001 - still marked for deletion: try again
+            return False
+
+    wait_until(created, "the topic to be created again")

@@ -21,8 +21,7 @@ from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK
 from pipeline.sample_shop_compare import compare
 from pipeline.sample_shop_invariants import check, fetch
 from tests.cdc.conftest import SOURCE_URL, ShopRun, tx_of
-from tests.helpers import BOOTSTRAP, TEST_DB_URL, query, run_cli, unique
-from tests.integration.test_bad_input import delete_records
+from tests.helpers import BOOTSTRAP, TEST_DB_URL, delete_records, query, run_cli, unique
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ from tests.helpers import (
     create_topic,
     init_db,
     make_settings,
+    order,
     produce,
     toml_config,
     unique,
 )
-from tests.integration.test_bad_input import order
 
 
 def ingested_twice(tmp_path_factory, prefix: str, bad_key: bytes | None = b"k"):

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import psycopg
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewPartitions
 
 from pipeline.cli import main as cli_main
@@ -27,14 +27,18 @@ from tests.helpers import (
     TEST_DB_URL,
     admin,
     create_topic,
+    delete_records,
     job_db_url,
     make_settings,
+    order,
     produce,
     produce_orders,
     query,
+    recreate_topic,
     run_cli,
     toml_config,
     unique,
+    wait_until,
 )
 from tests.integration._reliability import (
     assert_exactly_once,
@@ -50,10 +54,6 @@ from tests.integration._reliability import (
 )
 
 MB = 1024 * 1024
-
-
-def order(i: int, **fields) -> bytes:
-    return json.dumps({"order_id": i, "customer": f"c{i}", "amount": 1.5, **fields}).encode()
 
 
 BINARY_HEADERS = [("bin", bytes(range(256))), ("empty", b""), ("none", None),
@@ -648,46 +648,3 @@ def offsets_listed(s, topic: str, partitions: int) -> bool:
         return len(KafkaMeta(s.kafka).offsets([(topic, p) for p in range(partitions)])) == 4
     except TransientError:
         return False
-
-
-def wait_until(predicate, what: str, timeout: float = 30):
-    """Polls ``predicate``; a transient Kafka error (a new partition with no leader yet)
-    counts as not yet, as a run would retry it (exit 75)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except TransientError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def delete_records(topic: str, partition: int, before: int) -> None:
-    client = admin()
-    [f] = client.delete_records([TopicPartition(topic, partition, before)]).values()
-    f.result()
-    wait_until(lambda: watermark_low(topic, partition) == before, "the deletion")
-
-
-def watermark_low(topic: str, partition: int) -> int:
-    from tests.helpers import watermarks
-
-    return watermarks(topic)[partition][0]
-
-
-def recreate_topic(topic: str, partitions: int) -> None:
-    client = admin()
-    client.delete_topics([topic])[topic].result()
-    wait_until(lambda: topic not in client.list_topics(timeout=5).topics, "the deletion")
-
-    def created() -> bool:
-        try:
-            create_topic(topic, partitions)
-            return True
-        except Exception:  # noqa: BLE001 - still marked for deletion: try again
-            return False
-
-    wait_until(created, "the topic to be created again")

@@ -8,9 +8,8 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline.driver.job import run_ingest
-from tests.helpers import BOOTSTRAP, create_topic, make_settings, query, unique
+from tests.helpers import BOOTSTRAP, create_topic, make_settings, order, query, unique
 from tests.integration._reliability import init_db
-from tests.integration.test_bad_input import order
 from tests.integration.test_verify_transform import kafka_sum, ledger
 
 BEYOND = 9_300_000_000_000_000  # ms: past Spark's int64 microseconds

@@ -219,7 +219,7 @@ def test_offsets_reset_of_a_recreated_topic_per_mode(spark, tmp_path, monkeypatc
     its tombstones (their offsets would hide the new topic's records); aggregate keeps the
     totals, which counted the old topic's records once, and adds the new topic's."""
     from pipeline.cli import main as cli_main
-    from tests.integration.test_bad_input import recreate_topic
+    from tests.helpers import recreate_topic
 
     monkeypatch.setenv("PIPELINE__KAFKA__BOOTSTRAP_SERVERS", BOOTSTRAP)
     for old in ("KAFKA_BOOTSTRAP_SERVERS", "PIPELINE_DATABASE_URL", "PIPELINE__DATABASE__URL"):

@@ -10,8 +10,7 @@ import pytest
 
 from pipeline.driver.job import run_ingest
 from pipeline.spark import topic_literal
-from tests.helpers import create_topic, init_db, make_settings, produce, query, unique
-from tests.integration.test_bad_input import order
+from tests.helpers import create_topic, init_db, make_settings, order, produce, query, unique
 
 IDENTITY = "tests.integration.transforms.orders:identity"
 

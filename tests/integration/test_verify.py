@@ -18,13 +18,14 @@ from tests.helpers import (
     BOOTSTRAP,
     create_topic,
     make_settings,
+    order,
     query,
     toml_config,
     unique,
 )
 from tests.integration._reliability import init_db
 from tests.integration._verify import execute, ingested_twice, verify
-from tests.integration.test_bad_input import compacted_topic, order  # noqa: F401 (fixture)
+from tests.integration.test_bad_input import compacted_topic  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,18 @@ from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
     create_topic,
+    delete_records,
     make_settings,
+    order,
     produce,
     query,
+    recreate_topic,
     run_cli,
     toml_config,
     unique,
 )
 from tests.integration._reliability import init_db
 from tests.integration._verify import execute, ingested_twice, verify
-from tests.integration.test_bad_input import delete_records, order, recreate_topic
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ from tests.helpers import (
     ROOT,
     create_topic,
     make_settings,
+    order,
     produce,
     toml_config,
     unique,
 )
 from tests.integration._reliability import init_db
-from tests.integration.test_bad_input import order
 
 PAD = "x" * 2000
 # The child verifies in-process and reports its own peak RSS (kB) as the last line: VmHWM

@@ -18,15 +18,17 @@ from tests.helpers import (
     BOOTSTRAP,
     admin,
     create_topic,
+    delete_records,
     make_settings,
+    order,
     produce,
     query,
     toml_config,
     unique,
+    wait_until,
 )
 from tests.integration._reliability import finish, init_db, kafka_records, start_cli
 from tests.integration._verify import execute, ingested_twice, verify
-from tests.integration.test_bad_input import delete_records, order, wait_until
 
 UPSERT_TOML = 'mode = "upsert"\nkey = ["order_id"]'
 

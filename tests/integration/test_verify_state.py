@@ -15,11 +15,10 @@ from pipeline.commands.verify import cmd_verify
 from pipeline.driver.job import run_ingest
 from pipeline.driver.verify_state import run_state_verify
 from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_INCOMPLETE, EXIT_OK, PipelineError
-from tests.helpers import create_topic, make_settings, produce, query, unique
+from tests.helpers import create_topic, delete_records, make_settings, produce, query, unique
 from tests.integration._reliability import init_db
 from tests.integration._sink_modes import AGGREGATE, event, tombstone, upsert_settings
 from tests.integration._verify import execute
-from tests.integration.test_bad_input import delete_records
 
 
 def verify(settings, capsys, **filters) -> tuple[int | str, dict]:

@@ -21,13 +21,13 @@ from tests.helpers import (
     BOOTSTRAP,
     create_topic,
     make_settings,
+    order,
     produce,
     query,
     toml_config,
     unique,
 )
 from tests.integration._reliability import init_db
-from tests.integration.test_bad_input import order
 from tests.integration.test_verify import execute
 
 SKIP_THIRDS = "tests.integration.transforms.orders:skip_every_third_order"
