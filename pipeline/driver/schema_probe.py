@@ -39,6 +39,9 @@ from pipeline.store.evolve import Addition
 log = logging.getLogger("pipeline")
 
 TAIL = 16  # records read back from a range's end at first; then 16 times as many
+# Once the value's schema is found, records searched for a key's schema before giving up
+# (a source table without a primary key sends none): a few hundred, not the whole range.
+KEY_SEARCH = TAIL + TAIL * 16
 PROBE_GROUP = "pipeline-schema-probe"  # librdkafka's group.id: nothing is committed
 
 
@@ -149,7 +152,11 @@ def newest_writer(sink: SinkSettings, r: OffsetRange, kafka: KafkaSettings,
                            queued=1000)
     value = key = schemaless = None
     until, window = r.until_offset, TAIL
-    while until > r.from_offset and (value is None or key is None):
+
+    def searching() -> bool:  # a key's schema is looked for in the newest KEY_SEARCH only
+        return value is None or (key is None and r.until_offset - until < KEY_SEARCH)
+
+    while until > r.from_offset and searching():
         start = max(r.from_offset, until - window)
         part = OffsetRange(r.topic, r.partition, start, until)
         records = [m for batch in batches(reader, part, kafka.timeout_seconds,

@@ -20,7 +20,16 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK
-from tests.helpers import BOOTSTRAP, TEST_DB_URL, create_topic, produce, query, run_cli, unique
+from tests.helpers import (
+    BOOTSTRAP,
+    TEST_DB_URL,
+    create_topic,
+    make_settings,
+    produce,
+    query,
+    run_cli,
+    unique,
+)
 from tests.unit.test_debezium_avro import PRICE, SOURCE, envelope_schema, key_schema, wire
 
 pytestmark = pytest.mark.integration
@@ -274,3 +283,33 @@ master = "local[1]"
     assert query(f"SELECT id, exact::text, price::text FROM {name} ORDER BY id") == [
         (1, "1.50", "1.01"), (2, "-12345678901234567890.123456789", "-2.35"),
         (3, "0.000001", "7.00")]
+
+
+def test_a_keyless_topics_probe_gives_up_the_key_after_a_few_hundred_records(monkeypatch):
+    """Events without a Kafka key (a source table without a primary key): the probe takes
+    the columns from the newest event's schema and stops looking for a key schema after a
+    few hundred records, instead of reading the whole range back on the driver."""
+    from pipeline.driver import schema_probe
+    from pipeline.plan.offsets import OffsetRange
+
+    name = unique("keyless")
+    topic = create_topic(name, 1)
+    _, value = event("c", row(1, "1.5"))
+    produce(topic, [(None, value)] * 5000)
+    settings = make_settings(name, [topic], sink={"envelope": "debezium", "mode": "upsert",
+                                                   "columns": "schema"})
+    read: list = []
+    real = schema_probe.batches
+
+    def counted(*args, **kwargs):
+        for batch in real(*args, **kwargs):
+            read.extend(batch)
+            yield batch
+
+    monkeypatch.setattr(schema_probe, "batches", counted)
+    writer = schema_probe.newest_writer(settings.sink, OffsetRange(topic, 0, 0, 5000),
+                                        settings.kafka, None)
+    assert writer is not None
+    assert [c.name for c in writer.columns.columns][:2] == ["id", "name"]
+    assert writer.columns.key == ()
+    assert len(read) <= schema_probe.KEY_SEARCH, len(read)
