@@ -46,28 +46,30 @@ def transactions_supported() -> bool:
     return "transactions" in SinkTable.model_fields
 
 
-def data_topics(prefix: str) -> list[str]:
-    return [f"{prefix}.public.{t}" for t in TABLES]
+def data_topics(prefix: str, tables: tuple[str, ...] = TABLES) -> list[str]:
+    return [f"{prefix}.public.{t}" for t in tables]
 
 
 def config(name: str, bootstrap: str, database_url: str, schema: str, *,
            prefix: str = "shop_json", transactions: bool = False,
-           records_per_partition: int = 0) -> str:
+           records_per_partition: int = 0, tables: tuple[str, ...] = TABLES) -> str:
     """The pipeline's TOML: each topic into the table of its source table's name in
     ``schema``, upserts and deletes by the source key, truncates applied; ``transactions``:
     only whole source transactions (Debezium's <prefix>.transaction topic);
-    ``records_per_partition``: a run's budget per partition (0: the default)."""
+    ``records_per_partition``: a run's budget per partition (0: the default); ``tables``:
+    the shop's tables replicated (all unless told)."""
     def inline(cols: dict[str, str]) -> str:
         return "{ " + ", ".join(f'{c} = "{t}"' for c, t in cols.items()) + " }"
 
     routes = "".join(
         f'[sink.topics."{prefix}.public.{t}"]\nkey = {list(KEYS.get(t, ("id",)))!r}\n'
-        f"columns = {inline(COLUMNS[t])}\n" for t in TABLES)
+        f"columns = {inline(COLUMNS[t])}\n" for t in tables)
     budget = (f"max_records_per_partition = {records_per_partition}\n"
               if records_per_partition else "")
     tx = f'transactions = "{prefix}.transaction"\n' if transactions else ""
     return (f'[pipeline]\nname = "{name}"\n'
-            f'[kafka]\nbootstrap_servers = "{bootstrap}"\ntopics = {data_topics(prefix)!r}\n'
+            f'[kafka]\nbootstrap_servers = "{bootstrap}"\n'
+            f"topics = {data_topics(prefix, tables)!r}\n"
             f"timeout_seconds = 30\n{budget}"
             f'[database]\nurl = "{database_url}"\nschema = "{schema}"\n'
             f'[sink]\nformat = "json"\nenvelope = "debezium"\nmode = "upsert"\n'
