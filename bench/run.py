@@ -27,6 +27,9 @@
                                      # against the peers, 200 x 100 against 4 x 5,000
                                      # (bench/wide.py); BENCH_BASELINE=<checkout> adds it;
                                      # --from-log FILE reports the printed runs of one
+    scripts/bench --paired CHECKOUT [N]  # this checkout against another (e.g. a worktree
+                                     # of an older commit) on json, identity transform and
+                                     # avro, in turns (bench/paired.py)
 
 Each size is produced once (JSON orders, 4 partitions). Every contender runs as its own
 process, as a user would start it (the pipeline through its CLI, so each run pays its own
@@ -90,6 +93,10 @@ def main(argv: list[str]) -> int:
         from bench import cdc
 
         return cdc.main(sizes if any(a.isdigit() for a in argv) else [], env)
+    if "--paired" in argv:
+        from bench import paired
+
+        return paired.main(sizes, env, argv[argv.index("--paired") + 1])
     if "--wide" in argv:
         from bench import wide
 

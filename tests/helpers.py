@@ -21,6 +21,16 @@ from sqlalchemy.engine import make_url
 from pipeline.config import Settings, parse_settings
 
 ROOT = Path(__file__).resolve().parent.parent
+UV = ROOT / ".tools" / "bin" / "uv"  # scripts/stack installs it, pinned
+
+
+def pip_install(env_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``pip install ARGS`` into the venv ``env_dir`` as scripts/stack installs: by uv (its
+    cache already holds what the stack's venvs resolved), or pip where uv is absent."""
+    cmd = ([str(UV), "pip", "install", "-q", "-p", str(env_dir / "bin" / "python")]
+           if UV.exists() else
+           [str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"])
+    return subprocess.run([*cmd, *args], capture_output=True, text=True)
 # Where the test broker is: the harness's own name (scripts/test and 'scripts/stack env' set it).
 # KAFKA_BOOTSTRAP_SERVERS, which shells and older notes export for the same, is read as a
 # fallback here only; tests/conftest.py then hides it from the code under test.

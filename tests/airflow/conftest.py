@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.airflow.dag_runner import RESULT_MARKER, RUN_MARKER
+from tests.conftest import STACK_DIR, stack_lock
 from tests.helpers import ROOT, create_topic, init_cli, produce_orders, toml_config, unique
 
 AIRFLOW_VENV = ROOT / ".airflow-venv"
@@ -61,7 +63,8 @@ class Airflow:
 
 @pytest.fixture(scope="session")
 def airflow(tmp_path_factory) -> Airflow:
-    """A fresh AIRFLOW_HOME on SQLite, migrated once for the whole session."""
+    """A fresh AIRFLOW_HOME on SQLite; its database is migrated once per run of the suite
+    (copy_migrated_database)."""
     subprocess.run([str(ROOT / "scripts" / "stack"), "airflow"], check=True)  # idempotent
     home = tmp_path_factory.mktemp("airflow_home")
     job_bin = str(ROOT / ".venv" / "bin")
@@ -81,12 +84,30 @@ def airflow(tmp_path_factory) -> Airflow:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYTHONUNBUFFERED": "1",
     })
-    t0 = time.monotonic()
-    proc = subprocess.run([str(AIRFLOW_VENV / "bin" / "airflow"), "db", "migrate"], env=env,
-                          cwd=home, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-4000:]}"
-    print(f"airflow db migrate: {time.monotonic() - t0:.1f} s in {home}")
+    copy_migrated_database(env, home / "airflow.db")
     return Airflow(home, env)
+
+
+def copy_migrated_database(env: dict[str, str], to: Path) -> None:
+    """An Airflow metadata database migrated once per run of the suite and copied into each
+    pytest process's AIRFLOW_HOME: a migration costs a minute of CPU here, and the xdist
+    workers would each pay it. Keyed by the run (scripts/test's PIPELINE_TEST_RUN, or
+    xdist's run id); a lone pytest migrates its own."""
+    run = os.environ.get("PIPELINE_TEST_RUN") or os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    template = STACK_DIR / "airflow-home-template"
+    with stack_lock():
+        stamp = template / "run"
+        if not run or not stamp.exists() or stamp.read_text() != run:
+            shutil.rmtree(template, ignore_errors=True)
+            template.mkdir(parents=True)
+            t0 = time.monotonic()
+            proc = subprocess.run([str(AIRFLOW_VENV / "bin" / "airflow"), "db", "migrate"],
+                                  env={**env, "AIRFLOW_HOME": str(template)}, cwd=template,
+                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-4000:]}"
+            print(f"airflow db migrate: {time.monotonic() - t0:.1f} s in {template}")
+            stamp.write_text(run or "")
+        shutil.copyfile(template / "airflow.db", to)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.airflow.conftest import dag_env, new_pipeline
-from tests.helpers import ROOT, result_keys
+from tests.helpers import ROOT, pip_install, result_keys
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -29,10 +29,8 @@ def extra_venv(tmp_path_factory) -> Path:
     wheel = next(dist.glob("kafka_offset_pipeline-*.whl"))
     env_dir = base / "venv"
     venv.create(env_dir, with_pip=True)
-    install = subprocess.run(
-        [str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-         f"{wheel}[airflow]", "-c", str(ROOT / "constraints" / "spark-4.0.txt")],
-        capture_output=True, text=True)
+    install = pip_install(env_dir, f"{wheel}[airflow]",
+                          "-c", str(ROOT / "constraints" / "spark-4.0.txt"))
     assert install.returncode == 0, install.stderr[-4000:]
     check = subprocess.run([str(env_dir / "bin" / "pip"), "check"], capture_output=True,
                            text=True)

@@ -19,6 +19,7 @@ from tests.helpers import (
     TEST_DB_URL,
     create_topic,
     grant_job_role,
+    pip_install,
     produce_orders,
     query,
     stored_offsets,
@@ -38,10 +39,9 @@ def installed(tmp_path_factory) -> Path:
     wheel = next(dist.glob("kafka_offset_pipeline-*.whl"))
     env_dir = base / "venv"
     venv.create(env_dir, with_pip=True)
-    subprocess.run([str(env_dir / "bin" / "pip"), "install", "-q",
-                    "--disable-pip-version-check", str(wheel),
-                    "-c", str(ROOT / "constraints" / "spark-4.0.txt")], check=True,  # as .venv
-                   capture_output=True)
+    install = pip_install(env_dir, str(wheel),
+                          "-c", str(ROOT / "constraints" / "spark-4.0.txt"))  # as .venv
+    assert install.returncode == 0, install.stderr[-4000:]
     return env_dir
 
 
