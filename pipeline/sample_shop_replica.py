@@ -85,10 +85,12 @@ def _end_value(raw: bytes | None) -> dict | None:
     return v.get("payload", v) if isinstance(v, dict) and "schema" in v else v
 
 
-def delivered(bootstrap: str, prefix: str, last_txid: int, timeout: float) -> dict:
+def delivered(bootstrap: str, prefix: str, last_txid: int, timeout: float,
+              decode=None) -> dict:
     """Waits until the chain has written the workload's last transaction (its END in
-    <prefix>.transaction, ``last_txid`` its source.txId) and every data event the ENDs count
-    (JSON connector); returns {(topic, partition): end offset} of the data topics then."""
+    <prefix>.transaction, ``last_txid`` its source.txId) and every data event the ENDs count;
+    returns {(topic, partition): end offset} of the data topics then. ``decode(message)``:
+    a transaction event's value as a dict (the JSON connector's unless told)."""
     from confluent_kafka import Consumer, TopicPartition
 
     topics = [*data_topics(prefix), f"{prefix}.transaction"]
@@ -113,7 +115,7 @@ def delivered(bootstrap: str, prefix: str, last_txid: int, timeout: float) -> di
                 if m.error() is not None:
                     continue
                 if m.topic().endswith(".transaction"):
-                    v = _end_value(m.value())
+                    v = decode(m) if decode else _end_value(m.value())
                     if v and v.get("status") == "END":
                         expected += v["event_count"]
                         last = last or v["id"].split(":")[0] == str(last_txid)
