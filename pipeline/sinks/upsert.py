@@ -109,9 +109,14 @@ class Upsert(Sink):
             sink.table, MetaData(schema=tables.SCHEMA),
             *[Column(c.name, c.type, nullable=c.name not in _COORDINATES and c.nullable,
                      server_default=c.server_default, autoincrement=False)
-              for c in self.records.columns if c.name != UNAVAILABLE],
+              for c in self.records.columns if c.name not in self._staged_only],
             _order_time_column(),
             PrimaryKeyConstraint(*sink.key, name=f"{sink.table}_pkey"))
+
+    @property
+    def _staged_only(self) -> set[str]:
+        """A staged change event's columns the results table has no place for."""
+        return {UNAVAILABLE, *(c.name for c in tables.old_key_columns(self.settings))}
 
     @cached_property
     def deleted(self) -> Table:

@@ -32,6 +32,7 @@ from datetime import date, datetime, timedelta
 from pipeline.formats import paths
 from pipeline.formats.avro.format import HEADER, MAGIC, AvroFormat, decode_wire
 from pipeline.formats.avro.values import avro_kind
+from pipeline.formats.debezium import old_key
 from pipeline.formats.debezium.envelope import (
     DATES,
     DELETE,
@@ -152,6 +153,8 @@ class DebeziumAvroFormat:
         self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
         self.toastable = [(n, p) for n, _, _, p in paths.columns(columns) if n not in key]
         self.documents = documents(paths.columns(columns))
+        self.old_key = old_key.OldKey(paths.columns(columns), key)
+        self.no_old_key = f"\t{NULL}{self.old_key.nulls}"  # ``_unavailable`` too
 
     def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
         """(op, after, before, writer schema id) of one value; raises Refused."""
@@ -185,9 +188,10 @@ class DebeziumAvroFormat:
                           "[sink] truncate = \"apply\")")
         return op, images["after"], images["before"], schema_id
 
-    def fields(self, value: bytes, read) -> str | None:
+    def fields(self, value: bytes, read, m=None) -> str | None:
         """An upsert's COPY text fields (its after image's, then the columns it left out:
-        ``_unavailable``), None for a delete or a truncate."""
+        ``_unavailable``, and a primary-key change's old key: old_key.py, from ``m``'s
+        headers), None for a delete or a truncate."""
         op, after, _, schema_id = self.change(value, read)
         if op == DELETE or op == TRUNCATE:
             return None
@@ -195,12 +199,16 @@ class DebeziumAvroFormat:
         if UNAVAILABLE_MARKS[0] in value:
             after, names = unavailable(after, self.toastable)
         if not names:
-            return f"{self.avro.project(after, schema_id)}\t{NULL}"
+            return f"{self.avro.project(after, schema_id)}{self.no_old_key}"
+        try:
+            old = self.old_key.nulls if m is None else self.old_key.fields(m, self.key_document)
+        except BadTombstone as e:
+            raise Refused(*self.old_key.explain(e)) from None
         # Those columns are NULL in the staged row, whatever their 'not null' (the merge
         # keeps the stored values).
         columns = [(k, p, c, r and n not in names, d, n)
                    for k, p, c, r, d, n in self.avro.columns]
-        return f"{self.avro.project(after, schema_id, columns)}\t{{{','.join(names)}}}"
+        return f"{self.avro.project(after, schema_id, columns)}\t{{{','.join(names)}}}{old}"
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
@@ -209,9 +217,29 @@ class DebeziumAvroFormat:
         ``refuse``."""
         from fastavro import schemaless_reader
 
-        return decoded_rows(records, head, self.avro.tail,
-                            lambda value: self.fields(value, schemaless_reader), rejected,
-                            refuse)
+        seen = _Current(records)  # the record whose value is decoded: its headers
+        return decoded_rows(seen, head, self.avro.tail,
+                            lambda value: self.fields(value, schemaless_reader, seen.m),
+                            rejected, refuse)
+
+    def key_document(self, key: bytes):
+        """A Kafka key's bytes (a primary-key change's old key: old_key.py) -> the key as
+        ``delete_key`` reads one: decoded by its own writer schema (its semantic types too);
+        a key not in the Confluent wire format as it is (key_fields' rules)."""
+        from fastavro import schemaless_reader
+
+        if len(key) < HEADER or key[0] != MAGIC:
+            return key
+        try:
+            doc, schema_id, schema = decode_wire(self.schemas, key, schemaless_reader, "key")
+        except Refused as e:
+            raise BadTombstone(f"has a Kafka key that is not Avro ({e.message})") from None
+        if type(doc) is not dict:
+            if len(self.old_key.columns) != 1:
+                raise BadTombstone(f"has a Kafka key that is an Avro {avro_kind(doc)} (writer "
+                                   f"schema id {schema_id}), not a record of the key columns")
+            return {self.old_key.columns[0][0]: doc}
+        return decode(doc, semantic_types(schema, schema.get("__named_schemas", {})))
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
         """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:
@@ -247,3 +275,16 @@ class DebeziumAvroFormat:
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"
+
+
+class _Current:
+    """Iterates ``records``, remembering the one it last gave (``m``)."""
+    __slots__ = ("m", "records")
+
+    def __init__(self, records):
+        self.records, self.m = records, None
+
+    def __iter__(self):
+        for m in self.records:
+            self.m = m
+            yield m
