@@ -2,7 +2,8 @@
 rekey_customer: ``UPDATE customers SET id = new WHERE id = old``): Debezium writes a delete
 of the old key, its tombstone, and a create of the new key (header ``__debezium.oldkey``)
 whose ``profile`` is the placeholder ``__debezium_unavailable_value``. The replica's new row
-must hold the profile the old key's row had (docs/cdc.md), not NULL."""
+must hold the profile the old key's row had (docs/cdc.md), not NULL, and ``pipeline verify``
+recomputes the same."""
 
 from __future__ import annotations
 
@@ -35,3 +36,6 @@ def test_a_primary_key_change_keeps_the_old_keys_toasted_profile(shop_run: ShopR
         assert r.returncode == 0, r.stderr[-3000:]
     (diff,) = compare(SOURCE_URL, TEST_DB_URL, schema, tables=["customers"])
     assert diff.equal, diff.first
+    # verify recomputes the state from Kafka by the merge's rule: the profile too.
+    r = run_cli("verify", "--config", str(path), timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
