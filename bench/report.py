@@ -103,17 +103,6 @@ def modes_report(rows: list[tuple[Result, list]]) -> str:
                 f"{best / base_s:.2f} | {phase['spark_start']:.2f} | "
                 f"{phase['read_and_stage']:.2f} | {phase['publish']:.2f} | "
                 f"+{phase['publish'] - base_pub:.2f} s ({phase['publish'] / base_pub:.0f}x) |")
-    lines += ["", "Every run (seconds; `timings` of the run's --json output; the 1-minute "
-              "load average and the other pipeline processes when it started):", "",
-              "| records | sink mode | run | seconds | spark_start | read_and_stage | publish "
-              "| load before | other pipeline processes |",
-              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r, loads in rows:
-        for i, (s, p, (load, others)) in enumerate(zip(r.seconds, r.phases, loads,
-                                                       strict=True)):
-            lines.append(f"| {r.size:,} | {r.name} | {i + 1} | {s:.1f} | "
-                         f"{p.get('spark_start', 0):.2f} | {p.get('read_and_stage', 0):.2f} | "
-                         f"{p.get('publish', 0):.2f} | {load:.2f} | {others} |")
     return "\n".join(lines)
 
 

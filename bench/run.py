@@ -18,6 +18,11 @@
                                      # and as JSON; this pipeline's avro sink against its
                                      # json sink, Structured Streaming + from_avro and one
                                      # Python process with fastavro (bench/avro.py)
+    scripts/bench --cdc [N]          # only whole-database CDC: the sample shop's workload of N
+                                     # source transactions (10,000) through Debezium, then
+                                     # this pipeline against Debezium's JDBC sink on the same
+                                     # topics: events/s, torn transactions a reader saw, the
+                                     # replicas against the source (bench/cdc.py)
     scripts/bench --wide             # only wide topics: 256 x 100 and 64 x 1,000 records
                                      # against the peers, 200 x 100 against 4 x 5,000
                                      # (bench/wide.py); BENCH_BASELINE=<checkout> adds it;
@@ -42,7 +47,7 @@ replay, ``pipeline backfill`` of the whole topic on the table the upsert run jus
 (every record older than or equal to the stored one: ``rows_written`` must be 0 and no row
 may change); aggregate with ``group_by = ["customer"]`` (count, sum, min, max). The append
 and upsert tables are checked like the main table, the aggregate's 97 groups against the
-generator. Its table (with each run's phases and the machine's load before it) goes between
+generator. Its table (the best phases; the machine's load before the runs) goes between
 the bench-modes markers of docs/benchmarks.md.
 """
 
@@ -84,6 +89,10 @@ def main(argv: list[str]) -> int:
         from bench import avro
 
         return avro.main(sizes, env)
+    if "--cdc" in argv:
+        from bench import cdc
+
+        return cdc.main(sizes if any(a.isdigit() for a in argv) else [], env)
     if "--paired" in argv:
         from bench import paired
 

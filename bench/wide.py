@@ -151,14 +151,6 @@ def wide_report(rows: list[tuple[tuple[int, int], Result, list]]) -> str:
         ours = best[((256, 100), "pipeline_json")]
         lines.append(f"256 x 100: Structured Streaming {sss:.1f} s / this pipeline {ours:.1f} s "
                      f"= **{sss / ours:.2f}x** (target: at least 2x).")
-    lines += ["", "Every run, in the order run (seconds; the 1-minute load average and the "
-              "other pipeline processes when it started):", "",
-              "| partitions x records | contender | run | seconds | load before | other "
-              "pipeline processes |", "| --- | --- | ---: | ---: | ---: | ---: |"]
-    for shape, r, loads in rows:
-        for i, (s, (load, others)) in enumerate(zip(r.seconds, loads, strict=True)):
-            lines.append(f"| {shape[0]} x {shape[1]:,} | {r.name} | {i + 1} | {s:.1f} | "
-                         f"{load:.2f} | {others} |")
     return "\n".join(lines)
 
 

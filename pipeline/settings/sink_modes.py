@@ -62,6 +62,10 @@ def mode_fields(mode: str, columns: tuple[Column, ...], transform: str | None, *
             if taken in declared:
                 raise ConfigError(f"'sink.columns.{taken}' is reserved for an upsert sink; "
                                   "rename it")
+        for taken in declared:
+            if taken.startswith("_oldkey_"):  # a change event's old key (tables.OLD_KEY)
+                raise ConfigError(f"'sink.columns.{taken}': names starting with '_oldkey_' "
+                                  "are reserved for an upsert sink; rename it")
         tombstones = tombstones or "delete"
         if transform and tombstones == "delete":
             # A tombstone (null value) never reaches a transform, which sees parsed values;

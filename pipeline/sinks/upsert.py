@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _LATEST = "_publish_latest"  # temp table: the run's newest record per key
 _CANDIDATES = "_upsert_candidates"  # temp table: records that may hold an unavailable value
+_REKEYED = "_upsert_rekeyed"  # temp table: primary-key changes' creates and their old keys
 MERGE_LOCK_CLASS = 7_400_002  # advisory lock of the upsert merges (store.LOCK_CLASS + 1)
 _COORDINATES = ("topic", "partition", "offset")
 # The stored row's (and tombstone's) order time (``order_time``): a column of the pipeline's
@@ -109,9 +110,14 @@ class Upsert(Sink):
             sink.table, MetaData(schema=tables.SCHEMA),
             *[Column(c.name, c.type, nullable=c.name not in _COORDINATES and c.nullable,
                      server_default=c.server_default, autoincrement=False)
-              for c in self.records.columns if c.name != UNAVAILABLE],
+              for c in self.records.columns if c.name not in self._staged_only],
             _order_time_column(),
             PrimaryKeyConstraint(*sink.key, name=f"{sink.table}_pkey"))
+
+    @property
+    def _staged_only(self) -> set[str]:
+        """A staged change event's columns the results table has no place for."""
+        return {UNAVAILABLE, *(c.name for c in tables.old_key_columns(self.settings))}
 
     @cached_property
     def deleted(self) -> Table:
@@ -246,11 +252,89 @@ class Upsert(Sink):
                     fkey=order_key("f"), lp=self._on("l", "p")))
         return out
 
+    def _rekeyed_sql(self, rows: sql.Identifier, stored: sql.Composable | None,
+                     columns: list[str] | None = None) -> list[sql.Composable]:
+        """A primary-key change's create that left a column out (of ``columns``, else any
+        non-key column) takes the value its old key (``OLD_KEY``) had just before it: the
+        old key's newest older change among ``rows`` that has it (skipping its deletion by
+        the change itself, and updates that left it out too), else, with ``stored`` (the
+        results table), the old key's stored row, which the merge deletes later. A create
+        whose old key was itself a create of a primary-key change waits for that one's
+        value: repeated until nothing changes. ``rows`` then hold the values found (a
+        column found nowhere stays left out: NULL, or the not-null check's error)."""
+        key = self.settings.key
+        old = [tables.OLD_KEY + k for k in key]
+        hist, u = sql.Identifier(_REKEYED), sql.Identifier(UNAVAILABLE)
+        old0 = sql.Identifier(old[0])
+
+        def by_old(a: str, w: str) -> sql.Composable:  # a's key is w's old key
+            return sql.SQL(" AND ").join(
+                sql.SQL("{a}.{k} = {w}.{o}").format(a=sql.Identifier(a), w=sql.Identifier(w),
+                                                   k=sql.Identifier(k), o=sql.Identifier(o))
+                for k, o in zip(key, old, strict=True))
+
+        out: list[sql.Composable] = [sql.SQL(
+            "CREATE TEMP TABLE {hist} ON COMMIT DROP AS SELECT s.*, max({ts}) OVER (PARTITION "
+            "BY {key}, s.topic, s.partition ORDER BY s.\"offset\") AS {o} FROM {rows} AS s "
+            "WHERE s.{old0} IS NOT NULL OR ({key}) IN (SELECT {olds} FROM {rows} WHERE {old0} "
+            "IS NOT NULL)").format(
+                hist=hist, ts=usable_time("s"), key=self._keys("s"), o=sql.Identifier(ORDER_TIME),
+                rows=rows, old0=old0, olds=identifiers(old))]
+        body: list[sql.Composable] = []
+        for c in self.settings.columns:
+            if c.name in key or (columns is not None and c.name not in columns):
+                continue
+            name, col = sql.Literal(c.name), sql.Identifier(c.name)
+            # The old key's changes before w that say its value: one that has it, or a
+            # create of a primary-key change (whose value may be found yet).
+            says = sql.SQL(
+                "NOT q._tombstone AND {newer} AND (NOT coalesce({name} = ANY(q.{u}), false) "
+                "OR q.{old0} IS NOT NULL)").format(newer=newer("w", "q"), name=name, u=u,
+                                                   old0=old0)
+            body.append(sql.SQL(
+                "UPDATE {hist} AS s SET {col} = p.v, {u} = array_remove(s.{u}, {name}) FROM "
+                "(SELECT DISTINCT ON (w.topic, w.partition, w.\"offset\") w.topic AS _t, "
+                "w.partition AS _p, w.\"offset\" AS _o, q.{col} AS v, coalesce({name} = "
+                "ANY(q.{u}), false) AS _waits FROM {hist} AS w JOIN {hist} AS q ON {by_old} "
+                "WHERE w.{old0} IS NOT NULL AND {name} = ANY(w.{u}) AND {says} ORDER BY "
+                "w.topic, w.partition, w.\"offset\", {qkey} DESC) AS p WHERE s.topic = p._t "
+                "AND s.partition = p._p AND s.\"offset\" = p._o AND NOT p._waits").format(
+                    hist=hist, col=col, u=u, name=name, by_old=by_old("q", "w"), old0=old0,
+                    says=says, qkey=order_key("q")))
+            if stored is not None:
+                body.append(sql.SQL(
+                    "UPDATE {hist} AS w SET {col} = r.{col}, {u} = array_remove(w.{u}, {name}) "
+                    "FROM {res} AS r WHERE {r_old} AND w.{old0} IS NOT NULL AND {name} = "
+                    "ANY(w.{u}) AND NOT EXISTS (SELECT FROM {hist} AS q WHERE {q_old} AND "
+                    "{says})").format(hist=hist, col=col, u=u, name=name, res=stored,
+                                      r_old=by_old("r", "w"), old0=old0,
+                                      q_old=by_old("q", "w"), says=says))
+        if not body:
+            return []
+        # Each statement above finds each row's value at most once: the loop ends.
+        counted = sql.SQL(" ").join(sql.SQL("{}; GET DIAGNOSTICS n = ROW_COUNT; changed := "
+                                            "changed + n;").format(b) for b in body)
+        out.append(sql.SQL(
+            "DO $rekeyed$ DECLARE n bigint; changed bigint; BEGIN LOOP changed := 0; {counted} "
+            "EXIT WHEN changed = 0; END LOOP; END $rekeyed$").format(counted=counted))
+        names = [c.name for c in self.settings.columns if c.name not in key]
+        out += [sql.SQL(
+            "UPDATE {rows} AS s SET {sets}, {u} = nullif(h.{u}, '{{}}') FROM {hist} AS h WHERE "
+            "s.topic = h.topic AND s.partition = h.partition AND s.\"offset\" = h.\"offset\" "
+            "AND h.{old0} IS NOT NULL AND s.{u} IS DISTINCT FROM h.{u}").format(
+                rows=rows, u=u, hist=hist, old0=old0,
+                sets=sql.SQL(", ").join(sql.SQL("{0} = h.{0}").format(sql.Identifier(n))
+                                        for n in names)),
+            sql.SQL("DROP TABLE {}").format(hist)]
+        return out
+
     def state_sql(self, rows: sql.Identifier, state: sql.Identifier) -> list[sql.Composable]:
         """The newest record per key by the merge's own statements, as if every record were
         read in one run into an empty table: truncates placed, the newest per partition,
         the one ``newer`` puts last, unavailable values filled; a tombstone deletes it."""
         out: list[sql.Composable] = []
+        if self._debezium:
+            out += self._rekeyed_sql(rows, None)
         if self.settings.truncate == "apply":
             out += self._truncates_sql(rows, None)
         out += [self._newest_sql(rows, state), self._superseded_sql(state)]
@@ -285,6 +369,8 @@ class Upsert(Sink):
         res, gone = self.t(results.name), self.t(deleted_table.name)
 
         # The caller holds the merge lock (lock_merges).
+        if self._debezium:  # before the old keys' rows are deleted (below)
+            self._fill_rekeyed(conn, src, res)
         if sink.truncate == "apply" and conn.execute(sql.SQL(
                 "SELECT EXISTS (SELECT FROM {} WHERE _tombstone AND {} IS NULL)").format(
                 src, sql.Identifier(sink.key[0]))).fetchone()[0]:
@@ -394,6 +480,18 @@ class Upsert(Sink):
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
             latest, sql.Identifier(_CANDIDATES)))
         return Merged(written, deleted)
+
+    def _fill_rekeyed(self, conn: psycopg.Connection, src: sql.Identifier,
+                      res: sql.Composable) -> None:
+        """``_rekeyed_sql`` of the run's rows, when one is a primary-key change's create
+        that left a column out (rare: one cheap look)."""
+        old0 = sql.Identifier(tables.OLD_KEY + self.settings.key[0])
+        left_out = [c for (c,) in conn.execute(sql.SQL(
+            "SELECT DISTINCT unnest({u}) FROM {src} WHERE {old0} IS NOT NULL").format(
+            u=sql.Identifier(UNAVAILABLE), src=src, old0=old0))]
+        if left_out:
+            for statement in self._rekeyed_sql(src, res, left_out):
+                conn.execute(statement)
 
     def _carry_sql(self, latest: sql.Identifier, stored: sql.Composable,
                    where: sql.Composable) -> sql.Composable:

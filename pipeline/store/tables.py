@@ -42,6 +42,9 @@ from pipeline.formats.types import SCALARS, column_type
 
 SCHEMA = "pipeline_schema"  # replaced by database.schema on the driver's session
 UNAVAILABLE = "_unavailable"  # a staged change event's columns it left out (text[])
+# A staged change event's old key (a primary-key change's create: the key it had), one
+# column per key column: ``_oldkey_<key column>`` (formats/debezium/old_key.py).
+OLD_KEY = "_oldkey_"
 TIMESTAMPTZ = TIMESTAMP(timezone=True)
 _DIALECT = postgresql.dialect()
 
@@ -224,11 +227,19 @@ def record_rows(sink: SinkSettings, name: str = "record_rows") -> Table:
             Column(c.name, sink_type(c.type), nullable=not c.required) for c in sink.columns]
     if sink.envelope == "debezium":  # the columns a change left out (formats/debezium/)
         body.append(Column(UNAVAILABLE, postgresql.ARRAY(Text)))
+        body += old_key_columns(sink)
     return Table(
         name, MetaData(schema=SCHEMA),
         _key("topic", Text), _key("partition", Integer), _key("offset", BigInteger), *body,
         Column("run_id", BigInteger, nullable=False),
         Column("ingested_at", TIMESTAMPTZ, nullable=False, server_default=func.now()))
+
+
+def old_key_columns(sink: SinkSettings) -> list[Column]:
+    """A staged change event's old key (``OLD_KEY``), typed as the key columns: NULL but
+    for a primary-key change's create that left a column out."""
+    declared = {c.name: c.type for c in sink.columns}
+    return [Column(OLD_KEY + k, sink_type(declared[k])) for k in sink.key]
 
 
 def business_key(sink: SinkSettings) -> list[Column]:

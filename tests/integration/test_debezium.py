@@ -278,6 +278,41 @@ def test_unchanged_toasted_columns_keep_their_stored_values(spark, tmp_path):
     assert "verified:" in cli_ok("verify", "--config", config)
 
 
+def test_a_primary_key_change_takes_the_old_keys_toasted_value(spark, tmp_path):
+    """A primary-key change: delete of the old key, its tombstone, a create of the new key
+    (header ``__debezium.oldkey``) whose unchanged TOASTed note is the placeholder. The new
+    row has the note the old key had: stored by an earlier run (1 -> 11), then changed
+    again in the same run (11 -> 21: a change of a changed key), updated in the run before
+    (2 -> 12, past an update that left the note out too), created in the run (3 -> 13).
+    `verify` recomputes the same."""
+    name = unique("dbzrekey")
+    topic = create_topic(name, 1)
+    config = dbz_config(tmp_path, name, [topic], {
+        "id": "long not null", "name": "string", "note": "string"})
+    big = {n: f"{n}:" + "x" * 8000 for n in ("one", "two", "three", "four")}
+    produce(topic, [change_event(1, "c", {"name": "a", "note": big["one"]}),
+                    change_event(2, "c", {"name": "b", "note": big["two"]})])
+    cli_ok("run", "--config", config)
+
+    def rekey(old: int, new: int, name: str) -> None:
+        produce(topic, [change_event(old, "d", before={"id": old}),
+                        (json.dumps({"id": old}).encode(), None)])
+        produce(topic, [change_event(new, "c", {"name": name, "note": UNAVAILABLE})],
+                headers=[("__debezium.oldkey", json.dumps({"id": old}).encode())])
+
+    rekey(1, 11, "a")
+    rekey(11, 21, "a")
+    produce(topic, [change_event(2, "u", {"name": "b", "note": big["three"]}),
+                    change_event(2, "u", {"name": "b2", "note": UNAVAILABLE})])
+    rekey(2, 12, "b2")
+    produce(topic, [change_event(3, "c", {"name": "c", "note": big["four"]})])
+    rekey(3, 13, "c")
+    cli_ok("run", "--config", config)
+    assert query(f"SELECT id, name, note FROM {name} ORDER BY id") == [
+        (12, "b2", big["three"]), (13, "c", big["four"]), (21, "a", big["one"])]
+    assert "verified:" in cli_ok("verify", "--config", config)
+
+
 def test_variable_scale_decimals_are_decoded_into_the_declared_decimal(spark, tmp_path):
     """A NUMERIC without precision: Debezium's io.debezium.data.VariableScaleDecimal, a
     struct {scale, value: the unscaled bytes, base64}, in the schema envelope (keys 1-4) or

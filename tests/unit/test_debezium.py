@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.config import parse_settings
 from pipeline.errors import ConfigError
+from pipeline.formats.debezium import old_key
 from pipeline.formats.encode import Encoder
 from tests.unit.test_encode import Record
 
@@ -42,7 +43,7 @@ def test_creates_reads_and_updates_are_rows_of_the_after_image_deletes_delete_th
         Record(7, event("d", None, {"id": 8}), k=b'{"id":9}'),
     ])
     # Then the columns the change left out: none (NULL).
-    assert [line.split("\t")[4:-1] for line in out.rows] == [
+    assert [line.split("\t")[4:-2] for line in out.rows] == [
         ["1", "a", "X", "\\N"], ["2", "b", "\\N", "\\N"], ["1", "a2", "\\N", "\\N"]]
     assert [(line.split("\t")[2], line.split("\t")[4]) for line in out.tombstones] == [
         ("3", "2"), ("4", "2"), ("5", "7"), ("6", "9"), ("7", "8")]
@@ -90,7 +91,7 @@ def test_the_schema_envelope_decodes_debeziums_dates_timestamps_and_decimals():
                ("price", "decimal(8,2)", False))
     out = encode([Record(0, event("c", after, schema=schema), k=b"1")], columns)
     assert out.dead == []
-    assert out.rows[0].split("\t")[4:-2] == [
+    assert out.rows[0].split("\t")[4:-3] == [
         "1", "2023-11-14T22:13:20.123000+00:00", "1969-12-31T23:59:59.999999+00:00",
         "2022-01-08", "-123.45"]
 
@@ -165,7 +166,7 @@ UNAVAILABLE = "__debezium_unavailable_value"
 
 def test_a_placeholder_of_an_unchanged_toasted_value_is_null_and_named():
     """The string, a bytea column's bytes (base64), an array's one element, a column read
-    under one: NULL in the row, named in its last field but run_id (``_unavailable``: the
+    under one: NULL in the row, named in ``_unavailable`` (before the old key's and run_id: the
     merge keeps the stored values), even for a 'not null' column; a key column is never
     unavailable (its placeholder is a wrong type)."""
     columns = (("id", "long", True), ("note", "string", True), ("blob", "string", False),
@@ -180,7 +181,7 @@ def test_a_placeholder_of_an_unchanged_toasted_value_is_null_and_named():
         Record(2, event("u", {"id": 3, "note": "n", "name": UNAVAILABLE + "!"}), k=b"3"),
         Record(3, event("u", {"id": UNAVAILABLE, "note": "n"}), k=b"4"),
     ], columns)
-    assert sorted(line.split("\t")[4:-1] for line in out.rows) == [
+    assert sorted(line.split("\t")[4:-2] for line in out.rows) == [
         ["1", "\\N", "\\N", "\\N", "\\N", "a", "{note,blob,tags,city}"],
         ["2", "n", "\\N", "\\N", "\\N", "b", "{blob}"],
         ["3", "n", "\\N", "\\N", "\\N", f"{UNAVAILABLE}!", "\\N"]]
@@ -258,3 +259,36 @@ def test_transactions_names_each_records_source_transaction_and_order_in_its_tab
     assert len(encoded.rows) == 2 and len(encoded.tombstones) == 2 and len(encoded.dead) == 2
     assert encoder.format.sources is None  # encode() collects nothing
     assert encoder.encode("t", 0, records) == encoded
+
+
+def test_a_primary_key_changes_create_that_left_a_column_out_carries_its_old_key():
+    """Debezium's create of the new key (header ``__debezium.oldkey``: the old Kafka key,
+    here in the schema envelope) stages the old key after ``_unavailable``, typed as the key,
+    for the merge to find the value under; a create that left nothing out, or has no such
+    header, carries none (NULL); a header that names no key makes the create a dead letter
+    naming it."""
+    key = json.dumps({"schema": {"type": "struct", "fields": [
+        {"field": "id", "type": "int64"}]}, "payload": {"id": 21}}).encode()
+    oldkey = [("__debezium.oldkey", key)]
+    out = encode([
+        Record(0, event("c", {"id": 1021, "name": UNAVAILABLE}), k=b"1021", h=oldkey),
+        Record(1, event("c", {"id": 1022, "name": "b"}), k=b"1022", h=oldkey),
+        Record(2, event("c", {"id": 1023, "name": UNAVAILABLE}), k=b"1023"),
+        Record(3, event("c", {"id": 1024, "name": UNAVAILABLE}), k=b"1024",
+               h=[("__debezium.oldkey", b'{"other": 1}')]),
+    ])
+    assert sorted(line.rstrip("\n").split("\t")[4:] for line in out.rows) == [
+        ["1021", "\\N", "\\N", "{name}", "21", "1"],
+        ["1022", "b", "\\N", "\\N", "\\N", "1"],
+        ["1023", "\\N", "\\N", "{name}", "\\N", "1"]]
+    [dead] = out.dead
+    assert dead.split("\t")[2] == "3" and dead.rstrip("\n").split("\t")[7:9] == [
+        "bad_old_key", "the create of a primary-key change that left a column out: its "
+        "__debezium.oldkey header cannot name the old key (it has a Kafka key without 'id'), "
+        "so the value it had under the old key cannot be found"]
+
+
+def test_the_old_key_header_is_the_records_last_of_that_name():
+    assert old_key.header(Record(0, None)) is None
+    assert old_key.header(Record(0, None, h=[("__debezium.oldkey", b"1"), ("x", b"2"),
+                                             ("__debezium.oldkey", b"3")])) == b"3"

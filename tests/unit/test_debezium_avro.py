@@ -140,8 +140,8 @@ def test_creates_reads_and_updates_upsert_the_after_image_deletes_and_tombstones
         Record(6, wire(ENVELOPE, env, change("d", row(8), None)), k=None),  # no key
     ])
     assert out.dead == []
-    assert {line.split("\t")[-2] for line in out.rows} == {"\\N"}  # no column left out
-    assert [line.split("\t")[4:-2] for line in out.rows] == [
+    assert {line.split("\t")[-3] for line in out.rows} == {"\\N"}  # no column left out
+    assert [line.split("\t")[4:-3] for line in out.rows] == [
         ["1", "a", "2023-11-14 22:13:20.123457+00:00", "2022-01-09", "13.34",
          "2026-03-01 10:00:00+00:00"],
         ["2", "\\N", "2023-11-14 22:13:20.123458+00:00", "2022-01-10", "14.34",
@@ -251,7 +251,7 @@ def test_unavailable_values_variable_scale_decimals_and_truncates(tmp_path):
             "amount": {"scale": 3, "value": (-1234567).to_bytes(4, "big", signed=True)}}))),
         Record(1, wire(1, env, change("t", None, None)), k=None)])
     assert out.dead == []
-    assert [line.split("\t")[4:-1] for line in out.rows] == [
+    assert [line.split("\t")[4:-2] for line in out.rows] == [
         ["1", "\\N", "\\N", "-1234.5670", "{note,blob}"]]
     assert [line.split("\t")[2:] for line in out.tombstones] == [
         ["1", "2023-11-14 22:13:20.123000+00", "\\N", "1", "t\n"]]
@@ -275,3 +275,21 @@ def test_transactions_names_each_changes_source_transaction_as_in_json(schemas):
     assert sources == [None, ("9", 1), None, ("9", 2), None]
     assert len(encoded.rows) == 2 and len(encoded.tombstones) == 2 and len(encoded.dead) == 1
     assert encoder.format.sources is None
+
+
+def test_a_primary_key_changes_create_carries_its_old_avro_key(tmp_path):
+    """The create of a primary-key change that left a column out: its ``__debezium.oldkey``
+    header (the old key, Avro in the wire format) is staged after ``_unavailable``."""
+    (tmp_path / f"{ENVELOPE}.avsc").write_text(json.dumps(envelope_schema()))
+    (tmp_path / f"{KEY}.avsc").write_text(json.dumps(key_schema()))
+    after = {"id": 1021, "name": "__debezium_unavailable_value", "day": 19_000}
+    out = Encoder("debezium_avro", COLUMNS, 1, tombstone_key=("id",),
+                  schemas=SchemaSource(schemas_dir=str(tmp_path))).encode("t", 0, [
+        Record(0, wire(ENVELOPE, envelope_schema(), change("c", None, after)),
+               k=wire(KEY, key_schema(), {"id": 1021}),
+               h=[("__debezium.oldkey", wire(KEY, key_schema(), {"id": 21}))]),
+        Record(1, wire(ENVELOPE, envelope_schema(), change("c", None, {**after, "id": 7})),
+               k=wire(KEY, key_schema(), {"id": 7}))])
+    assert out.dead == []
+    assert [line.rstrip("\n").split("\t")[-3:] for line in out.rows] == [
+        ["{name}", "21", "1"], ["{name}", "\\N", "1"]]

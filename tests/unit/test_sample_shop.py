@@ -124,3 +124,23 @@ def test_a_column_the_replica_lacks_is_a_difference():
     row = {(Decimal(1),): {"id": 1, "channel": "web"}}
     d = diff_table("orders", ["id"], ["id", "channel"], row, {(Decimal(1),): {"id": 1}}, {"id"})
     assert d.missing_columns == ["channel"] and not d.equal
+
+
+def test_the_replica_config_routes_every_shop_table_to_its_own_table_by_its_key():
+    import tomllib
+
+    from pipeline.config import parse_settings
+    from pipeline.sample_shop_replica import COLUMNS, TABLES, config
+
+    text = config("shop", "127.0.0.1:9092", "postgresql://u@h/db", "replica",
+                  records_per_partition=100)
+    s = parse_settings(tomllib.loads(text), "<test>", {})
+    routes = {r.table: r for r in s.routes.tables(s.kafka.topics)}
+    assert sorted(routes) == sorted(TABLES)
+    assert routes["order_lines"].sink.key == ("order_id", "line_no")
+    assert routes["orders"].sink.key == ("id",) and routes["orders"].topics == (
+        "shop_json.public.orders",)
+    # orders.channel, added mid-stream by the workload, is declared from the start.
+    assert [c.name for c in routes["orders"].sink.columns] == list(COLUMNS["orders"])
+    assert {r.sink.truncate for r in routes.values()} == {"apply"}
+    assert s.kafka.max_records_per_partition == 100 and s.schema == "replica"

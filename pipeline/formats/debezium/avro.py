@@ -32,6 +32,7 @@ from datetime import date, datetime, timedelta
 from pipeline.formats import paths
 from pipeline.formats.avro.format import HEADER, MAGIC, AvroFormat, decode_wire
 from pipeline.formats.avro.values import avro_kind
+from pipeline.formats.debezium import old_key
 from pipeline.formats.debezium.envelope import (
     DATES,
     DELETE,
@@ -156,6 +157,8 @@ class DebeziumAvroFormat:
         # Encoder.transactions: each change's source transaction by offset, while set.
         self.sources: dict[int, tuple[str, int]] | None = None
         self._transaction: tuple[str, int] | None = None
+        self.old_key = old_key.OldKey(paths.columns(columns), key)
+        self.no_old_key = f"\t{NULL}{self.old_key.nulls}"  # ``_unavailable`` too
 
     def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
         """(op, after, before, writer schema id) of one value; raises Refused."""
@@ -191,9 +194,10 @@ class DebeziumAvroFormat:
                           "[sink] truncate = \"apply\")")
         return op, images["after"], images["before"], schema_id
 
-    def fields(self, value: bytes, read) -> str | None:
+    def fields(self, value: bytes, read, m=None) -> str | None:
         """An upsert's COPY text fields (its after image's, then the columns it left out:
-        ``_unavailable``), None for a delete or a truncate."""
+        ``_unavailable``, and a primary-key change's old key: old_key.py, from ``m``'s
+        headers), None for a delete or a truncate."""
         op, after, _, schema_id = self.change(value, read)
         if op == DELETE or op == TRUNCATE:
             return None
@@ -201,12 +205,16 @@ class DebeziumAvroFormat:
         if UNAVAILABLE_MARKS[0] in value:
             after, names = unavailable(after, self.toastable)
         if not names:
-            return f"{self.avro.project(after, schema_id)}\t{NULL}"
+            return f"{self.avro.project(after, schema_id)}{self.no_old_key}"
+        try:
+            old = self.old_key.nulls if m is None else self.old_key.fields(m, self.key_document)
+        except BadTombstone as e:
+            raise Refused(*self.old_key.explain(e)) from None
         # Those columns are NULL in the staged row, whatever their 'not null' (the merge
         # keeps the stored values).
         columns = [(k, p, c, r and n not in names, d, n)
                    for k, p, c, r, d, n in self.avro.columns]
-        return f"{self.avro.project(after, schema_id, columns)}\t{{{','.join(names)}}}"
+        return f"{self.avro.project(after, schema_id, columns)}\t{{{','.join(names)}}}{old}"
 
     def rows(self, topic: str, partition: int, head: str, records, rejected: list,
              refuse: Callable) -> list[str]:
@@ -215,21 +223,40 @@ class DebeziumAvroFormat:
         ``refuse``."""
         from fastavro import schemaless_reader
 
-        if self.sources is None:
+        if self.sources is None:  # the record itself: a key change's headers
             return decoded_rows(records, head, self.avro.tail,
-                                lambda value: self.fields(value, schemaless_reader), rejected,
-                                refuse)
+                                lambda m: self.fields(m.value(), schemaless_reader, m),
+                                rejected, refuse, by_record=True)
         sources = self.sources
 
         def fields(m):  # and the change's source transaction (a dead letter's too)
             self._transaction = None
             try:
-                return self.fields(m.value(), schemaless_reader)
+                return self.fields(m.value(), schemaless_reader, m)
             finally:
                 if self._transaction is not None:
                     sources[m.offset()] = self._transaction
         return decoded_rows(records, head, self.avro.tail, fields, rejected, refuse,
                             by_record=True)
+
+    def key_document(self, key: bytes):
+        """A Kafka key's bytes (a primary-key change's old key: old_key.py) -> the key as
+        ``delete_key`` reads one: decoded by its own writer schema (its semantic types too);
+        a key not in the Confluent wire format as it is (key_fields' rules)."""
+        from fastavro import schemaless_reader
+
+        if len(key) < HEADER or key[0] != MAGIC:
+            return key
+        try:
+            doc, schema_id, schema = decode_wire(self.schemas, key, schemaless_reader, "key")
+        except Refused as e:
+            raise BadTombstone(f"has a Kafka key that is not Avro ({e.message})") from None
+        if type(doc) is not dict:
+            if len(self.old_key.columns) != 1:
+                raise BadTombstone(f"has a Kafka key that is an Avro {avro_kind(doc)} (writer "
+                                   f"schema id {schema_id}), not a record of the key columns")
+            return {self.old_key.columns[0][0]: doc}
+        return decode(doc, semantic_types(schema, schema.get("__named_schemas", {})))
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
         """The key of the row a delete (or a tombstone) removes, for tombstones.key_fields:

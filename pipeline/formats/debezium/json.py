@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import date, timedelta
 
 from pipeline.formats import paths
+from pipeline.formats.debezium import old_key
 from pipeline.formats.debezium.envelope import (
     CONNECT_DECIMAL,
     DATES,
@@ -59,7 +60,7 @@ from pipeline.formats.debezium.envelope import (
 from pipeline.formats.documents import json_text
 from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
-from pipeline.formats.tombstones import EVERY_KEY
+from pipeline.formats.tombstones import EVERY_KEY, BadTombstone
 from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import TEXT, Unstorable
 
@@ -235,7 +236,8 @@ class DebeziumFormat:
         self.toastable = [(n, p) for n, _, _, p in self.columns if n not in key]
         self.decimals = [(n, p) for n, t, _, p in self.columns if column_type(t).is_decimal]
         self.documents = documents(self.columns)
-        self.tail = f"\t\\N\t{run_id}\n"  # no column unavailable
+        self.old_key = old_key.OldKey(self.columns, key)
+        self.tail = f"\t\\N{self.old_key.nulls}\t{run_id}\n"  # no column unavailable
         self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
         # Encoder.transactions: each change's source transaction by offset, while set.
         self.sources: dict[int, tuple[str, int]] | None = None
@@ -280,13 +282,18 @@ class DebeziumFormat:
             if UNAVAILABLE_MARKS[0] in value or UNAVAILABLE_MARKS[1] in value:
                 after, names = unavailable(after, self.toastable)
                 if names:
-                    partial.setdefault(tuple(names), []).append(_Image(m, after))
+                    try:  # a primary-key change's create: the key the values were under
+                        old = self.old_key.fields(m, self.key_document)
+                    except BadTombstone as e:
+                        refuse(m, *self.old_key.explain(e))
+                        continue
+                    partial.setdefault((tuple(names), old), []).append(_Image(m, after))
                     continue
             images.append(_Image(m, after))
         rows = self._encode(self.json, images, head, self.tail, refuse)
-        for names, some in partial.items():
+        for (names, old), some in partial.items():
             rows += self._encode(self._without(names), some, head,
-                                 f"\t{{{','.join(names)}}}\t{self.run_id}\n", refuse)
+                                 f"\t{{{','.join(names)}}}{old}\t{self.run_id}\n", refuse)
         if self.json.surrogates_possible:  # parsed by the standard library: see JsonFormat
             rows = self.json.utf8_only(rows, records, refuse)
         return rows
@@ -324,6 +331,18 @@ class DebeziumFormat:
         try:
             doc, schema = unwrap(self.loads(key))
         except Exception:  # noqa: BLE001 - a bare text key (A-17): key_fields' rules
+            return key
+        if type(doc) is not dict:
+            return key
+        return decode(doc, _struct_fields(schema)) if schema else doc
+
+    def key_document(self, key: bytes):
+        """A Kafka key's bytes (a primary-key change's old key: old_key.py) -> the key as
+        ``delete_key`` reads one: its payload decoded by its own schema, else the bytes (a
+        bare text key: tombstones.key_fields' rules)."""
+        try:
+            doc, schema = unwrap(self.loads(key))
+        except Exception:  # noqa: BLE001 - not JSON: key_fields says why it names no key
             return key
         if type(doc) is not dict:
             return key
