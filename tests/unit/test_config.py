@@ -1,4 +1,5 @@
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,22 @@ def test_example_configs_are_valid():
     shop = load_settings("conf/examples/tables.toml", environ={})
     assert [(t.table, t.sink.key) for t in shop.routes.tables(shop.kafka.topics)] == [
         ("order_lines", ("order_id", "line_no")), ("orders", ("id",))]
+    cdc = load_settings("conf/examples/cdc.toml", environ={})
+    assert cdc.sink.transactions == "shop_json.transaction"
+    assert [t.table for t in cdc.routes.tables(cdc.kafka.topics)] == [
+        "accounts", "carts", "customers", "order_lines", "orders"]
+
+
+def test_the_cdc_example_is_what_the_bench_and_the_chain_tests_replicate_with():
+    """conf/examples/cdc.toml and pipeline/sample_shop_replica.config (the bench's and
+    tests/cdc's) say the same of every table."""
+    from pipeline.sample_shop_replica import config
+
+    example = load_settings("conf/examples/cdc.toml", environ={})
+    made = parse_settings(tomllib.loads(config(
+        "shop_replica", "127.0.0.1:9092", "postgresql://postgres@127.0.0.1:5433/pipeline",
+        "replica", transactions=True)), source="conf/examples/cdc.toml", environ={})
+    assert example == made
 
 
 @pytest.mark.parametrize("changes, message", [
