@@ -55,6 +55,7 @@ from pipeline.formats.debezium.envelope import (
     unavailable,
     variable_scale,
 )
+from pipeline.formats.debezium.plans import UNPLANNABLE, Plans, decoded, decoders, floats, split
 from pipeline.formats.documents import json_text
 from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
@@ -236,6 +237,37 @@ class DebeziumFormat:
         self.documents = documents(self.columns)
         self.tail = f"\t\\N\t{run_id}\n"  # no column unavailable
         self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
+        # The schema envelope's plans per writer schema (plans.py): the rows' (documents
+        # decoded for jsonb columns) and delete_key's (as change() without them).
+        self._plans = {docs: Plans(self.loads, lambda s, d=docs: _image_plans(s, d))
+                       for docs in {self.documents, frozenset()}}
+        # A payload parsed by orjson where the configured parser keeps numbers exact (wide
+        # decimals, jsonb) is taken only without a float in it (plans.floats).
+        self._exact = self.json.surrogates_possible
+        import orjson
+
+        self._payload_loads = orjson.loads
+
+    def change(self, value: bytes, documents: frozenset[str]
+               ) -> tuple[str, dict | None, dict | None]:
+        """change(self.loads(value), self.truncate, documents), a JsonConverter value's
+        images decoded by its schema's plan (plans.py) and only its payload parsed; raises
+        as change() (or the parser) does."""
+        parts = split(value)
+        plan = UNPLANNABLE if parts is None else self._plans[documents].get(parts[0])
+        if plan is not UNPLANNABLE:
+            try:
+                doc = self._payload_loads(parts[1])
+            except ValueError:  # the full parse says why
+                doc = None
+            if (type(doc) is dict and type(doc.get("op")) is str
+                    and not (self._exact and floats(doc))):
+                for image, fields in zip(("after", "before"), plan, strict=True):
+                    x = doc.get(image)
+                    if x and type(x) is dict:
+                        doc[image] = decoded(x, fields)
+                return change(doc, self.truncate)  # a bare payload: its checks only
+        return change(self.loads(value), self.truncate, documents)
 
     def _without(self, names: tuple[str, ...]) -> JsonFormat:
         """The JSON format with ``names`` not required: an unavailable value is NULL in the
@@ -259,7 +291,7 @@ class DebeziumFormat:
                 rejected.append(m)
                 continue
             try:
-                op, after, _ = change(self.loads(value), self.truncate, self.documents)
+                op, after, _ = self.change(value, self.documents)
             except NotAChange as e:
                 refuse(m, *e.args)
                 continue
@@ -307,7 +339,7 @@ class DebeziumFormat:
         ``2022-01-08``), else the ``before`` image."""
         before = None
         if m.value() is not None:
-            op, _, before = change(self.loads(m.value()), self.truncate)
+            op, _, before = self.change(m.value(), frozenset())
             if op == TRUNCATE:
                 return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):
@@ -325,6 +357,12 @@ class DebeziumFormat:
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"
+
+
+def _image_plans(schema, documents: frozenset[str]) -> tuple:
+    """The after and before images' decoders (plans.decoders) of a parsed schema."""
+    return tuple(decoders(_image_schema(schema, image), documents, _decoded)
+                 for image in ("after", "before"))
 
 
 def _same(x):
