@@ -239,7 +239,7 @@ class DebeziumFormat:
         self._relaxed: dict[tuple[str, ...], JsonFormat] = {}
         # The schema envelope's plans per writer schema (plans.py): the rows' (documents
         # decoded for jsonb columns) and delete_key's (as change() without them).
-        self._plans = {docs: Plans(self.loads, lambda s, d=docs: _image_plans(s, d))
+        self.plans = {docs: Plans(self.loads, lambda s, d=docs: _image_plans(s, d))
                        for docs in {self.documents, frozenset()}}
         # A payload parsed by orjson where the configured parser keeps numbers exact (wide
         # decimals, jsonb) is taken only without a float in it (plans.floats).
@@ -254,7 +254,7 @@ class DebeziumFormat:
         images decoded by its schema's plan (plans.py) and only its payload parsed; raises
         as change() (or the parser) does."""
         parts = split(value)
-        plan = UNPLANNABLE if parts is None else self._plans[documents].get(parts[0])
+        plan = UNPLANNABLE if parts is None else self.plans[documents].get(parts[0])
         if plan is not UNPLANNABLE:
             try:
                 doc = self._payload_loads(parts[1])

@@ -155,15 +155,17 @@ def decoded(image: dict, plan: tuple[tuple[str, Callable], ...]) -> dict:
     return out
 
 
-def floats(x) -> bool:
-    """Whether a parsed value holds a float anywhere: orjson reads a number with a fraction
-    or exponent, or an integer beyond 64 bits, as one, where the standard library's parser
-    (exact decimals: json.json_loader) keeps it exact."""
-    t = type(x)
-    if t is float:
-        return True
-    if t is dict:
-        return any(floats(v) for v in x.values())
-    if t is list:
-        return any(floats(v) for v in x)
+def floats(doc: dict) -> bool:
+    """Whether a parsed document holds a float anywhere: orjson reads a number with a
+    fraction or exponent, or an integer beyond 64 bits, as one, where the standard
+    library's parser (exact decimals: json.json_loader) keeps it exact."""
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        for v in x.values() if type(x) is dict else x:
+            t = type(v)
+            if t is float:
+                return True
+            if t is dict or t is list:
+                stack.append(v)
     return False
