@@ -244,6 +244,9 @@ class DebeziumFormat:
         # A payload parsed by orjson where the configured parser keeps numbers exact (wide
         # decimals, jsonb) is taken only without a float in it (plans.floats).
         self._exact = self.json.surrogates_possible
+        # rows()' deletes and truncates, by id: (the record, op, before image), for
+        # delete_key, until the next batch (the record kept: its id is not reused).
+        self._deletes: dict[int, tuple] = {}
         import orjson
 
         self._payload_loads = orjson.loads
@@ -285,13 +288,14 @@ class DebeziumFormat:
         ``refuse``."""
         images = []
         partial: dict[tuple[str, ...], list] = {}  # images with unavailable columns
+        self._deletes = {}
         for m in records:
             value = m.value()
             if value is None:
                 rejected.append(m)
                 continue
             try:
-                op, after, _ = self.change(value, self.documents)
+                op, after, before = self.change(value, self.documents)
             except NotAChange as e:
                 refuse(m, *e.args)
                 continue
@@ -299,6 +303,8 @@ class DebeziumFormat:
                 refuse(m, *self.json.explain(m))
                 continue
             if op == DELETE or op == TRUNCATE:
+                if not self.documents:  # else delete_key's before image is another
+                    self._deletes[id(m)] = (m, op, before)
                 rejected.append(m)
                 continue
             if self.decimals and b'"scale"' in value:
@@ -339,7 +345,9 @@ class DebeziumFormat:
         ``2022-01-08``), else the ``before`` image."""
         before = None
         if m.value() is not None:
-            op, _, before = self.change(m.value(), frozenset())
+            seen = self._deletes.get(id(m))  # the change rows() read: not parsed twice
+            op, _, before = (seen[1], None, seen[2]) if seen and seen[0] is m else (
+                self.change(m.value(), frozenset()))
             if op == TRUNCATE:
                 return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):

@@ -19,6 +19,7 @@ differently (below).
 from __future__ import annotations
 
 import base64
+from binascii import a2b_base64
 from collections.abc import Callable, Collection
 from datetime import date, timedelta
 
@@ -127,8 +128,11 @@ def _fast(kind: str, f: dict) -> Callable | None:
         def decimal(x):
             if type(x) is not str:
                 return x
-            return scaled(int.from_bytes(base64.b64decode(x, validate=True), "big",
-                                         signed=True), scale)
+            try:  # what strict mode takes, b64decode(validate=True) reads the same, faster
+                unscaled = a2b_base64(x, strict_mode=True)
+            except ValueError:  # it decides (and raises) for anything else
+                unscaled = base64.b64decode(x, validate=True)
+            return scaled(int.from_bytes(unscaled, "big", signed=True), scale)
         return decimal
     if kind == VARIABLE_SCALE:
         return lambda x: variable_scale(x) if type(x) is dict else x
