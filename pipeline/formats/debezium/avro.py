@@ -152,6 +152,9 @@ class DebeziumAvroFormat:
         self.kinds: dict[tuple[int, str], dict[str, str]] = {}  # per writer schema id
         self.toastable = [(n, p) for n, _, _, p in paths.columns(columns) if n not in key]
         self.documents = documents(paths.columns(columns))
+        # rows()' deletes and truncates, by the value's id: (the value, op, before image),
+        # for delete_key, until the next batch (the value kept: its id is not reused).
+        self._deletes: dict[int, tuple] = {}
 
     def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
         """(op, after, before, writer schema id) of one value; raises Refused."""
@@ -188,8 +191,9 @@ class DebeziumAvroFormat:
     def fields(self, value: bytes, read) -> str | None:
         """An upsert's COPY text fields (its after image's, then the columns it left out:
         ``_unavailable``), None for a delete or a truncate."""
-        op, after, _, schema_id = self.change(value, read)
+        op, after, before, schema_id = self.change(value, read)
         if op == DELETE or op == TRUNCATE:
+            self._deletes[id(value)] = (value, op, before)
             return None
         names: list[str] = []
         if UNAVAILABLE_MARKS[0] in value:
@@ -209,6 +213,7 @@ class DebeziumAvroFormat:
         ``refuse``."""
         from fastavro import schemaless_reader
 
+        self._deletes = {}
         return decoded_rows(records, head, self.avro.tail,
                             lambda value: self.fields(value, schemaless_reader), rejected,
                             refuse)
@@ -222,8 +227,13 @@ class DebeziumAvroFormat:
         from fastavro import schemaless_reader
 
         before = None
-        if m.value() is not None:
-            op, _, before, _ = self.change(m.value(), schemaless_reader)
+        value = m.value()
+        if value is not None:
+            seen = self._deletes.get(id(value))  # the change fields() read: not decoded twice
+            if seen and seen[0] is value:
+                _, op, before = seen
+            else:
+                op, _, before, _ = self.change(value, schemaless_reader)
             if op == TRUNCATE:
                 return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):

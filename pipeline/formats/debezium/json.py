@@ -346,8 +346,10 @@ class DebeziumFormat:
         before = None
         if m.value() is not None:
             seen = self._deletes.get(id(m))  # the change rows() read: not parsed twice
-            op, _, before = (seen[1], None, seen[2]) if seen and seen[0] is m else (
-                self.change(m.value(), frozenset()))
+            if seen and seen[0] is m:
+                _, op, before = seen
+            else:
+                op, _, before = self.change(m.value(), frozenset())
             if op == TRUNCATE:
                 return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):
