@@ -55,7 +55,7 @@ from pipeline.formats.debezium.envelope import (
     unavailable,
     variable_scale,
 )
-from pipeline.formats.debezium.plans import UNPLANNABLE, Plans, decoded, decoders, floats, split
+from pipeline.formats.debezium.plans import UNPLANNABLE, Plans, decoded, decoders, floats
 from pipeline.formats.documents import json_text
 from pipeline.formats.json.format import JsonFormat
 from pipeline.formats.timestamps import EPOCH, kafka_timestamp
@@ -256,11 +256,10 @@ class DebeziumFormat:
         """change(self.loads(value), self.truncate, documents), a JsonConverter value's
         images decoded by its schema's plan (plans.py) and only its payload parsed; raises
         as change() (or the parser) does."""
-        parts = split(value)
-        plan = UNPLANNABLE if parts is None else self.plans[documents].get(parts[0])
+        plan, payload = self.plans[documents].of(value)
         if plan is not UNPLANNABLE:
             try:
-                doc = self._payload_loads(parts[1])
+                doc = self._payload_loads(payload)
             except ValueError:  # the full parse says why
                 doc = None
             if (type(doc) is dict and type(doc.get("op")) is str

@@ -45,15 +45,15 @@ UNPLANNABLE = object()  # a schema no plan is made of: the full parse decides
 SIZE = 256  # schemas kept: a table's few versions, for the topics of one run
 
 
-def split(value: bytes) -> tuple[bytes, bytes] | None:
-    """(S, P) of a value laid out as ``{"schema":S,"payload":P}``, else None; S is not yet
-    known to be a whole JSON value (Plans.get checks it)."""
+def split(value: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """(S, the mark after it, P) of a value laid out as ``{"schema":S,"payload":P}``, else
+    None; S is not yet known to be a whole JSON value (Plans.get checks it)."""
     if not value.startswith(_HEAD) or value[-1:] != b"}":
         return None
     for mark in _PAYLOAD:
         i = value.find(mark, len(_HEAD))
         if i >= 0:
-            return value[len(_HEAD):i], value[i + len(mark):-1]
+            return value[len(_HEAD):i], mark, value[i + len(mark):-1]
     return None
 
 
@@ -68,6 +68,27 @@ class Plans:
 
         self.strict, self.loads, self.build = orjson.loads, loads, build
         self.plans: dict[bytes, object] = {}
+        self.last: tuple[bytes, bytes, object] | None = None  # (S, its mark, its plan)
+
+    def of(self, value: bytes) -> tuple[object, bytes | None]:
+        """(the plan, P) of a value (split, get), or (UNPLANNABLE, None). The last S is
+        compared in place first: a partition's records share one, and so neither search,
+        copy nor hash its bytes (the same S, whole JSON, then the same mark: the same
+        split)."""
+        last = self.last
+        if last is not None:
+            schema, mark, plan = last
+            end = len(_HEAD) + len(schema)
+            if (value.startswith(schema, len(_HEAD)) and value.startswith(mark, end)
+                    and value.startswith(_HEAD) and value[-1:] == b"}"):
+                return plan, value[end + len(mark):-1]
+        parts = split(value)
+        if parts is None:
+            return UNPLANNABLE, None
+        schema, mark, payload = parts
+        plan = self.get(schema)
+        self.last = schema, mark, plan
+        return plan, payload
 
     def get(self, schema: bytes):
         plan = self.plans.get(schema)
