@@ -31,6 +31,8 @@ def key_fields(key: bytes | dict | None, columns: Sequence[tuple]) -> list[str]:
     JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``).
     Whitespace around the key is insignificant in every form, as JSON has it around a
     value: ``"42"\\n``, ``42\\n`` and ``42`` all name the row whose key is '42'."""
+    if type(key) is dict and _flat(key):  # as its JSON text would read back
+        return _fields(key, columns)
     if type(key) is dict:  # a key document a format found (debezium's before image)
         key = json.dumps(key, default=str).encode()
     if key is None:
@@ -51,6 +53,20 @@ def key_fields(key: bytes | dict | None, columns: Sequence[tuple]) -> list[str]:
         if single_string and type(doc) is not str:
             doc = as_text.strip(JSON_WHITESPACE)  # 42 (or null, or any text) names '42'
         doc = {columns[0][0]: doc}
+    return _fields(doc, columns)
+
+
+def _flat(doc: dict) -> bool:
+    """A document of names and JSON's own scalars (no float: its text reads back as a
+    Decimal), which json.dumps and json.loads give back as it is."""
+    return all(type(k) is str and type(v) in _SCALARS for k, v in doc.items())
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def _fields(doc: dict, columns: Sequence[tuple]) -> list[str]:
+    """key_fields of a key document."""
     fields = []
     for name, convert, declared, *source in columns:
         # The key's field at the column's path (as in the value), else under its name.

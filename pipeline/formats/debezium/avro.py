@@ -159,6 +159,9 @@ class DebeziumAvroFormat:
         self._transaction: tuple[str, int] | None = None
         self.old_key = old_key.OldKey(paths.columns(columns), key)
         self.no_old_key = f"\t{NULL}{self.old_key.nulls}"  # ``_unavailable`` too
+        # rows()' deletes and truncates, by the value's id: (the value, op, before image),
+        # for delete_key, until the next batch (the value kept: its id is not reused).
+        self._deletes: dict[int, tuple] = {}
 
     def change(self, value: bytes, read) -> tuple[str, dict | None, dict | None, int]:
         """(op, after, before, writer schema id) of one value; raises Refused."""
@@ -198,8 +201,9 @@ class DebeziumAvroFormat:
         """An upsert's COPY text fields (its after image's, then the columns it left out:
         ``_unavailable``, and a primary-key change's old key: old_key.py, from ``m``'s
         headers), None for a delete or a truncate."""
-        op, after, _, schema_id = self.change(value, read)
+        op, after, before, schema_id = self.change(value, read)
         if op == DELETE or op == TRUNCATE:
+            self._deletes[id(value)] = (value, op, before)
             return None
         names: list[str] = []
         if UNAVAILABLE_MARKS[0] in value:
@@ -223,6 +227,7 @@ class DebeziumAvroFormat:
         ``refuse``."""
         from fastavro import schemaless_reader
 
+        self._deletes = {}
         if self.sources is None:  # the record itself: a key change's headers
             return decoded_rows(records, head, self.avro.tail,
                                 lambda m: self.fields(m.value(), schemaless_reader, m),
@@ -267,8 +272,13 @@ class DebeziumAvroFormat:
         from fastavro import schemaless_reader
 
         before = None
-        if m.value() is not None:
-            op, _, before, _ = self.change(m.value(), schemaless_reader)
+        value = m.value()
+        if value is not None:
+            seen = self._deletes.get(id(value))  # the change fields() read: not decoded twice
+            if seen and seen[0] is value:
+                _, op, before = seen
+            else:
+                op, _, before, _ = self.change(value, schemaless_reader)
             if op == TRUNCATE:
                 return EVERY_KEY
             if before and key_columns and all(holds(before, c) for c in key_columns):

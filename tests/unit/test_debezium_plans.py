@@ -1,0 +1,93 @@
+"""The schema envelope decoded by a plan per writer schema (formats/debezium/plans.py): a
+plan is made per distinct schema, never reused for a record whose schema differs, and the
+payload parsed alone gives the lines the whole value gives; no Kafka, no Spark."""
+
+import base64
+import json
+
+import pytest
+
+from pipeline.formats.debezium.schema_columns import from_connect
+from pipeline.formats.encode import Encoder
+from tests.unit.test_encode import Record
+from tests.unit.test_schema_columns import CAPTURED_JSON
+
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def connect_value(fields: list[dict], after: dict, op: str = "c") -> bytes:
+    """A change event as Kafka Connect's JsonConverter writes it (compact)."""
+    schema = {"type": "struct", "fields": [
+        {"field": "before", "type": "struct", "optional": True, "fields": fields},
+        {"field": "after", "type": "struct", "optional": True, "fields": fields},
+        {"field": "op", "type": "string"}]}
+    payload = {"before": None, "after": after, "op": op, "source": {"db": "shop"}}
+    return json.dumps({"schema": schema, "payload": payload}, separators=(",", ":")).encode()
+
+
+def fields_of(row: str, columns: int = 3) -> list[str]:
+    """The declared columns' fields of a row: after the coordinates and Kafka timestamp,
+    before ``_unavailable``, a primary-key change's old key and the run id."""
+    return row.split("\t")[4:4 + columns]
+
+
+def test_a_plan_is_not_reused_for_a_record_whose_schema_differs():
+    id_ = {"field": "id", "type": "int64"}
+    total = {"field": "total", "type": "bytes", "name": DECIMAL, "parameters": {"scale": "2"}}
+    rescaled = {**total, "parameters": {"scale": "3"}}
+    added = {"field": "opened_on", "type": "int32", "name": "io.debezium.time.Date"}
+    unscaled = base64.b64encode((12345).to_bytes(2, "big", signed=True)).decode()
+    v1 = connect_value([id_, total], {"id": 1, "total": unscaled})
+    enc = Encoder("debezium", (("id", "long", True), ("total", "decimal", False),
+                               ("opened_on", "date", False)), 1, tombstone_key=("id",))
+    out = enc.encode("t", 0, [
+        Record(0, v1),
+        Record(1, connect_value([id_, rescaled], {"id": 2, "total": unscaled})),
+        Record(2, connect_value([id_, total, added],
+                                {"id": 3, "total": unscaled, "opened_on": 19_000})),
+        Record(3, v1)])
+    assert out.dead == []
+    assert [fields_of(r) for r in out.rows] == [
+        ["1", "123.45", "\\N"], ["2", "12.345", "\\N"], ["3", "123.45", "2022-01-08"],
+        ["1", "123.45", "\\N"]]
+    assert len(enc.format.plans[frozenset()].plans) == 3  # one per distinct schema
+
+
+def full_parse(value: bytes) -> bytes:
+    """The same JSON with a leading space: not the JsonConverter layout, so read whole."""
+    return b" " + value
+
+
+@pytest.mark.parametrize("topic", sorted(CAPTURED_JSON))
+def test_the_payload_read_alone_gives_the_lines_the_whole_value_gives(topic):
+    records = CAPTURED_JSON[topic]
+    key = json.loads(records[0]["key"])
+    w = from_connect(json.loads(records[0]["value"])["schema"], key["schema"])
+    columns = [(c.name, c.type, c.required) for c in w.columns]
+
+    def encoded(wrap):
+        enc = Encoder("debezium", columns, 1, tombstone_key=w.key, truncate=True)
+        return enc.encode("t", 0, [Record(r["offset"], r["value"] and wrap(r["value"].encode()),
+                                          k=r["key"] and r["key"].encode()) for r in records])
+
+    planned, whole = encoded(lambda v: v), encoded(full_parse)
+    assert planned == whole
+    assert planned.rows and not planned.dead
+
+
+def test_a_number_the_exact_parser_keeps_is_read_as_written():
+    # decimal.handling.mode = double into a decimal column (exact: the standard library's
+    # parser); a schema whose parameters hold a "payload" key (not split at its bytes).
+    price = {"field": "price", "type": "bytes", "name": DECIMAL, "parameters": {"scale": "1"}}
+    fields = [{"field": "id", "type": "int64"}, {"field": "balance", "type": "double"}, price]
+    after = {"id": 1, "balance": 1, "price": base64.b64encode(b"\x05").decode()}
+    double = connect_value(fields, after).replace(b'"balance":1',
+                                                  b'"balance":0.1000000000000000055511')
+    odd = connect_value([*fields[:2], {**price, "parameters": {"scale": "1", "payload": "x"}}],
+                        after)
+    columns = (("id", "long", True), ("balance", "decimal", False), ("price", "decimal", False))
+    for value, balance in ((double, "0.1000000000000000055511"), (odd, "1")):
+        lines = [Encoder("debezium", columns, 1, tombstone_key=("id",)).encode(
+            "t", 0, [Record(0, v)]).rows for v in (value, full_parse(value))]
+        assert lines[0] == lines[1]
+        assert fields_of(lines[0][0]) == ["1", balance, "0.5"]
