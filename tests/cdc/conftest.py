@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.sample_shop import run_workload
 from tests.helpers import BOOTSTRAP, ROOT, admin
+from tests.integration._registry import registry_client
 
 SOURCE_URL = (f"postgresql://postgres@127.0.0.1:{os.environ.get('PG_SOURCE_PORT', '5434')}"
               "/shop")
@@ -140,13 +141,12 @@ def cdc_chain(registry) -> str:
 
 @pytest.fixture(scope="session")
 def shop_run(cdc_chain) -> ShopRun:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     starts = {**topic_ends("shop_json"), **topic_ends("shop_avro")}
     summary = run_workload(SOURCE_URL, TRANSACTIONS, SEED)
-    deserialize = AvroDeserializer(SchemaRegistryClient({"url": cdc_chain}))
+    deserialize = AvroDeserializer(registry_client(cdc_chain))
 
     def avro_value(e: Event) -> dict:
         return deserialize(e.value, SerializationContext(e.topic, MessageField.VALUE))

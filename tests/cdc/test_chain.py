@@ -27,6 +27,7 @@ from tests.cdc.conftest import (
     variable_scale_decimal,
 )
 from tests.helpers import ROOT, TEST_DB_URL
+from tests.integration._registry import registry_client
 
 pytestmark = pytest.mark.integration
 
@@ -169,15 +170,15 @@ def test_avro_records_are_confluent_wire_format_the_registry_serves(shop_run):
                     assert raw[0] == 0, f"{t}@{e.offset}: magic byte {raw[0]}"
                     ids.add(struct.unpack(">I", raw[1:5])[0])
     for schema_id in ids:
-        with urllib.request.urlopen(f"{shop_run.registry_url}/schemas/ids/{schema_id}") as r:
+        with urllib.request.urlopen(f"{shop_run.registry_url}/schemas/ids/{schema_id}",
+                                    timeout=20) as r:
             assert json.load(r)["schema"]
     # Decoded by confluent-kafka's AvroDeserializer (the writer schema fetched by id), the
     # Avro stream is the JSON one: the same operations of the same transactions.
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    de = AvroDeserializer(SchemaRegistryClient({"url": shop_run.registry_url}))
+    de = AvroDeserializer(registry_client(shop_run.registry_url))
     for table in TABLES:
         avro = [de(e.value, SerializationContext(e.topic, MessageField.VALUE))
                 for e in shop_run.avro.table(table) if e.value is not None]
