@@ -145,7 +145,9 @@ def committed(database_url: str, schema: str, name: str) -> dict:
 class Runs:
     """``pipeline run --json`` of ``config_path`` again and again until the stored offsets
     reach ``ends``; with ``kill_chance`` > 0 a run is SIGKILLed (its whole process group:
-    driver, JVM, Python workers) after a random moment of up to ``kill_within`` seconds."""
+    driver, JVM, Python workers) after a random moment of up to ``kill_within`` seconds;
+    ``kill_one``: until a run has been killed, every run is killed at such a moment (a test of
+    kills must kill whatever the dice say)."""
 
     config_path: str
     database_url: str
@@ -155,6 +157,7 @@ class Runs:
     kill_chance: float = 0.0
     kill_within: float = 20.0
     seed: int = 1
+    kill_one: bool = False
     log: list[dict] = field(default_factory=list)  # per run: exit code, seconds, summary
 
     def __post_init__(self) -> None:
@@ -162,7 +165,8 @@ class Runs:
 
     def kill_at(self) -> float | None:
         """When the next run is killed (seconds after its start), or None."""
-        if self.rng.random() < self.kill_chance:
+        dice = self.rng.random() < self.kill_chance
+        if dice or (self.kill_one and not any(r["killed"] for r in self.log)):
             return self.rng.uniform(0.5, self.kill_within)
         return None
 
