@@ -115,7 +115,8 @@ def decide_cut(settings: Settings, store, meta, staged: Mapping[TopicPartition, 
         tx for p in read for tx in p.events}
     published = store.source_transactions.published(keys)
     cut = cut_at_transactions(metadata.ends, read, collection_topics(topic, topics),
-                              published, first_run=metadata.first_run)
+                              published, first_run=metadata.first_run,
+                              resumed=_resumed(settings, partitions))
     run_cut = RunCut(cut, metadata, staged, [r for r in planned if r.count > 0])
     progress = any(cut.until.get(r.tp, r.until_offset) > r.from_offset
                    for r in run_cut.ranges)
@@ -123,6 +124,15 @@ def decide_cut(settings: Settings, store, meta, staged: Mapping[TopicPartition, 
         raise NeedsUncapped(str(cut.blocked or "no complete source transaction"))
     _log(run_id, run_cut, staged)
     return run_cut
+
+
+def _resumed(settings: Settings, partitions: Sequence[PlannedPartition]
+             ) -> set[TopicPartition]:
+    """The partitions whose range starts after records this pipeline did not read with
+    the cut: at an offset a run stored, or a new pipeline's ``starting_offsets = "latest"``
+    (a new pipeline's partition read from ``earliest`` has nothing behind it)."""
+    latest = settings.kafka.starting_offsets == "latest"
+    return {p.range.tp for p in partitions if p.stored is not None or latest}
 
 
 def _log(run_id: int, run_cut: RunCut, staged: Mapping[TopicPartition, StagedRange]) -> None:

@@ -30,7 +30,9 @@ told from a transaction that is still being written by the order of each partiti
 is commit order: when every partition of the topic holds an event of a transaction that
 committed later (and is not a duplicate of one published), the missing events are behind
 the ranges, not ahead of them ("passed"). The first run also takes a partition with none
-of the transaction's events as past it (its data before the stored offsets), and a
+of the transaction's events as past it where its range resumes at a stored offset (its
+data before it; not a new pipeline's partition read from its beginning, whose capped range
+may simply end before the transaction's events), and a
 transaction with no END read whose events are followed in their partition by a later
 transaction's as one whose END lies before the transaction topic's earliest offset.
 
@@ -131,14 +133,20 @@ class TransactionCut:
 def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadPartition],
                         topic_of: Callable[[str], str | None],
                         published: Collection[str] = (),
-                        first_run: bool = False) -> TransactionCut:
+                        first_run: bool = False,
+                        resumed: Collection[TopicPartition] | None = None) -> TransactionCut:
     """The cut of one run. ``ends``: the END events read from the transaction topic, in
     its order (commit order); ``read``: every partition of the pipeline's topics, each
     with what the run read of it (an empty range for a partition with nothing new: it
     still tells where its topic is); ``topic_of``: the pipeline's topic of a data
     collection (None: a table the pipeline does not read, whose events do not count);
     ``published``: transactions earlier runs published; ``first_run``: no offset of the
-    transaction topic is stored yet (it is read from its earliest)."""
+    transaction topic is stored yet (it is read from its earliest); ``resumed``: the
+    partitions whose range starts after records read without the cut (an offset a run
+    stored, a new pipeline's "latest"; None: all). Only there can the
+    first run take a transaction's missing events as behind the range: a partition read
+    from its beginning (a new pipeline's) has nothing behind it, and a transaction with no
+    event in its capped range has them ahead."""
     events: dict[tuple[str, str], int] = {}
     for p in read:
         for tx, n in p.events.items():
@@ -175,7 +183,8 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
                     "producer?): check the connector, nothing was published")
             if have < want:
                 missing[topic] = (have, want)
-                behind = behind and _past(end.tx, by_topic.get(topic, ()), order, first_run)
+                behind = behind and _past(end.tx, by_topic.get(topic, ()), order, first_run,
+                                          resumed)
         if missing and not behind:
             blocked = Blocked(end.tx, missing)
             break
@@ -241,7 +250,8 @@ def _commit_order(first_end: Mapping[str, int], published: Collection[str]
     return place
 
 
-def _past(tx: str, partitions: Sequence[ReadPartition], order, first_run: bool) -> bool:
+def _past(tx: str, partitions: Sequence[ReadPartition], order, first_run: bool,
+          resumed: Collection[TopicPartition] | None = None) -> bool:
     """Whether the events of ``tx`` missing from a topic's ``partitions`` are behind what
     was read: each partition holds an event of a transaction that committed after it (a
     partition is in commit order, so all of ``tx``'s events there came before that one),
@@ -250,7 +260,8 @@ def _past(tx: str, partitions: Sequence[ReadPartition], order, first_run: bool) 
         return False  # nothing known of the topic: wait
     mine = order(tx)
     for p in partitions:
-        if first_run and tx not in p.events:
+        if (first_run and tx not in p.events
+                and (resumed is None or p.range.tp in resumed)):
             continue
         if not any(order(s.tx) > mine for s in p.segments):
             return False

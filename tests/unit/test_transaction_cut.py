@@ -197,6 +197,20 @@ def test_the_first_run_takes_partitions_without_a_transactions_events_as_past_it
     assert cut_at_transactions(ends, read, topic_of).blocked.tx == "1"
 
 
+def test_a_new_pipelines_first_run_waits_for_events_beyond_a_capped_range():
+    # A new pipeline reads every partition from its beginning, the lines' range capped
+    # before transaction 1's lines: they are ahead, not behind (a replica with the order
+    # and none of its lines until the next run).
+    read = [part(ORDERS, 0, 0, 2, ("0", 0, 0), ("1", 1, 1)), part(LINES, 0, 0, 2, ("0", 0, 1))]
+    ends = [end("0", 0, 1, 2), end("1", 1, 1, 3)]
+    cut = cut_at_transactions(ends, read, topic_of, first_run=True, resumed=())
+    assert cut.included == ("0",) and cut.passed == () and cut.blocked.tx == "1"
+    assert cut.until == {(ORDERS, 0): 1, (LINES, 0): 2}
+    # The lines resumed at a stored offset (a run without the cut read them): behind.
+    resumed = cut_at_transactions(ends, read, topic_of, first_run=True, resumed={(LINES, 0)})
+    assert resumed.passed == ("1",)
+
+
 def test_the_first_run_passes_a_transaction_whose_end_retention_deleted():
     # Transaction 0's END is before the transaction topic's earliest offset; 1, which
     # follows it in the partition, has its END read.
