@@ -94,7 +94,7 @@ def delivered(bootstrap: str, prefix: str, last_txid: int, timeout: float,
     again after a restart: an END and a change count once (by transaction, and by the
     change's order in its table); an END written again may come with only part of its
     changes (Debezium resumes inside a transaction)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     topics = [*data_topics(prefix), f"{prefix}.transaction"]
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"shop-replica-{os.getpid()}",
@@ -109,7 +109,8 @@ def delivered(bootstrap: str, prefix: str, last_txid: int, timeout: float,
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the topics {topics} were not all there in {timeout:.0f} s")
             time.sleep(1)
-        c.assign([TopicPartition(t, 0, 0) for t in topics])
+        # From each topic's earliest offset (0 may be deleted: a reset would skip to the end).
+        c.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
         while not (last and len(changes) >= sum(counted.values())):
             if time.monotonic() > deadline:
                 raise TimeoutError(
