@@ -5,7 +5,8 @@ After the read tasks staged their ranges with a summary by source transaction
 (driver/transaction_topic.py), looks up which of the transactions were published before
 (store/source_transactions.py) and lets plan/transactions.cut_at_transactions decide where
 each partition's published part ends. The publisher then leaves out what lies at or after
-a partition's cut (rows, tombstones, dead letters), records the ledger of ``[from, cut)``,
+a partition's cut (rows, tombstones, dead letters), and the changes Kafka Connect wrote
+again (``TransactionCut.replays``), records the ledger of ``[from, cut)``,
 moves the offsets to the cut and the transaction topic's to ``metadata_next``
 (``RunCut``); what was left out is read again by the next run.
 
@@ -88,6 +89,7 @@ class RunCut:
             "metadata": {"from": m.start, "until": c.metadata_next or m.start,
                          "latest": m.latest, **({"lost": m.lost.as_dict()} if m.lost else {})},
             "included": len(c.included), "passed": len(c.passed),
+            "replayed": sum(b - a + 1 for runs in c.replays.values() for a, b in runs),
             "cut": [r.as_dict() for r in self.cut_short().values()],
             "blocked": None if c.blocked is None else {
                 "tx": c.blocked.tx, "missing": {t: {"read": h, "events": w}
@@ -113,7 +115,8 @@ def decide_cut(settings: Settings, store, meta, staged: Mapping[TopicPartition, 
         tx for p in read for tx in p.events}
     published = store.source_transactions.published(keys)
     cut = cut_at_transactions(metadata.ends, read, collection_topics(topic, topics),
-                              published, first_run=metadata.first_run)
+                              published, first_run=metadata.first_run,
+                              resumed=_resumed(settings, partitions))
     run_cut = RunCut(cut, metadata, staged, [r for r in planned if r.count > 0])
     progress = any(cut.until.get(r.tp, r.until_offset) > r.from_offset
                    for r in run_cut.ranges)
@@ -121,6 +124,15 @@ def decide_cut(settings: Settings, store, meta, staged: Mapping[TopicPartition, 
         raise NeedsUncapped(str(cut.blocked or "no complete source transaction"))
     _log(run_id, run_cut, staged)
     return run_cut
+
+
+def _resumed(settings: Settings, partitions: Sequence[PlannedPartition]
+             ) -> set[TopicPartition]:
+    """The partitions whose range starts after records this pipeline did not read with
+    the cut: at an offset a run stored, or a new pipeline's ``starting_offsets = "latest"``
+    (a new pipeline's partition read from ``earliest`` has nothing behind it)."""
+    latest = settings.kafka.starting_offsets == "latest"
+    return {p.range.tp for p in partitions if p.stored is not None or latest}
 
 
 def _log(run_id: int, run_cut: RunCut, staged: Mapping[TopicPartition, StagedRange]) -> None:
@@ -148,6 +160,14 @@ def _log(run_id: int, run_cut: RunCut, staged: Mapping[TopicPartition, StagedRan
                  extra={"event": "transactions.cut", "cut": [r.as_dict() for r in
                                                                short.values()],
                         "blocked": c.blocked.tx if c.blocked else None})
+    if c.replays:
+        log.info("run %s: changes Kafka Connect wrote again (their originals already read) "
+                 "left out: %s", run_id, ", ".join(
+                     f"{t}[{p}] " + " ".join(f"{a}-{b}" if a < b else f"{a}" for a, b in runs)
+                     for (t, p), runs in sorted(c.replays.items())),
+                 extra={"event": "transactions.replayed", "replayed": {
+                     f"{t}[{p}]": [list(r) for r in runs]
+                     for (t, p), runs in sorted(c.replays.items())}})
     log.info("run %s: %d source transactions whole (%d passed), transaction topic %s[%d] -> "
              "%s", run_id, len(c.included), len(c.passed), m.topic, PARTITION,
              c.metadata_next if c.metadata_next is not None else m.start,

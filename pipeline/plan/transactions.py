@@ -16,7 +16,11 @@ always holds the source as it was after some commit.
 Kafka Connect delivers at least once: after a worker's crash a transaction's events (and
 its END) can be written again. Events are counted by their order within the transaction
 (duplicates once), and a transaction an earlier run published is no obstacle when its
-events, or its END, come again.
+events, or its END, come again. Such a change written again is never applied again
+(``TransactionCut.replays``): applied after the changes that followed its original, it
+would take the replica back to an older state, one the source may never have had. Its
+original is earlier in the same partition: in an earlier run (its transaction was published
+whole then) or earlier in the range (the read task marks it, ``ReadPartition.replayed``).
 
 A transaction whose events in a topic are partly or wholly *before* the ranges read is no
 obstacle either: that happens only where a run without the cut published them (the first
@@ -26,7 +30,9 @@ told from a transaction that is still being written by the order of each partiti
 is commit order: when every partition of the topic holds an event of a transaction that
 committed later (and is not a duplicate of one published), the missing events are behind
 the ranges, not ahead of them ("passed"). The first run also takes a partition with none
-of the transaction's events as past it (its data before the stored offsets), and a
+of the transaction's events as past it where its range resumes at a stored offset (its
+data before it; not a new pipeline's partition read from its beginning, whose capped range
+may simply end before the transaction's events), and a
 transaction with no END read whose events are followed in their partition by a later
 transaction's as one whose END lies before the transaction topic's earliest offset.
 
@@ -72,6 +78,9 @@ class ReadPartition:
     range: OffsetRange
     segments: tuple[Segment, ...] = ()
     events: Mapping[str, int] = field(default_factory=dict)
+    # Offset runs (first, last) of changes written again whose original is earlier in the
+    # range (and the tombstone after such a delete): executor/segments.py.
+    replayed: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,10 @@ class TransactionCut:
     at, if any. ``unended``: transactions with events read but no END read yet.
     ``passed``: transactions whose missing events are behind the ranges read (published
     by a run without the cut, see the module's docstring): no obstacle, their events in
-    the ranges published; recorded as published like ``included``."""
+    the ranges published; recorded as published like ``included``. ``replays``: per
+    partition, the offset runs (first, last) before its cut that the publisher leaves out:
+    changes Kafka Connect wrote again (a transaction an earlier run published, a change
+    read earlier in the range), with the tombstone after such a delete."""
 
     until: Mapping[TopicPartition, int]
     included: tuple[str, ...]
@@ -105,6 +117,8 @@ class TransactionCut:
     blocked: Blocked | None = None
     unended: tuple[str, ...] = ()
     passed: tuple[str, ...] = ()
+    replays: Mapping[TopicPartition, tuple[tuple[int, int], ...]] = field(
+        default_factory=dict)
 
     @property
     def published(self) -> tuple[str, ...]:
@@ -119,14 +133,20 @@ class TransactionCut:
 def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadPartition],
                         topic_of: Callable[[str], str | None],
                         published: Collection[str] = (),
-                        first_run: bool = False) -> TransactionCut:
+                        first_run: bool = False,
+                        resumed: Collection[TopicPartition] | None = None) -> TransactionCut:
     """The cut of one run. ``ends``: the END events read from the transaction topic, in
     its order (commit order); ``read``: every partition of the pipeline's topics, each
     with what the run read of it (an empty range for a partition with nothing new: it
     still tells where its topic is); ``topic_of``: the pipeline's topic of a data
     collection (None: a table the pipeline does not read, whose events do not count);
     ``published``: transactions earlier runs published; ``first_run``: no offset of the
-    transaction topic is stored yet (it is read from its earliest)."""
+    transaction topic is stored yet (it is read from its earliest); ``resumed``: the
+    partitions whose range starts after records read without the cut (an offset a run
+    stored, a new pipeline's "latest"; None: all). Only there can the
+    first run take a transaction's missing events as behind the range: a partition read
+    from its beginning (a new pipeline's) has nothing behind it, and a transaction with no
+    event in its capped range has them ahead."""
     events: dict[tuple[str, str], int] = {}
     for p in read:
         for tx, n in p.events.items():
@@ -163,7 +183,8 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
                     "producer?): check the connector, nothing was published")
             if have < want:
                 missing[topic] = (have, want)
-                behind = behind and _past(end.tx, by_topic.get(topic, ()), order, first_run)
+                behind = behind and _past(end.tx, by_topic.get(topic, ()), order, first_run,
+                                          resumed)
         if missing and not behind:
             blocked = Blocked(end.tx, missing)
             break
@@ -190,8 +211,30 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
             cut = min(cut, s.first_offset)
             break
         until[p.range.tp] = max(p.range.from_offset, cut)
+    replays = {p.range.tp: runs for p in read
+               if (runs := _replays(p, published, until[p.range.tp]))}
     return TransactionCut(until, tuple(included), metadata_next, blocked, tuple(unended),
-                          tuple(passed))
+                          tuple(passed), replays)
+
+
+def _replays(p: ReadPartition, published: Collection[str], until: int
+             ) -> tuple[tuple[int, int], ...]:
+    """The offset runs of ``p`` before ``until`` that are changes written again: every
+    segment of a transaction published by an earlier run (whole: each of its changes was
+    published then), and what the read task marked as read earlier in the range; merged,
+    in offset order."""
+    runs = sorted([(s.first_offset, s.last_offset) for s in p.segments
+                   if s.tx is not None and s.tx in published] + list(p.replayed))
+    out: list[list[int]] = []
+    for first, last in runs:
+        last = min(last, until - 1)
+        if first > last:
+            continue
+        if out and first <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], last)
+        else:
+            out.append([first, last])
+    return tuple((a, b) for a, b in out)
 
 
 def _commit_order(first_end: Mapping[str, int], published: Collection[str]
@@ -207,7 +250,8 @@ def _commit_order(first_end: Mapping[str, int], published: Collection[str]
     return place
 
 
-def _past(tx: str, partitions: Sequence[ReadPartition], order, first_run: bool) -> bool:
+def _past(tx: str, partitions: Sequence[ReadPartition], order, first_run: bool,
+          resumed: Collection[TopicPartition] | None = None) -> bool:
     """Whether the events of ``tx`` missing from a topic's ``partitions`` are behind what
     was read: each partition holds an event of a transaction that committed after it (a
     partition is in commit order, so all of ``tx``'s events there came before that one),
@@ -216,7 +260,8 @@ def _past(tx: str, partitions: Sequence[ReadPartition], order, first_run: bool) 
         return False  # nothing known of the topic: wait
     mine = order(tx)
     for p in partitions:
-        if first_run and tx not in p.events:
+        if (first_run and tx not in p.events
+                and (resumed is None or p.range.tp in resumed)):
             continue
         if not any(order(s.tx) > mine for s in p.segments):
             return False

@@ -101,6 +101,25 @@ def test_a_transaction_published_before_is_no_obstacle_when_it_comes_again():
     assert cut.until == {(ORDERS, 0): 9}
     assert cut.included == ("2",)
     assert cut.metadata_next == 32
+    # ...and its changes are not applied again: after 2's they would take the replica back.
+    assert cut.replays == {(ORDERS, 0): ((5, 6),)}
+
+
+def test_changes_written_again_are_left_out_up_to_the_cut():
+    # orders[0]: 1 (published by an earlier run) written again at 10-11, then 2 at 12-13,
+    # 2 again at 14-15 (the read task marked them: read earlier in the range), then 3
+    # (its END not read) at 16 and 1 again at 17: the cut at 16 leaves 17 out anyway.
+    read = [part(ORDERS, 0, 10, 18, ("1", 10, 11), ("2", 12, 13), ("2", 14, 15), ("3", 16, 16),
+                 ("1", 17, 17), events={"1": 2, "2": 2, "3": 1})]
+    read[0] = ReadPartition(read[0].range, read[0].segments, read[0].events, ((14, 15),))
+    cut = cut_at_transactions([end("1", 3, 2), end("2", 4, 2)], read, topic_of,
+                              published={"1"})
+    assert cut.included == ("2",) and cut.until == {(ORDERS, 0): 16}
+    assert cut.replays == {(ORDERS, 0): ((10, 11), (14, 15))}
+    # Nothing written again: nothing left out.
+    fresh = cut_at_transactions([end("2", 4, 2)], [part(ORDERS, 0, 12, 14, ("2", 12, 13))],
+                                topic_of)
+    assert fresh.replays == {}
 
 
 def test_an_end_written_twice_is_counted_once():
@@ -176,6 +195,20 @@ def test_the_first_run_takes_partitions_without_a_transactions_events_as_past_it
     assert cut.until == {(ORDERS, 0): 5, (LINES, 0): 8}
     # The same outside the first run: 1 waits for its events.
     assert cut_at_transactions(ends, read, topic_of).blocked.tx == "1"
+
+
+def test_a_new_pipelines_first_run_waits_for_events_beyond_a_capped_range():
+    # A new pipeline reads every partition from its beginning, the lines' range capped
+    # before transaction 1's lines: they are ahead, not behind (a replica with the order
+    # and none of its lines until the next run).
+    read = [part(ORDERS, 0, 0, 2, ("0", 0, 0), ("1", 1, 1)), part(LINES, 0, 0, 2, ("0", 0, 1))]
+    ends = [end("0", 0, 1, 2), end("1", 1, 1, 3)]
+    cut = cut_at_transactions(ends, read, topic_of, first_run=True, resumed=())
+    assert cut.included == ("0",) and cut.passed == () and cut.blocked.tx == "1"
+    assert cut.until == {(ORDERS, 0): 1, (LINES, 0): 2}
+    # The lines resumed at a stored offset (a run without the cut read them): behind.
+    resumed = cut_at_transactions(ends, read, topic_of, first_run=True, resumed={(LINES, 0)})
+    assert resumed.passed == ("1",)
 
 
 def test_the_first_run_passes_a_transaction_whose_end_retention_deleted():
