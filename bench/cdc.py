@@ -13,8 +13,8 @@ source transaction applied in part):
                     every table's rows and all offsets in one transaction per run; runs
                     started one after the other until the stored offsets reach the topics'
                     ends, as a scheduler would, with the default budget per run; whole
-                    source transactions (`[sink] transactions`) when this checkout has the
-                    setting (BENCH_CDC_TRANSACTIONS=0 leaves it out)
+                    source transactions (`[sink] transactions`; BENCH_CDC_TRANSACTIONS=0
+                    leaves it out)
     pipeline_budget the same with a budget of BENCH_CDC_RECORDS records per partition and
                     run (2,500 unless told): several commits, each a moment where a reader
                     could see a source transaction in part
@@ -201,14 +201,11 @@ def plot(n: int, results: dict[str, dict], path: Path) -> None:
 
 
 def main(sizes: list[int], env: dict) -> int:
-    from pipeline.sample_shop_replica import transactions_supported
-
     n = sizes[0] if sizes else 10_000
-    transactions = (transactions_supported()
-                    and os.environ.get("BENCH_CDC_TRANSACTIONS", "1") != "0")
+    transactions = os.environ.get("BENCH_CDC_TRANSACTIONS", "1") != "0"
     if not transactions:
-        print("bench: [sink] transactions is not in this checkout (or BENCH_CDC_TRANSACTIONS"
-              "=0): this pipeline runs without whole source transactions", flush=True)
+        print("bench: BENCH_CDC_TRANSACTIONS=0: this pipeline runs without whole source "
+              "transactions", flush=True)
     fresh_chain(env)
     summary, ends = workload(n)
     print(f"bench: {sum(ends.values()):,} events in {len(ends)} topics", flush=True)
@@ -235,8 +232,7 @@ def main(sizes: list[int], env: dict) -> int:
     table = cdc_report(n, results)
     print(table)
     how = ("whole source transactions (`[sink] transactions`)" if transactions else
-           "**without** whole source transactions (this checkout has no `[sink] "
-           "transactions`)")
+           "**without** whole source transactions (BENCH_CDC_TRANSACTIONS=0)")
     header = (f"Measured by `scripts/bench --cdc {n}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: "
               f"{os.cpu_count()} cores, Python {platform.python_version()}; the source "
               "Postgres, Kafka Connect with Debezium 3.6, Kafka, the replica's Postgres and "

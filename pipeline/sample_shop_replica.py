@@ -39,13 +39,6 @@ COLUMNS = {
 KEYS = {"order_lines": ("order_id", "line_no")}
 
 
-def transactions_supported() -> bool:
-    """Whether this checkout's [sink] has ``transactions`` (whole source transactions)."""
-    from pipeline.settings.sink import SinkTable
-
-    return "transactions" in SinkTable.model_fields
-
-
 def data_topics(prefix: str, tables: tuple[str, ...] = TABLES) -> list[str]:
     return [f"{prefix}.public.{t}" for t in tables]
 

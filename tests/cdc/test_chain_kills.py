@@ -24,7 +24,7 @@ import pytest
 
 from pipeline.sample_shop import run_workload, watch
 from pipeline.sample_shop_compare import compare
-from pipeline.sample_shop_replica import Runs, config, delivered, transactions_supported
+from pipeline.sample_shop_replica import Runs, config, delivered
 from tests.cdc.conftest import SOURCE_URL
 from tests.helpers import BOOTSTRAP, ROOT, TEST_DB_URL, cli_environ, unique
 
@@ -68,7 +68,7 @@ def test_replica_stays_whole_and_equal_under_kills(cdc_chain, tmp_path):
     # A small budget per partition and run: many commits, each a chance to cut a source
     # transaction, each run a chance to be killed mid-publish.
     path.write_text(config(name, BOOTSTRAP, TEST_DB_URL, schema,
-                           transactions=transactions_supported(),
+                           transactions=True,
                            records_per_partition=max(50, TRANSACTIONS // 8)))
     env = cli_environ()
     subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "pipeline", "init-db",
