@@ -8,16 +8,11 @@ change events). Each segment is staged with the number of the range's records be
 and the range's content hash (content_hash.py) up to it, so that the ledger row of
 ``[from, cut)`` is known for a cut at any segment's start; per transaction, the distinct
 events the range holds, by their order in their table (``data_collection_order``): a change
-Kafka Connect wrote again after a restart counts once, and its offset is marked
-``replayed`` (the publisher leaves it out: plan/transactions.py), as is the tombstone that
-follows such a delete. A tombstone right after a change of its key goes into that change's
-segment (Debezium's tombstone after a delete: it is published, or left out, with its
-delete). A partition's range is read by one task whole (plan/split.py, ``whole``), so these
-counts are exact per partition.
+Kafka Connect wrote again after a restart counts once. A partition's range is read by one
+task whole (plan/split.py, ``whole``), so these counts are exact per partition.
 
 The blob (executor/staging.py, kind SEGMENTS) is JSON: ``{"segments": [[tx, first_offset,
-last_offset, records_before, digest_before_hex], ...], "events": {tx: distinct events},
-"started": {tx: first Kafka ms}, "replayed": [[first_offset, last_offset], ...]}``.
+last_offset, records_before, digest_before_hex], ...], "events": {tx: distinct events}}``.
 """
 
 from __future__ import annotations
@@ -34,35 +29,20 @@ class RangeSegments:
     formats.encode.Encoder.transactions), then ``s.blob()``; ``s.hash`` is the range's
     content hash, as the HASH summary stages it."""
 
-    __slots__ = ("hash", "segments", "orders", "started", "replayed", "last")
+    __slots__ = ("hash", "segments", "orders", "started")
 
     def __init__(self) -> None:
         self.hash = ContentHash()
         self.segments: list[list] = []
         self.orders: dict[str, set[int]] = {}
         self.started: dict[str, int] = {}
-        self.replayed: list[list[int]] = []
-        self.last: tuple | None = None  # the previous record's (key, tx, replayed)
 
     def add(self, records: Sequence, sources: Sequence[tuple[str, int] | None]) -> None:
-        h, segments, orders, replayed = self.hash, self.segments, self.orders, self.replayed
+        h, segments, orders = self.hash, self.segments, self.orders
         current = segments[-1] if segments else None
         start = 0  # records of this batch not hashed yet
         for i, (m, source) in enumerate(zip(records, sources, strict=True)):
             tx = None if source is None else source[0]
-            again = False
-            last = self.last
-            if source is not None:
-                again = source[1] in orders.get(tx, ())
-            elif (last is not None and last[1] is not None and m.value() is None
-                  and m.key() == last[0]):  # the tombstone after a delete: with its delete
-                tx, again = last[1], last[2]
-            self.last = (m.key(), tx, again)
-            if again:
-                if replayed and replayed[-1][1] == m.offset() - 1:
-                    replayed[-1][1] = m.offset()
-                else:
-                    replayed.append([m.offset(), m.offset()])
             if current is None or current[0] != tx:
                 if i > start:
                     h.add(records[start:i])
@@ -81,7 +61,7 @@ class RangeSegments:
     def blob(self) -> bytes:
         return json.dumps({"segments": self.segments,
                            "events": {tx: len(o) for tx, o in self.orders.items()},
-                           "started": self.started, "replayed": self.replayed},
+                           "started": self.started},
                           separators=(",", ":")).encode()
 
 
@@ -96,8 +76,3 @@ def parse(blob: bytes) -> tuple[list[tuple[str | None, int, int, int, bytes]], d
 def started(blob: bytes) -> dict[str, int]:
     """A SEGMENTS blob's first Kafka timestamp (ms) of each transaction in the range."""
     return json.loads(blob).get("started", {})
-
-
-def replayed(blob: bytes) -> tuple[tuple[int, int], ...]:
-    """A SEGMENTS blob's offset runs of changes read earlier in the range (written again)."""
-    return tuple((a, b) for a, b in json.loads(blob).get("replayed", ()))
