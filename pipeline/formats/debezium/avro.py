@@ -246,8 +246,12 @@ class DebeziumAvroFormat:
 
     def key_document(self, key: bytes):
         """A Kafka key's bytes (a primary-key change's old key: old_key.py) -> the key as
-        ``delete_key`` reads one: decoded by its own writer schema (its semantic types too);
-        a key not in the Confluent wire format as it is (key_fields' rules)."""
+        ``delete_key`` reads one (``_kafka_key``)."""
+        return self._kafka_key(key, self.old_key.columns)
+
+    def _kafka_key(self, key: bytes, key_columns: Sequence[tuple]):
+        """A Kafka key decoded by its own writer schema (its semantic types too); a key not
+        in the Confluent wire format as it is (key_fields' rules: a JSON or text key)."""
         from fastavro import schemaless_reader
 
         if len(key) < HEADER or key[0] != MAGIC:
@@ -257,10 +261,10 @@ class DebeziumAvroFormat:
         except Refused as e:
             raise BadTombstone(f"has a Kafka key that is not Avro ({e.message})") from None
         if type(doc) is not dict:
-            if len(self.old_key.columns) != 1:
+            if len(key_columns) != 1:
                 raise BadTombstone(f"has a Kafka key that is an Avro {avro_kind(doc)} (writer "
                                    f"schema id {schema_id}), not a record of the key columns")
-            return {self.old_key.columns[0][0]: doc}
+            return {key_columns[0][0]: doc}
         return decode(doc, semantic_types(schema, schema.get("__named_schemas", {})))
 
     def delete_key(self, m, key_columns: Sequence[tuple] = ()):
@@ -286,19 +290,7 @@ class DebeziumAvroFormat:
         key = m.key()
         if key is None:
             return before
-        if len(key) < HEADER or key[0] != MAGIC:
-            return key
-        try:
-            doc, schema_id, schema = decode_wire(self.schemas, key, schemaless_reader, "key")
-        except Refused as e:
-            raise BadTombstone(f"has a Kafka key that is not Avro ({e.message})") from None
-        if type(doc) is not dict:
-            if len(key_columns) != 1:
-                raise BadTombstone(f"has a Kafka key that is an Avro {avro_kind(doc)} (writer "
-                                   f"schema id {schema_id}), not a record of the key columns")
-            return {key_columns[0][0]: doc}
-        kinds = semantic_types(schema, schema.get("__named_schemas", {}))
-        return decode(doc, kinds)
+        return self._kafka_key(key, key_columns)
 
     def explain(self, m) -> tuple[str, str]:
         return "null_value", "value is null (tombstone)"
