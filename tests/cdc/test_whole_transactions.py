@@ -82,6 +82,16 @@ def cli(*args) -> tuple[int, str, str]:
     return r.returncode, r.stdout, r.stdout + r.stderr
 
 
+def init_and_run(path) -> tuple[dict, str]:
+    """init-db, then one run with --json, both exit 0: the run's ``transactions`` and its
+    whole output."""
+    code, _, out = cli("init-db", "--config", path)
+    assert code == EXIT_OK, out
+    code, stdout, out = cli("run", "--config", path, "--json")
+    assert code == EXIT_OK, out
+    return json.loads(stdout)["transactions"], out
+
+
 def torn(schema: str) -> list[str]:
     with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
         return [f"{b.check}: {b.samples}" for b in check(fetch(conn, schema))
@@ -118,12 +128,8 @@ def test_a_run_of_several_tables_publishes_whole_source_transactions(shop_run, t
     # With it: the same budget, every transaction whole.
     schema = unique("whole")
     whole = config(tmp_path / "whole.toml", schema, schema, cap=cap, transactions=TRANSACTIONS)
-    code, _, out = cli("init-db", "--config", whole)
-    assert code == EXIT_OK, out
-    code, stdout, out = cli("run", "--config", whole, "--json")
-    assert code == EXIT_OK, out
+    summary, out = init_and_run(whole)
     assert torn(schema) == []
-    summary = json.loads(stdout)["transactions"]
     assert summary["topic"] == "shop_json.transaction" and summary["included"] > 0
     [short] = [c for c in summary["cut"] if c["topic"] == LINES]
     assert short["until"] < cap and summary["blocked"]["missing"][LINES]["read"] > 0
@@ -180,12 +186,8 @@ def test_avro_transaction_metadata_keeps_transactions_whole_too(shop_run, tmp_pa
     schema = unique("whole_avro")
     avro = config(tmp_path / "avro.toml", schema, schema, cap=cap,
                   transactions="shop_avro.transaction", registry=shop_run.registry_url)
-    code, _, out = cli("init-db", "--config", avro)
-    assert code == EXIT_OK, out
-    code, stdout, out = cli("run", "--config", avro, "--json")
-    assert code == EXIT_OK, out
+    summary, _ = init_and_run(avro)
     assert torn(schema) == []
-    summary = json.loads(stdout)["transactions"]
     assert summary["included"] > 0
     assert "shop_avro.public.order_lines" in [c["topic"] for c in summary["cut"]]
     assert summary["blocked"]["missing"]["shop_avro.public.order_lines"]["read"] > 0
