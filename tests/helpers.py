@@ -11,6 +11,7 @@ import sys
 import time
 import tomllib
 import uuid
+import venv
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,37 @@ def pip_install(env_dir: Path, *args: str) -> subprocess.CompletedProcess:
            if UV.exists() else
            [str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"])
     return subprocess.run([*cmd, *args], capture_output=True, text=True)
+
+
+def wheel_venv(base: Path, requirement: str = "", check: bool = False) -> Path:
+    """A fresh venv under ``base`` with the wheel built from this checkout installed (with
+    ``requirement``'s extras, e.g. "[airflow]"), its dependencies pinned as .venv's
+    (constraints/spark-4.0.txt): the package as a user installs it. By uv where the stack
+    installed it (a build and an install from its warm cache: seconds where pip took
+    minutes), else by pip. ``check``: the installed set must be consistent (pip check)."""
+    dist, env_dir = base / "dist", base / "venv"
+    if UV.exists():
+        subprocess.run([str(UV), "build", "-q", "--wheel", "-o", str(dist), str(ROOT)],
+                       check=True, capture_output=True, cwd=base)
+        subprocess.run([str(UV), "venv", "-q", "-p", sys.executable, str(env_dir)],
+                       check=True, capture_output=True)
+    else:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "--disable-pip-version-check", "-w", str(dist), str(ROOT)],
+                       check=True, capture_output=True, cwd=base)
+        venv.create(env_dir, with_pip=True)
+    wheel = next(dist.glob("kafka_offset_pipeline-*.whl"))
+    install = pip_install(env_dir, f"{wheel}{requirement}",
+                          "-c", str(ROOT / "constraints" / "spark-4.0.txt"))
+    assert install.returncode == 0, install.stderr[-4000:]
+    if check:
+        cmd = ([str(UV), "pip", "check", "-p", str(env_dir / "bin" / "python")] if UV.exists()
+               else [str(env_dir / "bin" / "pip"), "check"])
+        consistent = subprocess.run(cmd, capture_output=True, text=True)
+        assert consistent.returncode == 0, consistent.stdout + consistent.stderr
+    return env_dir
+
+
 # Where the test broker is: the harness's own name (scripts/test and 'scripts/stack env' set it).
 # KAFKA_BOOTSTRAP_SERVERS, which shells and older notes export for the same, is read as a
 # fallback here only; tests/conftest.py then hides it from the code under test.

@@ -6,36 +6,19 @@ in it, the job from that same venv, and emits its OpenLineage events."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import venv
 from pathlib import Path
 
 import pytest
 
 from tests.airflow.conftest import dag_env, new_pipeline
-from tests.helpers import ROOT, pip_install, result_keys
+from tests.helpers import result_keys, wheel_venv
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def extra_venv(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("airflow_extra")
-    dist = base / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--disable-pip-version-check", "-w", str(dist), str(ROOT)],
-                   check=True, capture_output=True, cwd=base)
-    wheel = next(dist.glob("kafka_offset_pipeline-*.whl"))
-    env_dir = base / "venv"
-    venv.create(env_dir, with_pip=True)
-    install = pip_install(env_dir, f"{wheel}[airflow]",
-                          "-c", str(ROOT / "constraints" / "spark-4.0.txt"))
-    assert install.returncode == 0, install.stderr[-4000:]
-    check = subprocess.run([str(env_dir / "bin" / "pip"), "check"], capture_output=True,
-                           text=True)
-    assert check.returncode == 0, check.stdout
-    return env_dir
+    return wheel_venv(tmp_path_factory.mktemp("airflow_extra"), "[airflow]", check=True)
 
 
 def test_the_ingest_dag_runs_from_one_venv_with_the_airflow_extra(

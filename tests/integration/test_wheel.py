@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
@@ -19,30 +18,19 @@ from tests.helpers import (
     TEST_DB_URL,
     create_topic,
     grant_job_role,
-    pip_install,
     produce_orders,
     query,
     stored_offsets,
     toml_config,
     unique,
+    wheel_venv,
 )
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """A venv with the wheel built from this checkout and its pinned dependencies only."""
-    base = tmp_path_factory.mktemp("wheel")
-    dist = base / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--disable-pip-version-check", "-w", str(dist), str(ROOT)],
-                   check=True, capture_output=True, cwd=base)
-    wheel = next(dist.glob("kafka_offset_pipeline-*.whl"))
-    env_dir = base / "venv"
-    venv.create(env_dir, with_pip=True)
-    install = pip_install(env_dir, str(wheel),
-                          "-c", str(ROOT / "constraints" / "spark-4.0.txt"))  # as .venv
-    assert install.returncode == 0, install.stderr[-4000:]
-    return env_dir
+    return wheel_venv(tmp_path_factory.mktemp("wheel"))
 
 
 def outside(env_dir: Path, *args: str, cwd: Path, extra: dict | None = None
