@@ -81,6 +81,18 @@ log = logging.getLogger("pipeline")
 
 _DEAD = "_publish_dead"  # temp table of the run's dead letters, dropped at COMMIT
 _ROWS = "_publish_rows"  # a table's temp table: _ROWS + "_" + its name, dropped at COMMIT
+# What a cut run leaves out of a partition's staged lines: at or after its cut, and the
+# offset runs (first, last) of changes written again (TransactionCut.replays).
+_LEFT_OUT = ('DELETE FROM {} WHERE topic = %s AND "partition" = %s AND ("offset" >= %s OR '
+             "EXISTS (SELECT FROM unnest(%s::bigint[], %s::bigint[]) AS r(lo, hi) "
+             'WHERE "offset" BETWEEN r.lo AND r.hi))')
+
+
+def _left_out_args(topic: str, partition: int, until: int,
+                   runs: Sequence[tuple[int, int]]) -> tuple:
+    return (topic, partition, until, [a for a, _ in runs], [b for _, b in runs])
+
+
 # Staged blobs fetched a round trip at a time: a blob is a writer's batch (~1-2 MB of
 # 10,000 rows), held twice while it is copied (libpq's result and Python's bytes), so four
 # a fetch swung the driver's RSS by ~20 MB at the run's peak, one by ~7 (docs/benchmarks.md,
@@ -166,7 +178,9 @@ class Publisher:
         run is cut at source transactions (finish's ``cut``): no row goes straight in."""
         self.store, self.run = store, run
         self.whole_transactions = whole_transactions
-        self._cut_until: dict[tuple[str, int], int] = {}  # finish's cut, short ranges only
+        # finish's cut: per partition cut short or with changes written again, (its cut,
+        # the offset runs of those changes) - what _leave_out deletes
+        self._left_out: dict[tuple[str, int], tuple[int, tuple[tuple[int, int], ...]]] = {}
         self.ranges = list(ranges)
         self.targets = [Target(t.sink, frozenset(t.topics),
                                [r for r in self.ranges if r.topic in t.topics], t.binary,
@@ -404,7 +418,10 @@ class Publisher:
         if cut is not None and not self.whole_transactions:
             raise RuntimeError("a cut run's publisher is made with whole_transactions")
         short = cut.cut_short() if cut is not None else {}
-        self._cut_until = {tp: r.until_offset for tp, r in short.items()}
+        self._left_out = {tp: (r.until_offset, ()) for tp, r in short.items()}
+        if cut is not None:  # changes Kafka Connect wrote again: never applied again
+            for tp, runs in cut.cut.replays.items():
+                self._left_out[tp] = (cut.cut.until[tp], runs)
         tail_started = time.monotonic()
         self.take()
         self._check_readers()
@@ -417,7 +434,7 @@ class Publisher:
                 if any(v.get("deletes") for (topic, _), v in staged.items()
                        if topic in t.topics):
                     self._tombstones(t)
-            kept = self._leave_out(short)
+            kept = self._leave_out()
             # The one lock order of every publishing transaction: the sinks' merge locks
             # (tables by name), each table's rows, the dead-letter lock, the dead letters
             # (store/dead_letters.py).
@@ -428,8 +445,11 @@ class Publisher:
             rows_written = sum(t.counts(staged)["rows_written"] for t in self.targets)
             rows_deleted = sum(t.counts(staged)["rows_deleted"] for t in self.targets)
             dead_written = self._dead_letters(sum(v["dead"] for v in staged.values()))
-            for tp in short:  # the counts of what is published of a range cut short
-                staged[tp] = {**kept.get(tp, {"rows": 0}), "dead": self._dead_kept.get(tp, 0)}
+            for tp in self._left_out:  # the counts of what is published of such a range
+                runs = self._left_out[tp][1]
+                replayed = sum(b - a + 1 for a, b in runs)
+                staged[tp] = {**kept.get(tp, {"rows": 0}), "dead": self._dead_kept.get(tp, 0),
+                              **({"replayed": replayed} if replayed else {})}
             by_table = {t.name: t.counts(staged) for t in self.targets}
             records_read = sum(sum(v.values()) for v in staged.values())
             if self.readers:
@@ -472,20 +492,19 @@ class Publisher:
         return Published(records_read, rows_written, rows_deleted, dead_written,
                          per_partition, timings, by_table, details.get("transactions", {}))
 
-    def _leave_out(self, short: dict[tuple[str, int], OffsetRange]
-                   ) -> dict[tuple[str, int], dict[str, int]]:
-        """A cut run: each table's rows and tombstones at or after its partitions' cut
-        deleted from its temp table; per partition cut short, the rows and tombstones
-        kept (the counts of its published part)."""
+    def _leave_out(self) -> dict[tuple[str, int], dict[str, int]]:
+        """A cut run: each table's rows and tombstones at or after its partitions' cut,
+        and those of changes written again (``_left_out``), deleted from its temp table;
+        per such partition, the rows and tombstones kept (the counts of its published
+        part)."""
         kept: dict[tuple[str, int], dict[str, int]] = {}
         for t in self.targets:
-            mine = [(tp, r) for tp, r in short.items() if tp[0] in t.topics]
+            mine = [(tp, v) for tp, v in self._left_out.items() if tp[0] in t.topics]
             tombstone = (sql.SQL("_tombstone") if t.sink.settings.mode == "upsert"
                          else sql.SQL("false"))
-            for (topic, partition), r in mine:
-                self.conn.execute(sql.SQL(
-                    'DELETE FROM {} WHERE topic = %s AND "partition" = %s AND "offset" >= %s'
-                ).format(sql.Identifier(t.temp)), (topic, partition, r.until_offset))
+            for (topic, partition), (until, runs) in mine:
+                self.conn.execute(sql.SQL(_LEFT_OUT).format(sql.Identifier(t.temp)),
+                                  _left_out_args(topic, partition, until, runs))
                 rows, deletes = self.conn.execute(sql.SQL(
                     "SELECT count(*) FILTER (WHERE NOT {0}), count(*) FILTER (WHERE {0}) "
                     'FROM {1} WHERE topic = %s AND "partition" = %s').format(
@@ -607,10 +626,9 @@ class Publisher:
                 sql.Identifier(_DEAD), fields)) as cp, self._reader.begin():
             for blob in self._blobs(DEAD, self.parts):
                 cp.write(blob)
-        for (topic, partition), until in self._cut_until.items():  # a cut run's
-            conn.execute(sql.SQL('DELETE FROM {} WHERE topic = %s AND "partition" = %s AND '
-                                 '"offset" >= %s').format(sql.Identifier(_DEAD)),
-                         (topic, partition, until))
+        for (topic, partition), (until, runs) in self._left_out.items():  # a cut run's
+            conn.execute(sql.SQL(_LEFT_OUT).format(sql.Identifier(_DEAD)),
+                         _left_out_args(topic, partition, until, runs))
             self._dead_kept[(topic, partition)] = conn.execute(sql.SQL(
                 'SELECT count(*) FROM {} WHERE topic = %s AND "partition" = %s').format(
                     sql.Identifier(_DEAD)), (topic, partition)).fetchone()[0]

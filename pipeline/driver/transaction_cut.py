@@ -5,7 +5,8 @@ After the read tasks staged their ranges with a summary by source transaction
 (driver/transaction_topic.py), looks up which of the transactions were published before
 (store/source_transactions.py) and lets plan/transactions.cut_at_transactions decide where
 each partition's published part ends. The publisher then leaves out what lies at or after
-a partition's cut (rows, tombstones, dead letters), records the ledger of ``[from, cut)``,
+a partition's cut (rows, tombstones, dead letters), and the changes Kafka Connect wrote
+again (``TransactionCut.replays``), records the ledger of ``[from, cut)``,
 moves the offsets to the cut and the transaction topic's to ``metadata_next``
 (``RunCut``); what was left out is read again by the next run.
 
@@ -88,6 +89,7 @@ class RunCut:
             "metadata": {"from": m.start, "until": c.metadata_next or m.start,
                          "latest": m.latest, **({"lost": m.lost.as_dict()} if m.lost else {})},
             "included": len(c.included), "passed": len(c.passed),
+            "replayed": sum(b - a + 1 for runs in c.replays.values() for a, b in runs),
             "cut": [r.as_dict() for r in self.cut_short().values()],
             "blocked": None if c.blocked is None else {
                 "tx": c.blocked.tx, "missing": {t: {"read": h, "events": w}
@@ -158,6 +160,14 @@ def _log(run_id: int, run_cut: RunCut, staged: Mapping[TopicPartition, StagedRan
                  extra={"event": "transactions.cut", "cut": [r.as_dict() for r in
                                                                short.values()],
                         "blocked": c.blocked.tx if c.blocked else None})
+    if c.replays:
+        log.info("run %s: changes Kafka Connect wrote again (their originals already read) "
+                 "left out: %s", run_id, ", ".join(
+                     f"{t}[{p}] " + " ".join(f"{a}-{b}" if a < b else f"{a}" for a, b in runs)
+                     for (t, p), runs in sorted(c.replays.items())),
+                 extra={"event": "transactions.replayed", "replayed": {
+                     f"{t}[{p}]": [list(r) for r in runs]
+                     for (t, p), runs in sorted(c.replays.items())}})
     log.info("run %s: %d source transactions whole (%d passed), transaction topic %s[%d] -> "
              "%s", run_id, len(c.included), len(c.passed), m.topic, PARTITION,
              c.metadata_next if c.metadata_next is not None else m.start,

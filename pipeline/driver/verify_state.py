@@ -9,6 +9,10 @@ per key (upsert) or the totals per group (aggregate) and compares them with the 
 ways (store/state.py). One REPEATABLE READ transaction: the run rows and the table as of one
 moment.
 
+With ``[sink] transactions`` a change Kafka Connect wrote again is left out as the runs
+left it out (plan/replays.py, one rule for both: the first of each identity in its
+partition wins); the report counts them (``replayed``).
+
 Records Kafka no longer holds (retention, a partition gone) are not re-read: the rows they
 made are left out of the comparison, and, for a table that is the whole state (upsert), so
 are the keys such rows or tombstones name (the lost record may be newer than any re-read);
@@ -34,6 +38,7 @@ class StateReport:
     pipeline: str
     mode: str
     records: int = 0  # Kafka records re-read
+    replayed: int = 0  # of them, changes Kafka Connect wrote again: left out (replays.py)
     state_rows: int = 0  # rows the records make (keys, groups)
     table_rows: int = 0
     missing: int = 0  # state rows the table lacks or holds otherwise
@@ -140,6 +145,16 @@ def run_state_verify(settings: Settings, topic: str | None = None,
             archived = store.verification.archiving_runs()
             ranges = published([p for _, p in plans], archived,
                                [run_id for run_id, _ in plans])
+            # [sink] transactions: where each run's range started, per partition (what a
+            # run's read task saw before a record: plan/replays.Identities).
+            starts: dict | None = None
+            if settings.sink.transactions is not None:
+                starts = {}
+                for run_id, planned in plans:
+                    for d in planned:
+                        if run_id >= archived.get(d["topic"], -1):  # as published() does
+                            starts.setdefault((d["topic"], d["partition"]), set()).add(
+                                d["from"])
             if sink.state_keeps_recreated_topics:
                 # Totals kept through a topic's recreation count the old topic's records,
                 # which Kafka no longer holds (sinks/aggregate.py).
@@ -168,11 +183,15 @@ def run_state_verify(settings: Settings, topic: str | None = None,
                     f"the {sink.mode} table's {'totals' if sink.mode == 'aggregate' else 'rows'}"
                     " are made from every record published, and Kafka no longer holds some")
             else:
-                state.scratch()
+                state.scratch(identities=starts is not None)
                 for (t, p), rs in ranges.items():
-                    records[(t, p)] = reread(state, meta, reader, encoder, k.timeout_seconds,
-                                             t, p, rs, held.get((t, p)), report)
+                    records[(t, p)] = reread(
+                        state, meta, reader, encoder, k.timeout_seconds, t, p, rs,
+                        held.get((t, p)), report,
+                        starts=None if starts is None else starts.get((t, p), ()))
                 report.records = sum(records.values())
+                if starts is not None:
+                    report.replayed = state.leave_out_replays()
                 lost_ranges = [(n["topic"], n["partition"], n["from"], n["until"])
                                for n in report.not_compared if n["partition"] is not None]
                 if lost_ranges:
@@ -183,8 +202,10 @@ def run_state_verify(settings: Settings, topic: str | None = None,
                              "missing_keys", "unexpected_keys"):
                     setattr(report, name, found[name])
             report.by_partition(ranges, records, found)
-    log.info("verify %s (%s): %d records make %d rows, the table holds %d: %s",
-             settings.name, sink.mode, report.records, report.state_rows, report.table_rows,
+    log.info("verify %s (%s): %d records%s make %d rows, the table holds %d: %s",
+             settings.name, sink.mode, report.records,
+             f" ({report.replayed} written again by Kafka Connect, left out)"
+             if report.replayed else "", report.state_rows, report.table_rows,
              report.verdict, extra={"event": "verify.state", "verdict": report.verdict})
     return report
 
@@ -203,15 +224,18 @@ def lost(topic: str, partition: int, ranges, held) -> list[dict]:
 
 
 def reread(state, meta, reader, encoder, timeout: float, topic: str, partition: int,
-           ranges, held, report: StateReport, tries: int = 3) -> int:
+           ranges, held, report: StateReport, tries: int = 3, starts=None) -> int:
     """The records Kafka holds of the partition's published ``ranges``, encoded into the
     temp table; how many. Retention deleting records while they are read: the partition is
-    read again from where its log starts now (what it took joins ``report.not_compared``)."""
+    read again from where its log starts now (what it took joins ``report.not_compared``).
+    ``starts`` ([sink] transactions): where the runs' ranges started; each record's
+    identity is staged too (plan/replays.py)."""
     from pipeline.driver.verify import partition_offsets
 
     for attempt in range(1, tries + 1):
         try:
-            return _copy_held(state, reader, encoder, timeout, topic, partition, ranges, held)
+            return _copy_held(state, reader, encoder, timeout, topic, partition, ranges, held,
+                              starts)
         except TransientError as e:
             now = partition_offsets(meta, topic, partition)
             if held is None or now is None or now.earliest <= held.earliest:
@@ -229,17 +253,25 @@ def reread(state, meta, reader, encoder, timeout: float, topic: str, partition: 
 
 
 def _copy_held(state, reader, encoder, timeout: float, topic: str, partition: int, ranges,
-               held) -> int:
+               held, starts=None) -> int:
     from pipeline.driver.kafka_records import batches
     from pipeline.plan.offsets import OffsetRange
+    from pipeline.plan.replays import Identities
 
+    identities = None if starts is None else Identities(starts)
     n = 0
     for r in ranges if held is not None else []:
         start, end = max(r.from_offset, held.earliest), min(r.until_offset, held.latest)
         if end <= start:
             continue
         for batch in batches(reader, OffsetRange(topic, partition, start, end), timeout):
-            rows, _, tombstones = encoder.encode(topic, partition, batch)
+            if identities is None:
+                rows, _, tombstones = encoder.encode(topic, partition, batch)
+            else:
+                (rows, _, tombstones), sources = encoder.transactions(topic, partition, batch)
+                state.copy_identities(topic, partition, [
+                    (m.offset(), i) for m, source in zip(batch, sources, strict=True)
+                    if (i := identities.of(m.offset(), m.key(), m.value() is None, source))])
             state.copy_records(rows, tombstones, encoder.binary)
             n += len(batch)
     return n

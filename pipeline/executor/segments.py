@@ -8,19 +8,26 @@ change events). Each segment is staged with the number of the range's records be
 and the range's content hash (content_hash.py) up to it, so that the ledger row of
 ``[from, cut)`` is known for a cut at any segment's start; per transaction, the distinct
 events the range holds, by their order in their table (``data_collection_order``): a change
-Kafka Connect wrote again after a restart counts once. A partition's range is read by one
-task whole (plan/split.py, ``whole``), so these counts are exact per partition.
+Kafka Connect wrote again after a restart counts once, and its offset is marked
+``replayed`` (plan/replays.py: the first of an identity in the range wins; the publisher
+leaves the others out), as is the tombstone after such a delete. A tombstone right after a
+change of its key goes into that change's segment (Debezium's tombstone after a delete: it
+is published, or left out, with its delete). A partition's range is read by one task whole
+(plan/split.py, ``whole``), so these counts are exact per partition.
 
 The blob (executor/staging.py, kind SEGMENTS) is JSON: ``{"segments": [[tx, first_offset,
-last_offset, records_before, digest_before_hex], ...], "events": {tx: distinct events}}``.
+last_offset, records_before, digest_before_hex], ...], "events": {tx: distinct events},
+"started": {tx: first Kafka ms}, "replayed": [[first_offset, last_offset], ...]}``.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 
 from pipeline.executor.content_hash import ContentHash
+from pipeline.plan.replays import Identities, Replays
 
 
 class RangeSegments:
@@ -29,20 +36,24 @@ class RangeSegments:
     formats.encode.Encoder.transactions), then ``s.blob()``; ``s.hash`` is the range's
     content hash, as the HASH summary stages it."""
 
-    __slots__ = ("hash", "segments", "orders", "started")
+    __slots__ = ("hash", "segments", "started", "identities", "replays")
 
     def __init__(self) -> None:
         self.hash = ContentHash()
         self.segments: list[list] = []
-        self.orders: dict[str, set[int]] = {}
         self.started: dict[str, int] = {}
+        self.identities = Identities()
+        self.replays = Replays()  # its identities met: the distinct events per transaction
 
     def add(self, records: Sequence, sources: Sequence[tuple[str, int] | None]) -> None:
-        h, segments, orders = self.hash, self.segments, self.orders
+        h, segments, started = self.hash, self.segments, self.started
+        identity_of, replay = self.identities.of, self.replays.add
         current = segments[-1] if segments else None
         start = 0  # records of this batch not hashed yet
         for i, (m, source) in enumerate(zip(records, sources, strict=True)):
-            tx = None if source is None else source[0]
+            identity = identity_of(m.offset(), m.key(), m.value() is None, source)
+            replay(m.offset(), identity)
+            tx = None if identity is None else identity[0]  # a tombstone: its delete's
             if current is None or current[0] != tx:
                 if i > start:
                     h.add(records[start:i])
@@ -51,17 +62,15 @@ class RangeSegments:
                 segments.append(current)
             else:
                 current[2] = m.offset()
-            if source is not None:
-                if tx not in orders:
-                    self.started[tx] = m.timestamp()[1]
-                orders.setdefault(tx, set()).add(source[1])
+            if source is not None and tx not in started:
+                started[tx] = m.timestamp()[1]
         if start < len(records):
             h.add(records[start:])
 
     def blob(self) -> bytes:
-        return json.dumps({"segments": self.segments,
-                           "events": {tx: len(o) for tx, o in self.orders.items()},
-                           "started": self.started},
+        events = Counter(tx for tx, _ in self.replays.seen)
+        return json.dumps({"segments": self.segments, "events": events,
+                           "started": self.started, "replayed": self.replays.runs},
                           separators=(",", ":")).encode()
 
 
@@ -76,3 +85,8 @@ def parse(blob: bytes) -> tuple[list[tuple[str | None, int, int, int, bytes]], d
 def started(blob: bytes) -> dict[str, int]:
     """A SEGMENTS blob's first Kafka timestamp (ms) of each transaction in the range."""
     return json.loads(blob).get("started", {})
+
+
+def replayed(blob: bytes) -> tuple[tuple[int, int], ...]:
+    """A SEGMENTS blob's offset runs of changes read earlier in the range (written again)."""
+    return tuple((a, b) for a, b in json.loads(blob).get("replayed", ()))

@@ -16,7 +16,12 @@ always holds the source as it was after some commit.
 Kafka Connect delivers at least once: after a worker's crash a transaction's events (and
 its END) can be written again. Events are counted by their order within the transaction
 (duplicates once), and a transaction an earlier run published is no obstacle when its
-events, or its END, come again.
+events, or its END, come again. Such a change written again is never applied again
+(``TransactionCut.replays``; the rule, shared with ``pipeline verify``: plan/replays.py):
+applied after the changes that followed its original, it would take the replica back to
+an older state, one the source may never have had. Its original is earlier in the same
+partition: in an earlier run (its transaction was published whole then) or earlier in the
+range (the read task marks it, ``ReadPartition.replayed``).
 
 A transaction whose events in a topic are partly or wholly *before* the ranges read is no
 obstacle either: that happens only where a run without the cut published them (the first
@@ -74,6 +79,9 @@ class ReadPartition:
     range: OffsetRange
     segments: tuple[Segment, ...] = ()
     events: Mapping[str, int] = field(default_factory=dict)
+    # Offset runs (first, last) of changes written again whose original is earlier in the
+    # range (and the tombstone after such a delete): executor/segments.py.
+    replayed: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,10 @@ class TransactionCut:
     at, if any. ``unended``: transactions with events read but no END read yet.
     ``passed``: transactions whose missing events are behind the ranges read (published
     by a run without the cut, see the module's docstring): no obstacle, their events in
-    the ranges published; recorded as published like ``included``."""
+    the ranges published; recorded as published like ``included``. ``replays``: per
+    partition, the offset runs (first, last) before its cut that the publisher leaves out:
+    changes Kafka Connect wrote again (a transaction an earlier run published, a change
+    read earlier in the range), with the tombstone after such a delete."""
 
     until: Mapping[TopicPartition, int]
     included: tuple[str, ...]
@@ -107,6 +118,8 @@ class TransactionCut:
     blocked: Blocked | None = None
     unended: tuple[str, ...] = ()
     passed: tuple[str, ...] = ()
+    replays: Mapping[TopicPartition, tuple[tuple[int, int], ...]] = field(
+        default_factory=dict)
 
     @property
     def published(self) -> tuple[str, ...]:
@@ -199,8 +212,30 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
             cut = min(cut, s.first_offset)
             break
         until[p.range.tp] = max(p.range.from_offset, cut)
+    replays = {p.range.tp: runs for p in read
+               if (runs := _replays(p, published, until[p.range.tp]))}
     return TransactionCut(until, tuple(included), metadata_next, blocked, tuple(unended),
-                          tuple(passed))
+                          tuple(passed), replays)
+
+
+def _replays(p: ReadPartition, published: Collection[str], until: int
+             ) -> tuple[tuple[int, int], ...]:
+    """The offset runs of ``p`` before ``until`` that are changes written again: every
+    segment of a transaction published by an earlier run (whole: each of its changes was
+    published then), and what the read task marked as read earlier in the range; merged,
+    in offset order."""
+    runs = sorted([(s.first_offset, s.last_offset) for s in p.segments
+                   if s.tx is not None and s.tx in published] + list(p.replayed))
+    out: list[list[int]] = []
+    for first, last in runs:
+        last = min(last, until - 1)
+        if first > last:
+            continue
+        if out and first <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], last)
+        else:
+            out.append([first, last])
+    return tuple((a, b) for a, b in out)
 
 
 def _commit_order(first_end: Mapping[str, int], published: Collection[str]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from pipeline.executor.content_hash import ContentHash
-from pipeline.executor.segments import parse, started
+from pipeline.executor.segments import parse, replayed, started
 from pipeline.executor.staging import HASH, SEGMENTS
 from pipeline.plan.offsets import OffsetRange, TopicPartition
 from pipeline.plan.transactions import ReadPartition, Segment
@@ -82,7 +82,7 @@ def staged_ranges(conn, staging: sql.Composable, parts: Mapping[int, int]
         records, digest = hashes[(t, p, lo, hi)]
         out[r.tp] = StagedRange(
             ReadPartition(r, tuple(Segment(tx, first, last) for tx, first, last, _, _
-                                   in segments), events),
+                                   in segments), events, replayed(bytes(blob))),
             {first: (before, d) for _, first, _, before, d in segments}, records, digest,
             started(bytes(blob)))
     return out

@@ -3,7 +3,13 @@ append sink) runs in Postgres: the records
 re-read from Kafka go into a temporary table (record_batch, as a run stages them), the
 state they make is computed there (the newest record per key, tombstones deleting; the
 totals per group), and compared with the results table both ways in SQL, so that memory
-does not grow with the keys. Temporary tables only: the pipeline's tables are only read."""
+does not grow with the keys. Temporary tables only: the pipeline's tables are only read.
+
+With ``[sink] transactions`` each re-read change's identity (plan/replays.py) is staged
+beside the rows, and the rows of every record whose identity came earlier in its
+partition (Kafka Connect's replays) are left out before the state is computed, as the
+runs left them out: in Postgres, as the rows are, so that memory does not grow with the
+partition either."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from pipeline.store.results import COORDINATES, Sink
 from pipeline.store.session import Session
 
 ROWS, STATE = "_verify_rows", "_verify_state"
+CHANGES = "_verify_changes"  # the re-read records' identities (plan/replays.py)
 LOST, SKIPPED = "_verify_lost", "_verify_skipped"  # ranges not re-read; the keys they decide
 SHOWN = 10  # differing keys named per direction
 
@@ -27,10 +34,18 @@ class StateVerification:
 
     def __init__(self, db: Session, sink: Sink):
         self.db, self.sink = db, sink
+        self.identified = False  # scratch made CHANGES
 
-    def scratch(self) -> None:
-        """In the open transaction: the temp table the re-read records go into."""
+    def scratch(self, identities: bool = False) -> None:
+        """In the open transaction: the temp table the re-read records go into, and with
+        ``identities`` ([sink] transactions) the one their identities go into."""
         self.db.run(CreateTable(tables.record_batch(self.sink.settings, ROWS)))
+        self.identified = identities
+        if identities:
+            self.db.conn.execute(sql.SQL(
+                'CREATE TEMP TABLE {} (topic text, "partition" int, "offset" bigint, tx text, '
+                '"order" bigint, follows bigint) ON COMMIT DROP').format(
+                    sql.Identifier(CHANGES)))
 
     def copy_records(self, rows, tombstones, binary: bool) -> None:
         """One batch's encoded rows (the format's COPY wire) and tombstones (COPY text)."""
@@ -43,11 +58,41 @@ class StateVerification:
                 copy_in(cur, sql.Identifier(ROWS),
                         identifiers(tables.tombstone_columns(self.sink.settings)), tombstones)
 
+    def copy_identities(self, topic: str, partition: int,
+                        identified: list[tuple[int, tuple[str, int, int]]]) -> None:
+        """A batch's records that have an identity: (offset, identity)."""
+        if not identified:
+            return
+        with self.db.conn.cursor() as cur, cur.copy(sql.SQL(
+                'COPY {} (topic, "partition", "offset", tx, "order", follows) FROM STDIN'
+        ).format(sql.Identifier(CHANGES))) as cp:
+            for offset, (tx, order, follows) in identified:
+                cp.write_row((topic, partition, offset, tx, order, follows))
+
+    def leave_out_replays(self) -> int:
+        """plan/replays.py's rule over every record re-read: of a partition's changes with
+        one identity the first stays, and the rows of the others (Kafka Connect's replays)
+        and of the tombstones right after them are deleted from the records re-read.
+        Returns how many records were replays."""
+        return self.db.conn.execute(sql.SQL(
+            'WITH again AS (SELECT topic, "partition", "offset" FROM (SELECT topic, '
+            '"partition", "offset", row_number() OVER (PARTITION BY topic, "partition", tx, '
+            '"order" ORDER BY "offset") AS n FROM {c} WHERE follows < 0) x WHERE n > 1), '
+            "replays AS (SELECT * FROM again UNION ALL SELECT c.topic, c.\"partition\", "
+            'c."offset" FROM {c} c JOIN again a ON c.topic = a.topic AND c."partition" = '
+            'a."partition" AND c.follows = a."offset"), '
+            'gone AS (DELETE FROM {r} r USING replays d WHERE r.topic = d.topic AND '
+            'r."partition" = d."partition" AND r."offset" = d."offset") '
+            "SELECT count(*) FROM replays").format(
+                c=sql.Identifier(CHANGES), r=sql.Identifier(ROWS))).fetchone()[0]
+
     def forget_records(self, topic: str, partition: int) -> None:
         """The partition's records re-read so far (to read it again from where Kafka's log
         starts now: retention deleted records while verify read them)."""
-        self.db.conn.execute(sql.SQL('DELETE FROM {} WHERE topic = %s AND "partition" = %s')
-                             .format(sql.Identifier(ROWS)), (topic, partition))
+        for table in (ROWS, CHANGES) if self.identified else (ROWS,):
+            self.db.conn.execute(sql.SQL(
+                'DELETE FROM {} WHERE topic = %s AND "partition" = %s').format(
+                    sql.Identifier(table)), (topic, partition))
 
     def names_records(self) -> bool:
         """Whether each state row names the record it is (coordinates): then the rows of

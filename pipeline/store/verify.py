@@ -33,8 +33,8 @@ WITH RECURSIVE tp AS (
 SELECT topic, "partition" FROM tp
 """
 _PARTITION_PLANS = """
-SELECT r.run_id, e.planned FROM {runs} r CROSS JOIN LATERAL jsonb_array_elements(r.planned)
-    AS e(planned)
+SELECT r.run_id, e.planned, r.details->'transactions'->'cut' FROM {runs} r
+ CROSS JOIN LATERAL jsonb_array_elements(r.planned) AS e(planned)
  WHERE r.pipeline = %s AND r.status = 'succeeded' AND r.kind = ANY(%s)
    AND e.planned->>'topic' = %s AND (e.planned->>'partition')::int = %s
  ORDER BY r.run_id
@@ -50,16 +50,19 @@ class Verification:
 
     def published_plans(self, tp: tuple[str, int] | None = None
                         ) -> list[tuple[int, list[dict[str, Any]]]]:
-        """(run_id, planned ranges) of every succeeded run that wrote rows, oldest first;
-        given ``tp``, only the runs that planned that partition, with its range only."""
+        """(run_id, published ranges) of every succeeded run that wrote rows, oldest first;
+        given ``tp``, only the runs that planned that partition, with its range only. A
+        run cut at whole source transactions published its planned ranges up to its cut
+        (details.transactions.cut): the rest was read again by the next run."""
         if tp is not None:
             plans: dict[int, list[dict[str, Any]]] = {}
-            for run_id, planned in self.db.execute(sql.SQL(_PARTITION_PLANS).format(
+            for run_id, planned, cut in self.db.execute(sql.SQL(_PARTITION_PLANS).format(
                     runs=self.db.t(runs.name)), (self.db.pipeline, list(PUBLISHING_KINDS), *tp)):
-                plans.setdefault(run_id, []).append(planned)
+                plans.setdefault(run_id, []).extend(_up_to_cut([planned], cut))
             return list(plans.items())
-        return [(row.run_id, row.planned) for row in self.db.run(
-            select(runs.c.run_id, runs.c.planned)
+        return [(row.run_id, _up_to_cut(row.planned, row.cut)) for row in self.db.run(
+            select(runs.c.run_id, runs.c.planned,
+                   runs.c.details["transactions"]["cut"].label("cut"))
             .where(runs.c.pipeline == self.db.pipeline, runs.c.status == "succeeded",
                    runs.c.kind.in_(PUBLISHING_KINDS))
             .order_by(runs.c.run_id))]
@@ -141,3 +144,11 @@ class Verification:
         first = list(self.db.run(select(offset).where(*where).order_by(offset).limit(keep))
                      .scalars()) if count else []
         return count, first
+
+
+def _up_to_cut(planned: list[dict[str, Any]] | None, cut: list[dict[str, Any]] | None
+               ) -> list[dict[str, Any]]:
+    """A run's planned ranges, each ended at its cut where the run cut it short."""
+    until = {(c["topic"], c["partition"]): c["until"] for c in cut or ()}
+    return [{**d, "until": until.get((d["topic"], d["partition"]), d["until"])}
+            for d in planned or ()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.executor.content_hash import ContentHash
-from pipeline.executor.segments import RangeSegments, parse, started
+from pipeline.executor.segments import RangeSegments, parse, replayed, started
 from pipeline.plan.offsets import OffsetRange
 from pipeline.plan.split import pack_ranges, split_ranges
 from pipeline.plan.transactions import Segment, TransactionEnd, cut_at_transactions
@@ -35,6 +35,23 @@ def records_and_sources():
             (15, ("5", 2)), (16, ("6", 1)), (17, ("7", 1)), (18, ("7", 2)), (19, None)]
     return ([Record(o, f"v{o}".encode(), k=b"k", ts=1_000 + o) for o, _ in spec],
             [s for _, s in spec])
+
+
+def test_changes_read_again_in_a_range_are_marked_with_the_tombstone_after_their_delete():
+    # 5 deletes k1 (20, its tombstone 21) and updates k2 (22); Connect restarts and writes
+    # 5 again (23-25), then 6 (26) and a tombstone of another key (27).
+    spec = [(20, b"k1", b"d", ("5", 1)), (21, b"k1", None, None), (22, b"k2", b"u", ("5", 2)),
+            (23, b"k1", b"d", ("5", 1)), (24, b"k1", None, None), (25, b"k2", b"u", ("5", 2)),
+            (26, b"k3", b"c", ("6", 1)), (27, b"k4", None, None)]
+    summary = RangeSegments()
+    summary.add([Record(o, v, k=k) for o, k, v, _ in spec[:4]], [s for *_, s in spec[:4]])
+    summary.add([Record(o, v, k=k) for o, k, v, _ in spec[4:]], [s for *_, s in spec[4:]])
+    assert replayed(summary.blob()) == ((23, 25),)
+    segments, events = parse(summary.blob())
+    # A delete's tombstone is in its segment: published, or left out, with it.
+    assert [(t, a, b) for t, a, b, _, _ in segments] == [("5", 20, 25), ("6", 26, 26),
+                                                       (None, 27, 27)]
+    assert events == {"5": 2, "6": 1}
 
 
 def test_segments_are_runs_of_one_transaction_with_what_came_before_them():

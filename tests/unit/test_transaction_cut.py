@@ -101,6 +101,25 @@ def test_a_transaction_published_before_is_no_obstacle_when_it_comes_again():
     assert cut.until == {(ORDERS, 0): 9}
     assert cut.included == ("2",)
     assert cut.metadata_next == 32
+    # ...and its changes are not applied again: after 2's they would take the replica back.
+    assert cut.replays == {(ORDERS, 0): ((5, 6),)}
+
+
+def test_changes_written_again_are_left_out_up_to_the_cut():
+    # orders[0]: 1 (published by an earlier run) written again at 10-11, then 2 at 12-13,
+    # 2 again at 14-15 (the read task marked them: read earlier in the range), then 3
+    # (its END not read) at 16 and 1 again at 17: the cut at 16 leaves 17 out anyway.
+    read = [part(ORDERS, 0, 10, 18, ("1", 10, 11), ("2", 12, 13), ("2", 14, 15), ("3", 16, 16),
+                 ("1", 17, 17), events={"1": 2, "2": 2, "3": 1})]
+    read[0] = ReadPartition(read[0].range, read[0].segments, read[0].events, ((14, 15),))
+    cut = cut_at_transactions([end("1", 3, 2), end("2", 4, 2)], read, topic_of,
+                              published={"1"})
+    assert cut.included == ("2",) and cut.until == {(ORDERS, 0): 16}
+    assert cut.replays == {(ORDERS, 0): ((10, 11), (14, 15))}
+    # Nothing written again: nothing left out.
+    fresh = cut_at_transactions([end("2", 4, 2)], [part(ORDERS, 0, 12, 14, ("2", 12, 13))],
+                                topic_of)
+    assert fresh.replays == {}
 
 
 def test_an_end_written_twice_is_counted_once():

@@ -10,8 +10,9 @@ d deletes the row its ``before`` image names (else the Kafka key's); the tombsto
 delete deletes the same key again, which changes nothing; t is a dead letter or, with
 ``[sink] truncate = "apply"``, deletes every key older than it. An unchanged TOASTed value's
 placeholder (a string, or a bytea column's bytes) leaves its column out, as in JSON. The
-upsert sink keeps the newest change per key (sinks/upsert.newer), so a replay changes
-nothing.
+upsert sink keeps the newest change per key (sinks/upsert.newer); a change Kafka Connect
+wrote again after a restart is newer than its original, so with ``[sink] transactions`` it is
+left out (plan/transactions.py, ``replays``), never applied again.
 
 Avro's logical types (Connect's Decimal, Date, Timestamp) come out of fastavro typed
 already. Debezium's own semantic types are plain longs and ints named by the schema's

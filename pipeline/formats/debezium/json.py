@@ -10,8 +10,9 @@ are relative to the image) with the JSON format's rules; d (delete) deletes the 
 writes after a delete deletes the same key again, which changes nothing. t (truncate) is a
 dead letter, or with ``[sink] truncate = "apply"`` a deletion of every key (a tombstone
 line whose key fields are NULL: sinks/upsert.py places it among the changes around it). The
-upsert sink keeps the newest change per key (sinks/upsert.newer), so a replay changes
-nothing.
+upsert sink keeps the newest change per key (sinks/upsert.newer); a change Kafka Connect
+wrote again after a restart is newer than its original, so with ``[sink] transactions`` it is
+left out (plan/transactions.py, ``replays``), never applied again.
 
 An update under ``REPLICA IDENTITY DEFAULT`` leaves an unchanged TOASTed column out: Debezium
 sends its placeholder instead (``__debezium_unavailable_value``; a bytea column's bytes
