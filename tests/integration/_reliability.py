@@ -275,6 +275,21 @@ def staging_copy_active(settings: Settings) -> bool:
                       "AND query LIKE %s", (prefix,), db_url=settings.database_url))
 
 
+def wait_for_processes_gone(*driver_pids: int, timeout: float = 60) -> None:
+    """Wait until nothing the runs of ``driver_pids`` started is alive; the timeout's error
+    names what still is."""
+    alive: list[str] = []
+
+    def gone() -> bool:
+        alive[:] = [p for pid in driver_pids for p in processes_of_run(pid)]
+        return not alive
+
+    try:
+        wait_for(gone, timeout, "the run's processes to be gone")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; still alive: {alive}") from None
+
+
 def processes_of_run(driver_pid: int) -> list[str]:
     """Processes still alive that a faulted run started (its JVM, Spark's Python daemon and
     workers): faults.py puts the driver's process group into their environment."""

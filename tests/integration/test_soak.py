@@ -56,10 +56,9 @@ from tests.integration._reliability import (
     finish,
     init_db,
     kafka_records,
-    processes_of_run,
     start_cli,
     stored,
-    wait_for,
+    wait_for_processes_gone,
 )
 
 
@@ -264,8 +263,7 @@ class Soak:
         statuses = Counter(r[0] for r in query(
             "SELECT status FROM pipeline_runs WHERE pipeline = %s", (self.name,)))
         # Nothing the killed runs started may outlive them.
-        wait_for(lambda: not any(processes_of_run(pid) for pid in self.state.pids), 30,
-                 "the killed runs' processes to be gone")
+        wait_for_processes_gone(*self.state.pids, timeout=30)
         s = self.state
         line = (f"soak: records={len(kafka)} kills={s.kills} lost={len(lost)} "
                 f"duplicated={duplicated}")
@@ -554,8 +552,7 @@ master = "local[2]"
         statuses = {t.label: dict(Counter(r[0] for r in query(
             "SELECT status FROM pipeline_runs WHERE pipeline = %s", (t.name,))))
             for t in self.targets}
-        wait_for(lambda: not any(processes_of_run(pid) for pid in self.state.pids), 30,
-                 "the killed runs' processes to be gone")
+        wait_for_processes_gone(*self.state.pids, timeout=30)
         s = self.state
         line = (f"soak modes: records={len(kafka)} kills={s.kills} "
                 f"upsert_keys={query(f'SELECT count(*) FROM {self.upsert.name}')[0][0]} "
