@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import BigInteger, Text, any_, bindparam, delete, func, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from pipeline.store.run import Run
 from pipeline.store.session import Session
@@ -31,22 +31,25 @@ class SourceTransactions:
     def __init__(self, db: Session):
         self.db = db
 
+    # Both statements bind the keys as ONE array parameter: a run's backlog may hold more
+    # transactions than the 65,535 parameters Postgres takes in a statement.
     def published(self, keys: Collection[str]) -> set[str]:
         """Which of ``keys`` this pipeline published (and has not pruned)."""
         if not keys:
             return set()
         c = table.c
         return set(self.db.run(select(c.tx).where(
-            c.pipeline == self.db.pipeline, c.tx.in_(sorted(set(keys))))).scalars())
+            c.pipeline == self.db.pipeline, c.tx == any_(_keys(keys)))).scalars())
 
     def record(self, run: Run, keys: Collection[str]) -> int:
         """In the open (publishing) transaction: the transactions ``run`` publishes; one
         published before keeps its first run. Returns how many are new."""
         if not keys:
             return 0
-        rows = [{"pipeline": self.db.pipeline, "tx": k, "run_id": run.id}
-                for k in dict.fromkeys(keys)]
-        return self.db.run(insert(table).values(rows).on_conflict_do_nothing()).rowcount
+        rows = select(literal(self.db.pipeline, Text), func.unnest(_keys(keys)),
+                      literal(run.id, BigInteger))
+        return self.db.run(insert(table).from_select(["pipeline", "tx", "run_id"], rows)
+                           .on_conflict_do_nothing()).rowcount
 
     def prune(self, keep: timedelta = KEEP) -> int:
         """Forget what was published more than ``keep`` ago; how many."""
@@ -54,3 +57,7 @@ class SourceTransactions:
         return self.db.run(delete(table).where(
             c.pipeline == self.db.pipeline,
             c.published_at < func.now() - keep)).rowcount
+
+
+def _keys(keys: Collection[str]):
+    return bindparam("keys", list(dict.fromkeys(keys)), type_=ARRAY(Text))
