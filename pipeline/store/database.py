@@ -52,6 +52,11 @@ _REFUSED = re.compile(
     r"server does not support SSL|invalid sslmode", re.I)
 
 
+# libpq refused a statement before sending it (e.g. more than 65,535 parameters): a bug of
+# ours, not an absent server, and no retry fixes it - exit 1, not 75 retried for ever.
+_NOT_SENT = re.compile(r"number of parameters must be between", re.I)
+
+
 def refused(url: str, e: BaseException) -> ConfigError | None:
     """Postgres refused the login or the TLS handshake: permanent until someone fixes the
     password, the trusted CA or pg_hba.conf (exit 2, not retried); None if not that."""
@@ -104,6 +109,8 @@ def sort_error(url: str, e: BaseException) -> PipelineError | None:
             "longer than database.statement_timeout_seconds, or an operator; nothing "
             "committed - retry (see pg_locks / pg_stat_activity), or raise the timeout")
     if isinstance(e, psycopg.OperationalError | psycopg.errors.AdminShutdown):
+        if _NOT_SENT.search(str(e)):
+            return None
         return refused(url, e) or unreachable(url, e)
     return None
 
