@@ -60,7 +60,9 @@ def avro_values(registry: str):
     return lambda m: de(m.value(), SerializationContext(m.topic(), MessageField.VALUE))
 
 
-def test_replica_stays_whole_and_equal_under_kills(cdc_chain, tmp_path):
+def test_replica_stays_whole_and_equal_under_kills(cdc_chain, shop_run, tmp_path):
+    # shop_run: the session's shop workload and its events come first, whatever the order
+    # the tests run in; they expect the fresh chain's topics to begin with their events.
     schema, name = unique("chain"), unique("chain")
     with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
