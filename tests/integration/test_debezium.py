@@ -221,6 +221,48 @@ def cli_ok(*args: str) -> str:
     return r.stdout
 
 
+def tx_end(tx: str, **counts: int) -> tuple[bytes, bytes]:
+    """Debezium's END event of source transaction ``tx``: its event count per table."""
+    return json.dumps({"id": tx}).encode(), json.dumps({
+        "status": "END", "id": f"{tx}:0", "event_count": sum(counts.values()),
+        "data_collections": [{"data_collection": f"public.{t}", "event_count": n}
+                             for t, n in counts.items()]}).encode()
+
+
+def transactions_config(path, name: str, topics: list[str], metadata: str, columns: str,
+                        kafka: str = "", master: str = "local[1]") -> str:
+    """A Debezium pipeline keyed by id over ``topics`` into schema ``name`` (a table per
+    topic), whole source transactions by the transaction topic ``metadata``; ``columns``:
+    the TOML of [sink.columns] (and any per-topic tables), ``kafka``: more [kafka] lines.
+    Its tables made through the CLI."""
+    from tests.helpers import TEST_DB_URL
+
+    topic_list = ", ".join(f'"{t}"' for t in topics)
+    path.write_text(f"""
+[pipeline]
+name = "{name}"
+[kafka]
+bootstrap_servers = "{BOOTSTRAP}"
+topics = [{topic_list}]
+timeout_seconds = 30
+{kafka}[database]
+url = "{TEST_DB_URL}"
+schema = "{name}"
+[sink]
+format = "json"
+envelope = "debezium"
+mode = "upsert"
+table = "{{table}}"
+key = ["id"]
+transactions = "{metadata}"
+[sink.columns]
+{columns}[spark]
+master = "{master}"
+""")
+    cli_ok("init-db", "--config", str(path))
+    return str(path)
+
+
 def change_event(k: int, op: str, after: dict | None = None, before: dict | None = None,
                  schema: dict | None = None) -> tuple[bytes | None, bytes]:
     """A change event as Debezium's JSON converter writes it (``schema``: in Kafka Connect's
@@ -415,7 +457,6 @@ def test_changes_kafka_connect_wrote_again_are_never_applied_again_nor_verified(
     after every run the replica is the source as of a commit no older than before, and
     verify, which leaves them out by the same rule, says match. Before: run 2 published
     accounts 1 and 2 again."""
-    from tests.helpers import TEST_DB_URL
 
     name = unique("dbzreplay")
     accounts, customers, metadata = (create_topic(f"{name}.{t}", 1) for t in (
@@ -432,12 +473,6 @@ def test_changes_kafka_connect_wrote_again_are_never_applied_again_nor_verified(
     def deleted(table: str, tx: str, order: int, k: int) -> list:
         return [change(table, tx, order, "d", k, None), (json.dumps({"id": k}).encode(), None)]
 
-    def end(tx: str, **counts: int):
-        return json.dumps({"id": tx}).encode(), json.dumps({
-            "status": "END", "id": f"{tx}:0", "event_count": sum(counts.values()),
-            "data_collections": [{"data_collection": f"public.{t}", "event_count": n}
-                                 for t, n in counts.items()]}).encode()
-
     # The source's transactions: their account events, customer events and END; and the
     # replica's state after each (customers, accounts).
     a = {"101": [change("accounts", "101", 1, "c", 1, {"customer_id": 1, "balance": 0}),
@@ -451,9 +486,9 @@ def test_changes_kafka_connect_wrote_again_are_never_applied_again_nor_verified(
     c = {"101": [change("customers", "101", 1, "c", 1, {"name": "ada"})],
          "104": deleted("customers", "104", 1, 1),
          "105": [change("customers", "105", 1, "c", 2, {"name": "bo"})]}
-    ends = {"101": end("101", accounts=2, customers=1), "102": end("102", accounts=2),
-            "103": end("103", accounts=2), "104": end("104", accounts=2, customers=1),
-            "105": end("105", accounts=1, customers=1)}
+    ends = {"101": tx_end("101", accounts=2, customers=1), "102": tx_end("102", accounts=2),
+            "103": tx_end("103", accounts=2), "104": tx_end("104", accounts=2, customers=1),
+            "105": tx_end("105", accounts=1, customers=1)}
     states = [([], []), ([(1, "ada")], [(1, 1, 0), (2, 1, 0)]),
               ([(1, "ada")], [(1, 1, -10), (2, 1, 10)]),
               ([(1, "ada")], [(1, 1, -5), (2, 1, 5)]), ([], []),
@@ -463,36 +498,11 @@ def test_changes_kafka_connect_wrote_again_are_never_applied_again_nor_verified(
     produce(customers, [e for tx in order for e in c.get(tx, [])])
     produce(metadata, [ends[tx] for tx in order])
 
-    config = tmp_path / "replays.toml"
-    config.write_text(f"""
-[pipeline]
-name = "{name}"
-[kafka]
-bootstrap_servers = "{BOOTSTRAP}"
-topics = ["{accounts}", "{customers}"]
-timeout_seconds = 20
-max_records_per_partition = 6
-[database]
-url = "{TEST_DB_URL}"
-schema = "{name}"
-[sink]
-format = "json"
-envelope = "debezium"
-mode = "upsert"
-table = "{{table}}"
-key = ["id"]
-transactions = "{metadata}"
-[sink.columns]
-id = "long not null"
-customer_id = "long"
-balance = "long"
-[sink.topics."{customers}".columns]
-id = "long not null"
-name = "string"
-[spark]
-master = "local[1]"
-""")
-    cli_ok("init-db", "--config", str(config))
+    config = transactions_config(
+        tmp_path / "replays.toml", name, [accounts, customers], metadata,
+        'id = "long not null"\ncustomer_id = "long"\nbalance = "long"\n'
+        f'[sink.topics."{customers}".columns]\nid = "long not null"\nname = "string"\n',
+        kafka="max_records_per_partition = 6\n")
 
     def replica() -> tuple[list, list]:
         return (query(f'SELECT id, name FROM "{name}".customers ORDER BY id'),
@@ -524,7 +534,6 @@ def test_a_run_of_more_source_transactions_than_a_statement_binds_publishes_them
     size: before, the lookup bound one parameter per transaction (Postgres takes at most
     65,535) and every run failed as 'Postgres unreachable' (exit 75) and was retried
     forever. A transaction written again afterwards is still left out."""
-    from tests.helpers import TEST_DB_URL
 
     name = unique("dbzmany")
     rows, metadata = create_topic(f"{name}.public.rows", 1), create_topic(f"{name}.transaction", 1)
@@ -537,38 +546,10 @@ def test_a_run_of_more_source_transactions_than_a_statement_binds_publishes_them
             "transaction": {"id": f"{tx}:1", "total_order": 1, "data_collection_order": 1},
         }).encode()
 
-    def end(tx: int) -> tuple[bytes, bytes]:
-        return json.dumps({"id": str(tx)}).encode(), json.dumps({
-            "status": "END", "id": f"{tx}:0", "event_count": 1,
-            "data_collections": [{"data_collection": "public.rows", "event_count": 1}]}).encode()
-
     produce(rows, [change(tx) for tx in range(1, n + 1)])
-    produce(metadata, [end(tx) for tx in range(1, n + 1)])
-    config = tmp_path / "many.toml"
-    config.write_text(f"""
-[pipeline]
-name = "{name}"
-[kafka]
-bootstrap_servers = "{BOOTSTRAP}"
-topics = ["{rows}"]
-timeout_seconds = 30
-[database]
-url = "{TEST_DB_URL}"
-schema = "{name}"
-[sink]
-format = "json"
-envelope = "debezium"
-mode = "upsert"
-table = "{{table}}"
-key = ["id"]
-transactions = "{metadata}"
-[sink.columns]
-id = "long not null"
-v = "long"
-[spark]
-master = "local[2]"
-""")
-    cli_ok("init-db", "--config", str(config))
+    produce(metadata, [tx_end(str(tx), rows=1) for tx in range(1, n + 1)])
+    config = transactions_config(tmp_path / "many.toml", name, [rows], metadata,
+                                 'id = "long not null"\nv = "long"\n', master="local[2]")
 
     r = run_cli("run", "--config", str(config), "--json")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -582,7 +563,7 @@ master = "local[2]"
     # each is a replay of a published transaction, left out.
     produce(rows, [(k, v.replace(b'"v": ', b'"v": 100')) for k, v in
                    (change(tx) for tx in range(n - 66_000 + 1, n + 1))])
-    produce(metadata, [end(tx) for tx in range(n - 66_000 + 1, n + 1)])
+    produce(metadata, [tx_end(str(tx), rows=1) for tx in range(n - 66_000 + 1, n + 1)])
     r = run_cli("run", "--config", str(config), "--json")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert json.loads(r.stdout)["transactions"]["replayed"] == 66_000
