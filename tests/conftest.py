@@ -30,6 +30,7 @@ from tests.helpers import (
     admin,
     make_url,
     product_env,
+    shared_spark,
 )
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -246,12 +247,7 @@ def registry() -> str:
 def spark(stack):
     """The test session's one Spark, started as a run starts it (spark/session.py), with
     Spark SQL on it; an in-process run before this fixture shares its JVM."""
-    from pyspark.sql import SparkSession
-
-    from pipeline.spark.session import get_context
-
-    get_context("local[2]")
-    session = SparkSession.builder.getOrCreate()
+    session = shared_spark()
     yield session
     session.stop()
 

@@ -227,7 +227,8 @@ def init_db(settings: Settings) -> Settings:
 
 def init_cli(config: Path | str) -> None:
     """`pipeline init-db` of a config file as the owner, then the job role's grants."""
-    r = run_cli("init-db", "--config", str(config), env={"PIPELINE__DATABASE__URL": TEST_DB_URL})
+    r = cli_here("init-db", "--config", str(config),
+                 env={"PIPELINE__DATABASE__URL": TEST_DB_URL})
     assert r.returncode == 0, r.stderr[-2000:]
     doc = tomllib.loads(Path(config).read_text())
     grant_job_role(doc.get("database", {}).get("schema", "public"), doc["sink"]["table"])
@@ -279,6 +280,66 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300,
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout,
                           start_new_session=new_session)
+
+
+# Read when their module is imported or by a new JVM: a command run in this process cannot
+# honour them, so cli_here refuses them (run_cli starts a process that does).
+NOT_IN_PROCESS = ("PIPELINE_FAULT", "PIPELINE_SPARK_MASTER", "PYSPARK_SUBMIT_ARGS")
+
+
+def shared_spark():
+    """The test process's one Spark (conftest's ``spark`` fixture), started as a run starts
+    it (spark/session.py), with Spark SQL on it: every in-process run shares its JVM."""
+    from pyspark.sql import SparkSession
+
+    from pipeline.spark.session import get_context
+
+    get_context("local[2]")
+    return SparkSession.builder.getOrCreate()
+
+
+# The commands that may start Spark: in this process, on the shared one.
+SPARK_COMMANDS = ("run", "backfill", "verify", "dead-letters")
+
+
+def cli_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI's ``main`` in this process: the same parsing, settings, driver, ``error:``
+    line and exit code as ``run_cli``, on the test process's shared Spark (``shared_spark``)
+    instead of a new Python and driver JVM (about 6 CPU-s a run on two cores). For tests
+    whose subject is not the process itself; those that need a new process (signals,
+    kills, PIPELINE_FAULT, the exit of the JVM, a new JVM's [spark] settings, spark-submit,
+    exactly what reaches the file descriptors) keep ``run_cli``."""
+    import contextlib
+    import io
+    import logging
+
+    from pipeline.cli import main
+
+    env = env or {}
+    refused = sorted(k for k in env if k in NOT_IN_PROCESS)
+    assert not refused, f"{refused} cannot take effect in this process: use run_cli"
+    if any(a in SPARK_COMMANDS for a in args[:2]) and "--dry-run" not in args:
+        shared_spark()
+    saved = dict(os.environ)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(cli_environ(env))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:  # argparse: --help, a usage error
+                code = e.code if isinstance(e.code, int) else 2
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+    return subprocess.CompletedProcess(["pipeline", *args], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def toml_config(settings_name: str, topics: list[str], *, fmt: str = "json",

@@ -7,6 +7,8 @@ stdout, so that each run's log lines follow its RUN_MARKER.
   dag_runner.py command DAG_ID TASK_ID     the spark-submit command that task would run,
                                            its connections resolved as on a worker
   dag_runner.py test DAG_ID [CONF_JSON...] dag.test() once per conf (no conf: one run)
+  dag_runner.py runs RUNS_JSON             dag.test() once per [DAG_ID, CONF] of the list,
+                                           in its order (one Airflow start for them all)
 """
 
 from __future__ import annotations
@@ -76,14 +78,14 @@ def command(dag_id: str, task_id: str) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def run_test(dag_id: str, confs: list[dict | None]) -> list[dict]:
+def run_test(runs: list[tuple[str, dict | None]]) -> list[dict]:
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     results = []
-    for i, conf in enumerate(confs):
+    for i, (dag_id, conf) in enumerate(runs):
         print(f"{RUN_MARKER}{i}", flush=True)
         # A fresh parse per run, as a worker does: resolving params mutates the DAG's Param
         # objects, so a second dag.test() of the same object would inherit the first's conf.
@@ -118,7 +120,9 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["command"] and len(argv) == 3:
         result = command(argv[1], argv[2])
     elif argv[:1] == ["test"] and len(argv) >= 2:
-        result = run_test(argv[1], [json.loads(c) for c in argv[2:]] or [None])
+        result = run_test([(argv[1], json.loads(c)) for c in argv[2:]] or [(argv[1], None)])
+    elif argv[:1] == ["runs"] and len(argv) == 2:
+        result = run_test([(dag_id, conf) for dag_id, conf in json.loads(argv[1])])
     else:
         raise SystemExit(__doc__)
     print(RESULT_MARKER + json.dumps(result, default=str), flush=True)

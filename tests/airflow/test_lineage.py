@@ -53,8 +53,8 @@ def lineage_runs(stack, airflow, tmp_path_factory):
     (directory / f"{bad}.toml").write_text(toml_config(bad, [good.name]))
     events, transport = file_transport(directory)
     env = dag_env(directory, PIPELINE_RETRIES="0", **transport)
-    [succeeded] = airflow.dag_test(good.ingest, None, env=env)
-    [failed] = airflow.dag_test(f"{bad}.ingest", None, env=env)
+    succeeded, failed = airflow.dag_tests([(good.ingest, None), (f"{bad}.ingest", None)],
+                                          env=env)
     return good.name, bad, succeeded, failed, events
 
 

@@ -18,7 +18,7 @@ import pytest
 from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK
 from pipeline.sample_shop_compare import compare
 from tests.cdc.conftest import SOURCE_URL, ShopRun
-from tests.helpers import BOOTSTRAP, TEST_DB_URL, query, run_cli, unique
+from tests.helpers import BOOTSTRAP, TEST_DB_URL, cli_here, query, unique
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ master = "local[1]"
 
 
 def cli(*args) -> tuple[int, str]:
-    r = run_cli(*map(str, args), timeout=600)
+    r = cli_here(*args)
     return r.returncode, r.stdout + r.stderr
 
 

@@ -13,7 +13,7 @@ import pytest
 from pipeline.sample_shop_compare import compare
 from pipeline.sample_shop_replica import config
 from tests.cdc.conftest import SOURCE_URL, ShopRun
-from tests.helpers import BOOTSTRAP, TEST_DB_URL, run_cli, unique
+from tests.helpers import BOOTSTRAP, TEST_DB_URL, cli_here, unique
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +32,10 @@ def test_a_primary_key_change_keeps_the_old_keys_toasted_profile(shop_run: ShopR
     path = tmp_path / "customers.toml"
     path.write_text(config(name, BOOTSTRAP, TEST_DB_URL, schema, tables=("customers",)))
     for command in ("init-db", "run"):
-        r = run_cli(command, "--config", str(path), timeout=600)
+        r = cli_here(command, "--config", str(path))
         assert r.returncode == 0, r.stderr[-3000:]
     (diff,) = compare(SOURCE_URL, TEST_DB_URL, schema, tables=["customers"])
     assert diff.equal, diff.first
     # verify recomputes the state from Kafka by the merge's rule: the profile too.
-    r = run_cli("verify", "--config", str(path), timeout=600)
+    r = cli_here("verify", "--config", str(path))
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

@@ -21,7 +21,7 @@ from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK
 from pipeline.sample_shop_compare import compare
 from pipeline.sample_shop_invariants import check, fetch
 from tests.cdc.conftest import SOURCE_URL, ShopRun, tx_of
-from tests.helpers import BOOTSTRAP, TEST_DB_URL, delete_records, query, run_cli, unique
+from tests.helpers import BOOTSTRAP, TEST_DB_URL, cli_here, delete_records, query, unique
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ master = "local[1]"
 
 
 def cli(*args) -> tuple[int, str, str]:
-    r = run_cli(*map(str, args), timeout=600)
+    r = cli_here(*args)
     return r.returncode, r.stdout, r.stdout + r.stderr
 
 

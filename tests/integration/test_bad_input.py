@@ -26,6 +26,7 @@ from tests.helpers import (
     JSON_COLUMNS,
     TEST_DB_URL,
     admin,
+    cli_here,
     create_topic,
     delete_records,
     job_db_url,
@@ -35,7 +36,6 @@ from tests.helpers import (
     produce_orders,
     query,
     recreate_topic,
-    run_cli,
     toml_config,
     unique,
     wait_until,
@@ -208,7 +208,7 @@ def test_unknown_topic_is_a_clear_error_with_exit_3(stack, tmp_path):
     config.write_text(toml_config(name, [missing]))
     init_db(make_settings(name, [missing]))
 
-    r = run_cli("run", "--config", str(config),
+    r = cli_here("run", "--config", str(config),
                 env={"PIPELINE__KAFKA__BOOTSTRAP_SERVERS": BOOTSTRAP,
                      "PIPELINE__DATABASE__URL": job_db_url()})
 

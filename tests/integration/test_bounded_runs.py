@@ -15,6 +15,7 @@ import psycopg
 from pipeline.cli import main
 from tests.helpers import (
     TEST_DB_URL,
+    cli_here,
     create_topic,
     init_cli,
     produce_orders,
@@ -129,7 +130,7 @@ def test_a_backfill_dry_run_prints_its_chunks_and_changes_nothing(spark, tmp_pat
 def test_a_capped_backfill_commits_each_chunk_in_its_own_run(spark, tmp_path):
     name, topic, config = new_pipeline(tmp_path, 2, 30, extra_kafka=CAPS)
 
-    r = run_cli("backfill", "--config", config, "--topic", topic, "--from-offset", "0",
+    r = cli_here("backfill", "--config", config, "--topic", topic, "--from-offset", "0",
                 "--to-offset", "30", "--json")
 
     assert r.returncode == 0, r.stderr[-3000:]
@@ -149,7 +150,7 @@ def test_a_capped_backfill_commits_each_chunk_in_its_own_run(spark, tmp_path):
     assert result_keys(name) == every_offset(topic, 2, 30)
     assert stored_offsets(name) == {}  # a backfill never moves offsets
     # The same command again is a new backfill (the first finished): it adds nothing.
-    again = run_cli("backfill", "--config", config, "--topic", topic, "--from-offset", "0",
+    again = cli_here("backfill", "--config", config, "--topic", topic, "--from-offset", "0",
                     "--to-offset", "30", "--json")
     assert again.returncode == 0, again.stderr[-3000:]
     again_result = json.loads(again.stdout.strip().splitlines()[-1])
@@ -173,9 +174,9 @@ def test_a_reprocess_killed_between_chunks_resumes_at_the_first_uncommitted_chun
     first = {(r["partition"], o) for r in first_planned for o in range(r["from"], r["until"])}
     assert {(p, o) for _, p, o in result_keys(name)} == first
 
-    dry = run_cli(*args, "--dry-run")
+    dry = cli_here(*args, "--dry-run")
     assert dry.returncode == 0 and "resuming: chunks 1-1 of 4" in dry.stdout, dry.stdout
-    r = run_cli(*args, "--json")
+    r = cli_here(*args, "--json")
 
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
@@ -209,7 +210,7 @@ def test_a_sigterm_between_chunks_stops_cleanly_and_keeps_what_committed(spark, 
     assert query("SELECT count(*) FROM pg_tables WHERE tablename LIKE %s",
                  (f"_stage_{name[:24]}%",), db_url=TEST_DB_URL) == [(0,)]
 
-    r = run_cli(*args)
+    r = cli_here(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resumed: chunks 1-1" in r.stdout, r.stdout
     assert covered(chunk_runs(name)) == [(p, o) for p in range(2) for o in range(30)]
@@ -229,7 +230,7 @@ def counted(name: str) -> int:
 def test_an_aggregate_follows_a_truncated_log_forward_and_still_refuses_rewinds(
         spark, tmp_path):
     name, topic, config = new_pipeline(tmp_path, 1, 10, extra_sink=AGGREGATE_SINK)
-    r = run_cli("run", "--config", config)
+    r = cli_here("run", "--config", config)
     assert r.returncode == 0, r.stderr[-3000:]
     assert counted(name) == 10 and stored_offsets(name) == {(topic, 0): 10}
     # The log lost its end [10, 15) after they were counted (an unclean leader election;
@@ -237,13 +238,13 @@ def test_an_aggregate_follows_a_truncated_log_forward_and_still_refuses_rewinds(
     with psycopg.connect(TEST_DB_URL, autocommit=True) as conn:
         conn.execute("UPDATE pipeline_offsets SET next_offset = 15 WHERE pipeline = %s",
                      (name,))
-    r = run_cli("run", "--config", config)
+    r = cli_here("run", "--config", config)
     assert r.returncode == 3, r.stderr[-3000:]
     assert "--to latest" in one_error_line(r.stderr)
 
     # Back to offsets still in the log would count them twice: refused, nothing changed.
     for target in ("earliest", "5"):
-        r = run_cli("offsets", "set", "--config", config, "--topic", topic, "--to", target,
+        r = cli_here("offsets", "set", "--config", config, "--topic", topic, "--to", target,
                     "--yes")
         assert r.returncode == 2, r.stderr[-3000:]
         line = one_error_line(r.stderr)
@@ -252,17 +253,17 @@ def test_an_aggregate_follows_a_truncated_log_forward_and_still_refuses_rewinds(
     assert stored_offsets(name) == {(topic, 0): 15}
 
     # To the log's new end: nothing is read twice (before: refused as a rewind).
-    r = run_cli("offsets", "set", "--config", config, "--topic", topic, "--to", "latest",
+    r = cli_here("offsets", "set", "--config", config, "--topic", topic, "--to", "latest",
                 "--yes")
     assert r.returncode == 0, r.stderr[-3000:]
     assert stored_offsets(name) == {(topic, 0): 10}
     produce_orders(topic, range(100, 105), partition=0)  # new records at offsets [10, 15)
-    r = run_cli("run", "--config", config)
+    r = cli_here("run", "--config", config)
     assert r.returncode == 0, r.stderr[-3000:]
     assert counted(name) == 15 and stored_offsets(name) == {(topic, 0): 15}  # each once
     # Forward past records never read skips them, counting nothing twice: allowed.
     produce_orders(topic, range(200, 205), partition=0)
-    r = run_cli("offsets", "set", "--config", config, "--topic", topic, "--to", "17", "--yes")
+    r = cli_here("offsets", "set", "--config", config, "--topic", topic, "--to", "17", "--yes")
     assert r.returncode == 0, r.stderr[-3000:]
     assert stored_offsets(name) == {(topic, 0): 17}
 

@@ -23,11 +23,11 @@ from pipeline.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,
+    cli_here,
     create_topic,
     make_settings,
     produce,
     query,
-    run_cli,
     unique,
 )
 from tests.unit.test_debezium_avro import PRICE, SOURCE, envelope_schema, key_schema, wire
@@ -122,7 +122,7 @@ master = "local[1]"
 
 
 def cli(*args) -> tuple[int, str]:
-    r = run_cli(*map(str, args), timeout=600)
+    r = cli_here(*args)
     return r.returncode, r.stdout + r.stderr
 
 

@@ -30,6 +30,7 @@ from tests.helpers import (
     ROOT,
     TEST_DB_NAME,
     TEST_DB_URL,
+    cli_here,
     create_topic,
     init_cli,
     init_db,
@@ -327,7 +328,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(stack, tmp_path):
     config.write_text(toml_config(name, [topic]))
     init_cli(config)
 
-    r = run_cli("run", "--config", config, "--dry-run")
+    r = cli_here("run", "--config", config, "--dry-run")
 
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -340,7 +341,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(stack, tmp_path):
 def test_bad_config_fails_before_anything_runs_with_exit_2(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(toml_config("x", ["t"]).replace("[spark]", "[spark]\nmastr = 'x'"))
-    r = run_cli("run", "--config", config)
+    r = cli_here("run", "--config", config)
     assert r.returncode == 2
     assert r.stderr.strip() == ("error: unknown key 'spark.mastr' in config; allowed: "
                                 "class_archive, conf, master, min_partitions")

@@ -28,6 +28,7 @@ from pipeline.store.dead_letters import DeadLetterFilter
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,
+    cli_here,
     create_topic,
     init_cli,
     job_db_url,
@@ -374,14 +375,14 @@ def outcomes(name: str) -> tuple[list, list, list]:
                   "WHERE pipeline = %s ORDER BY 1, 2", (name,)))
 
 
-def test_an_offset_is_a_row_or_a_dead_letter_whichever_path_writes_it(stack, tmp_path):
+def test_an_offset_is_a_row_or_a_dead_letter_whichever_path_writes_it(spark, tmp_path):
     name = unique("dl_one")
     topic = create_topic(name, 1)
     produce(topic, [(b"k%d" % i, order_doc(i)) for i in range(20)])
     long_, double, strict = (cli_config(tmp_path / f"{n}.toml", name, topic, c) for n, c in
                              (("long", LONG), ("double", DOUBLE), ("strict", STRICT)))
     init_cli(long_)
-    ran = run_cli("run", "--config", long_)
+    ran = cli_here("run", "--config", long_)
     assert ran.returncode == 0, ran.stderr[-2000:]
     evens, odds = list(range(0, 20, 2)), list(range(1, 20, 2))
     assert outcomes(name) == (evens, odds, [])
@@ -417,7 +418,7 @@ def test_an_offset_is_a_row_or_a_dead_letter_whichever_path_writes_it(stack, tmp
             break
     else:
         raise AssertionError(f"the backfill ended before publishing: {finish(paused)}")
-    replay = run_cli("dead-letters", "replay", "--config", double, "--yes")
+    replay = cli_here("dead-letters", "replay", "--config", double, "--yes")
     go.touch()
     code, out, err = finish(paused)
     assert replay.returncode == EXIT_TRANSIENT, replay.stderr[-2000:]
@@ -428,7 +429,7 @@ def test_an_offset_is_a_row_or_a_dead_letter_whichever_path_writes_it(stack, tmp
     assert "10 records failed again but their offsets already have result rows" in err
     assert outcomes(name) == (list(range(20)), [], [(o, run_id) for o in odds])
 
-    checked = run_cli("verify", "--config", double)
+    checked = cli_here("verify", "--config", double)
     assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
 
 
@@ -441,7 +442,7 @@ def upsert_doc(i: int, version: int) -> bytes:
                        "qty": [i, i + 0.5, "many"][version - 1]}).encode()
 
 
-def test_a_dry_run_replay_locks_nothing_and_says_what_the_replay_does(stack, tmp_path):
+def test_a_dry_run_replay_locks_nothing_and_says_what_the_replay_does(spark, tmp_path):
     from pipeline.sinks.upsert import MERGE_LOCK_CLASS
     from pipeline.store.dead_letters import DEAD_LETTER_LOCK_CLASS
     from tests.integration.test_evolve import grant_evolve
@@ -462,7 +463,7 @@ def test_a_dry_run_replay_locks_nothing_and_says_what_the_replay_does(stack, tmp
     broken = config("long.toml", COLUMNS)
     init_cli(broken)
     grant_evolve(name)
-    assert run_cli("run", "--config", broken).returncode == 0
+    assert cli_here("run", "--config", broken).returncode == 0
     as_owner(f"ALTER TABLE {name} ALTER COLUMN qty TYPE double precision")
     # The fix, and a new column declared: sink.evolve adds it.
     fixed_config = config("fixed.toml", {**COLUMNS, "qty": "double", "channel": "string"},
@@ -488,7 +489,7 @@ def test_a_dry_run_replay_locks_nothing_and_says_what_the_replay_does(stack, tmp
                       '"offset" LIMIT 1 FOR UPDATE', (name,)).fetchone()
         for lock in (MERGE_LOCK_CLASS, DEAD_LETTER_LOCK_CLASS):
             other.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (lock, name))
-        dry = run_cli("dead-letters", "replay", "--config", fixed_config, "--dry-run",
+        dry = cli_here("dead-letters", "replay", "--config", fixed_config, "--dry-run",
                       "--json")
         assert dry.returncode == 0, dry.stderr[-2000:]
         assert everything() == before
@@ -497,7 +498,7 @@ def test_a_dry_run_replay_locks_nothing_and_says_what_the_replay_does(stack, tmp
             (name,))]
         # The real replay must add the column first: it waits for the table only briefly at
         # a time, and after lock_timeout_seconds it gives up naming who holds the table.
-        busy = run_cli("dead-letters", "replay", "--config", fixed_config, "--yes")
+        busy = cli_here("dead-letters", "replay", "--config", fixed_config, "--yes")
         assert busy.returncode == EXIT_TRANSIENT, busy.stderr[-2000:]
         [error] = [x for x in busy.stderr.splitlines() if x.startswith("error: ")]
         assert f'"public"."{name}"' in error and "application 'long-reader'" in error

@@ -24,12 +24,12 @@ from pipeline.errors import DataError
 from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
+    cli_here,
     create_topic,
     init_db,
     make_settings,
     produce,
     query,
-    run_cli,
     stored_offsets,
     unique,
     watermarks,
@@ -214,9 +214,7 @@ def dbz_config(tmp_path, name: str, topics: list[str], columns: dict[str, str],
 
 
 def cli_ok(*args: str) -> str:
-    from tests.helpers import run_cli
-
-    r = run_cli(*args)
+    r = cli_here(*args)
     assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
     return r.stdout
 
@@ -512,7 +510,7 @@ def test_changes_kafka_connect_wrote_again_are_never_applied_again_nor_verified(
     # 104's customer (10-11, 3-4) left out; run 3: those of 103 and 104's accounts; run 4: 105.
     was, replayed = 0, []
     for run in range(4):
-        r = run_cli("run", "--config", str(config), "--json")
+        r = cli_here("run", "--config", str(config), "--json")
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         replayed.append(json.loads(r.stdout)["transactions"].get("replayed"))
         assert replica() in states[was:], \
@@ -520,7 +518,7 @@ def test_changes_kafka_connect_wrote_again_are_never_applied_again_nor_verified(
         if run == 1:
             assert f"left out: {accounts}[0] 10-11, {customers}[0] 3-4" in r.stdout + r.stderr
         was = states.index(replica(), was)
-        r = run_cli("verify", "--config", str(config), "--json")
+        r = cli_here("verify", "--config", str(config), "--json")
         assert r.returncode == 0, f"run {run + 1}: " + r.stdout[-3000:] + r.stderr[-2000:]
         assert json.loads(r.stdout)["verdict"] == "match"
     assert was == len(states) - 1 and replayed == [0, 4, 6, 0]
@@ -551,7 +549,7 @@ def test_a_run_of_more_source_transactions_than_a_statement_binds_publishes_them
     config = transactions_config(tmp_path / "many.toml", name, [rows], metadata,
                                  'id = "long not null"\nv = "long"\n', master="local[2]")
 
-    r = run_cli("run", "--config", str(config), "--json")
+    r = cli_here("run", "--config", str(config), "--json")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert query(f'SELECT topic, next_offset FROM "{name}".pipeline_offsets ORDER BY 1'
                  ) == sorted([(rows, n), (metadata, n)])
@@ -564,7 +562,7 @@ def test_a_run_of_more_source_transactions_than_a_statement_binds_publishes_them
     produce(rows, [(k, v.replace(b'"v": ', b'"v": 100')) for k, v in
                    (change(tx) for tx in range(n - 66_000 + 1, n + 1))])
     produce(metadata, [tx_end(str(tx), rows=1) for tx in range(n - 66_000 + 1, n + 1)])
-    r = run_cli("run", "--config", str(config), "--json")
+    r = cli_here("run", "--config", str(config), "--json")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert json.loads(r.stdout)["transactions"]["replayed"] == 66_000
     assert query(f'SELECT count(*), sum(v) FROM "{name}".rows') == [

@@ -37,12 +37,12 @@ from tests.helpers import (
     ROOT,
     TEST_DB_URL,
     admin,
+    cli_here,
     create_topic,
     init_cli,
     job_db_url,
     produce_orders,
     query,
-    run_cli,
     stored_offsets,
     toml_config,
     unique,
@@ -226,8 +226,8 @@ def test_backfill_outside_what_kafka_holds_exits_3_before_any_work(ingested, cap
     p = ingested
     runs_before, count_before = len(p.runs()), p.count()
 
-    proc = run_cli("backfill", "--config", p.config, "--topic", p.topic, "--partition", "1",
-                   "--from-offset", "5", "--to-offset", "50", timeout=120)
+    proc = cli_here("backfill", "--config", p.config, "--topic", p.topic, "--partition", "1",
+                   "--from-offset", "5", "--to-offset", "50")
 
     assert proc.returncode == 3, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -450,7 +450,7 @@ def test_offsets_that_moved_while_asked_are_not_overwritten(stack, tmp_path):
     produce_orders(p.topic, range(5))
 
     def offsets_move():  # as a run that publishes meanwhile would move them
-        r = run_cli("offsets", "set", "--config", p.config, "--topic", p.topic, "--to", "5",
+        r = cli_here("offsets", "set", "--config", p.config, "--topic", p.topic, "--to", "5",
                     "--yes")
         assert r.returncode == 0, r.stderr
 

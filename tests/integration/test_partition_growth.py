@@ -24,10 +24,10 @@ from pipeline.sinks import upsert
 from tests.helpers import (
     BOOTSTRAP,
     admin,
+    cli_here,
     create_topic,
     init_cli,
     query,
-    run_cli,
     stored_offsets,
     toml_config,
     unique,
@@ -79,7 +79,7 @@ def pipeline(tmp_path, name: str, topic: str):
 
 
 def cli(*args: str) -> str:
-    r = run_cli(*args)
+    r = cli_here(*args)
     assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stderr[-3000:]}"
     return r.stderr
 

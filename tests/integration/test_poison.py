@@ -12,10 +12,10 @@ from confluent_kafka import Producer
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,
+    cli_here,
     create_topic,
     init_cli,
     query,
-    run_cli,
     toml_config,
     unique,
 )
@@ -50,7 +50,7 @@ def run_once(name: str, topic: str, tmp_path, fmt: str, transform: str | None) -
         f'transform = "{transform}"' if transform else "")))
     init_cli(config)
 
-    r = run_cli("run", "--config", str(config))
+    r = cli_here("run", "--config", str(config))
 
     assert r.returncode == 0, r.stderr[-3000:]
 

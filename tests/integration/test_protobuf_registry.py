@@ -30,11 +30,11 @@ from pipeline.driver.job import run_ingest
 from pipeline.errors import EXIT_TRANSIENT, TransientError
 from pipeline.formats.protobuf.schemas import compile_proto
 from tests.helpers import (
+    cli_here,
     create_topic,
     init_cli,
     produce,
     query,
-    run_cli,
     stored_offsets,
     toml_config,
     unique,
@@ -277,7 +277,7 @@ url = "{registry}"
 """)
     init_cli(config)
 
-    proc = run_cli("run", "--config", str(config))
+    proc = cli_here("run", "--config", str(config))
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert query("SELECT error_type, error_message FROM pipeline_dead_letters WHERE "

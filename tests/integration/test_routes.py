@@ -9,6 +9,7 @@ import json
 from tests.helpers import (
     BOOTSTRAP,
     TEST_DB_URL,
+    cli_here,
     create_topic,
     produce,
     query,
@@ -76,15 +77,17 @@ def dead_letters(prefix: str) -> list[tuple[str, int]]:
 
 
 def run(config, env=None):
-    return run_cli("run", "--config", str(config), env=env)
+    if env:  # a fault: a process of its own (pipeline/faults.py reads it at import)
+        return run_cli("run", "--config", str(config), env=env)
+    return cli_here("run", "--config", str(config))
 
 
 def test_one_run_writes_each_topics_table_in_one_transaction_and_a_crash_commits_none(
-        stack, tmp_path):
+        spark, tmp_path):
     prefix = unique("rt")
     topics = [create_topic(f"{prefix}.public.{t}", n) for t, n in (("orders", 3), ("lines", 1))]
     config = routed_config(tmp_path, prefix)
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    assert cli_here("init-db", "--config", str(config)).returncode == 0
     produce_orders(prefix)
     produce_lines(prefix)
 
@@ -105,9 +108,9 @@ def test_one_run_writes_each_topics_table_in_one_transaction_and_a_crash_commits
                                       for p, (_, hi) in watermarks(t).items()}
 
     # A dead letter is replayed with its topic's route, into its table.
-    unrouted = run_cli("dead-letters", "replay", "--config", str(config), "--yes")
+    unrouted = cli_here("dead-letters", "replay", "--config", str(config), "--yes")
     assert unrouted.returncode == 2 and "give --topic" in unrouted.stderr, unrouted.stderr
-    replay = run_cli("dead-letters", "replay", "--config", str(config), "--yes", "--topic",
+    replay = cli_here("dead-letters", "replay", "--config", str(config), "--yes", "--topic",
                      f"{prefix}.public.lines")
     assert replay.returncode == 0, replay.stderr[-2000:]
     assert f"replayed 0 of 1 dead letters into 0 rows of {prefix}_lines; 1 still failing" in \
@@ -115,7 +118,7 @@ def test_one_run_writes_each_topics_table_in_one_transaction_and_a_crash_commits
 
     # A backfill of one topic publishes into its table only: the row deleted comes back.
     assert query(f"DELETE FROM {prefix}_lines WHERE line_id = 5 RETURNING line_id") == [(5,)]
-    backfill = run_cli("backfill", "--config", str(config), "--topic",
+    backfill = cli_here("backfill", "--config", str(config), "--topic",
                        f"{prefix}.public.lines", "--from-offset", "0", "--to-offset", "21")
     assert backfill.returncode == 0, backfill.stderr[-2000:]
     assert lines(prefix) == [(j, j) for j in range(20)]
@@ -123,7 +126,7 @@ def test_one_run_writes_each_topics_table_in_one_transaction_and_a_crash_commits
 
     produce(f"{prefix}.public.orders", [(b"1", json.dumps({"id": 1, "status": "x"}).encode()),
                                         (b"3", json.dumps({"id": 3, "status": "x"}).encode())])
-    lag = run_cli("lag", "--config", str(config), "--json")
+    lag = cli_here("lag", "--config", str(config), "--json")
     assert lag.returncode == 0, lag.stderr[-2000:]
     doc = json.loads(lag.stdout)
     assert {t: (v["partitions"], v["lag"]) for t, v in doc["tables"].items()} == {
@@ -133,11 +136,11 @@ def test_one_run_writes_each_topics_table_in_one_transaction_and_a_crash_commits
 
 
 def test_a_topic_the_pattern_matches_later_joins_at_the_next_run_and_verify_checks_each_table(
-        stack, tmp_path):
+        spark, tmp_path):
     prefix = unique("rt")
     create_topic(f"{prefix}.public.orders", 3)
     config = routed_config(tmp_path, prefix)
-    assert run_cli("init-db", "--config", str(config)).returncode == 0
+    assert cli_here("init-db", "--config", str(config)).returncode == 0
     produce_orders(prefix)
     first = run(config)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -160,13 +163,13 @@ def test_a_topic_the_pattern_matches_later_joins_at_the_next_run_and_verify_chec
         0: "vip", 1: "vip", 2: "vip"}
     assert orders(prefix)[4] == "sent"
 
-    verified = run_cli("verify", "--config", str(config))
+    verified = cli_here("verify", "--config", str(config))
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
     assert (f"verified: 3 table(s) match Kafka: {prefix}_customers, {prefix}_lines, "
             f"{prefix}_orders") in verified.stdout
 
     assert query(f"DELETE FROM {prefix}_lines WHERE line_id = 7 RETURNING line_id") == [(7,)]
-    tampered = run_cli("verify", "--config", str(config))
+    tampered = cli_here("verify", "--config", str(config))
     assert tampered.returncode == 3, tampered.stderr[-2000:]
     error = tampered.stderr.strip().splitlines()[-1]
     assert f"table(s) {prefix}_lines of pipeline" in error and "MISMATCH" in error

@@ -19,12 +19,12 @@ from pipeline.errors import ConfigError, DataError
 from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
+    cli_here,
     create_topic,
     init_db,
     make_settings,
     produce,
     query,
-    run_cli,
     stored_offsets,
     unique,
 )
@@ -199,13 +199,13 @@ def test_aggregate_pipeline_refuses_backfill_reprocess_and_rewind(spark, tmp_pat
     topic = create_topic(name, 1)
     config = aggregate_config(tmp_path, name, topic)
     produce(topic, [event(k, 0) for k in range(10)])
-    r = run_cli("run", "--config", config)
+    r = cli_here("run", "--config", config)
     assert r.returncode == 0, r.stderr[-2000:]
     before = query(f"SELECT * FROM {name} ORDER BY customer")
     backfill = ["backfill", "--topic", topic, "--from-offset", "0", "--to-offset", "10"]
     for args in (backfill, [*backfill, "--reprocess"],
                  ["offsets", "set", "--topic", topic, "--to", "earliest", "--yes"]):
-        r = run_cli(*args, "--config", config)
+        r = cli_here(*args, "--config", config)
         assert r.returncode == 2, (args, r.stderr[-2000:])
         line = one_error_line(r.stderr)
         assert "count them again" in line and "TRUNCATE" in line, line
@@ -289,7 +289,7 @@ def _two_topic_config(tmp_path, name: str, topics: list[str]) -> str:
 
 
 def _cli_ok(*args: str) -> str:
-    r = run_cli(*args)
+    r = cli_here(*args)
     assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
     return r.stdout
 

@@ -24,6 +24,7 @@ from pipeline.plan.offsets import plan_ranges
 from pipeline.store import Store, tables
 from pipeline.store.run import Run
 from tests.helpers import (
+    cli_here,
     create_topic,
     init_cli,
     init_db,
@@ -111,11 +112,11 @@ def assert_refused_naming(r, transform: str, topic: str, offset: int, name: str)
     assert "one row per Kafka record" in r.stderr
 
 
-def test_a_transform_returning_two_rows_for_one_record_is_exit_2_naming_it(stack, tmp_path):
+def test_a_transform_returning_two_rows_for_one_record_is_exit_2_naming_it(spark, tmp_path):
     transform = f"{TRANSFORMS}:order_7_twice"
     topic, name, config = transform_pipeline(tmp_path, transform)
 
-    r = run_cli("run", "--config", config)
+    r = cli_here("run", "--config", config)
 
     # Before: exit 75 "another run published first", and every retry the same.
     assert_refused_naming(r, transform, topic, 7, name)
@@ -141,19 +142,19 @@ def test_rows_a_writer_lost_are_never_counted_as_filtered_nothing_commits(stack,
     assert query("SELECT count(*) FROM pipeline_ranges WHERE pipeline = %s", (name,)) == [(0,)]
 
 
-def test_two_rows_per_record_over_rows_already_there_are_refused_not_dropped(stack, tmp_path):
+def test_two_rows_per_record_over_rows_already_there_are_refused_not_dropped(spark, tmp_path):
     # Rows already in the planned range: the run's rows are merged (ON CONFLICT DO NOTHING),
     # where a second row for an offset used to vanish without a word.
     topic, name, config = transform_pipeline(tmp_path, f"{TRANSFORMS}:identity", records=5)
-    assert run_cli("run", "--config", config).returncode == 0
+    assert cli_here("run", "--config", config).returncode == 0
     produce_orders(topic, range(5, 10))
-    assert run_cli("offsets", "set", "--config", config, "--topic", topic, "--to", "earliest",
+    assert cli_here("offsets", "set", "--config", config, "--topic", topic, "--to", "earliest",
                    "--yes").returncode == 0
     transform = f"{TRANSFORMS}:every_order_twice"
     text = open(config).read().replace(f"{TRANSFORMS}:identity", transform)
     open(config, "w").write(text)
 
-    r = run_cli("run", "--config", config)
+    r = cli_here("run", "--config", config)
 
     assert_refused_naming(r, transform, topic, 0, name)
     assert result_keys(name) == [(topic, 0, o) for o in range(5)]

@@ -17,6 +17,7 @@ from pipeline.executor.content_hash import ContentHash
 from pipeline.plan.offsets import OffsetRange
 from tests.helpers import (
     BOOTSTRAP,
+    cli_here,
     create_topic,
     delete_records,
     make_settings,
@@ -172,7 +173,7 @@ def test_a_run_rolled_back_before_commit_leaves_no_ledger_row(spark, tmp_path):
     failed = run_cli("run", "--config", str(config),
                      env={"PIPELINE_FAULT": "before_commit:raise"})
     assert failed.returncode != 0 and ledger(s.name) == []
-    assert run_cli("run", "--config", str(config)).returncode == 0
+    assert cli_here("run", "--config", str(config)).returncode == 0
     assert [r[1:8] for r in ledger(s.name)] == [(0, 0, 10, 10, 10, 0, 0)]
 
 

@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 
 from tests.helpers import (
     BOOTSTRAP,
+    cli_here,
     create_topic,
     init_cli,
     produce_orders,
@@ -99,7 +100,7 @@ def test_timestamps_are_exact_utc_whatever_the_os_time_zone(stack, tmp_path):
         for i, at in enumerate(instants)]
 
 
-def test_strings_bytes_and_headers_round_trip_exactly(stack, tmp_path):
+def test_strings_bytes_and_headers_round_trip_exactly(spark, tmp_path):
     """Everything COPY text format escapes, plus what it must not touch."""
     topic = create_topic(unique("esc"), 1)
     tricky = ["tab\there", "new\nline", "cr\rlf\r\n", "back\\slash", "\\N", "", " padded ",
@@ -112,7 +113,7 @@ def test_strings_bytes_and_headers_round_trip_exactly(stack, tmp_path):
     assert p.flush(30) == 0
     json_name, raw_name = unique("escj"), unique("escr")
     for name, fmt in ((json_name, "json"), (raw_name, "raw")):
-        proc = run_cli("run", "--config", config_for(tmp_path, name, topic, fmt=fmt))
+        proc = cli_here("run", "--config", config_for(tmp_path, name, topic, fmt=fmt))
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert [r[0] for r in query(f"SELECT customer FROM {json_name} ORDER BY order_id")] \
         == tricky
@@ -132,12 +133,12 @@ def test_rerun_over_rows_already_present_keeps_them_and_adds_the_rest(spark, tmp
     name = unique("merge")
     config = config_for(tmp_path, name, topic)
     # A backfill lands [10, 20) first, as an operator might before the first ingest.
-    proc = run_cli("backfill", "--config", config, "--topic", topic, "--partition", "0",
+    proc = cli_here("backfill", "--config", config, "--topic", topic, "--partition", "0",
                    "--from-offset", "10", "--to-offset", "20")
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = query(f'SELECT "offset", run_id FROM {name} ORDER BY 1')
     assert [o for o, _ in first] == list(range(10, 20))
-    proc = run_cli("run", "--config", config, "--json")
+    proc = cli_here("run", "--config", config, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["records_read"] == 50 and summary["rows_written"] == 40
