@@ -17,12 +17,12 @@ from tests.airflow.conftest import dag_env, task
 from tests.helpers import (
     TEST_DB_NAME,
     TEST_DB_URL,
+    cli_here,
     create_topic,
     grant_job_role,
     produce_orders,
     query,
     result_keys,
-    run_cli,
     stack_env,
     toml_config,
     unique,
@@ -85,7 +85,7 @@ def secure_run(stack, airflow, tmp_path_factory):
     refs = {k: "x" for k in ("KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM",
                              "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD",
                              "KAFKA_SSL_CA_LOCATION")}
-    r = run_cli("init-db", "--config", str(config),
+    r = cli_here("init-db", "--config", str(config),
                 env={"PIPELINE__DATABASE__URL": TEST_DB_URL, **refs})
     assert r.returncode == 0, r.stderr[-2000:]
     grant_job_role("public", name)

@@ -20,6 +20,7 @@ from tests.helpers import (
     TEST_DB_NAME,
     TEST_DB_URL,
     admin,
+    cli_here,
     create_topic,
     produce,
     produce_orders,
@@ -83,7 +84,7 @@ class Secure:
     def init(self, name: str) -> None:
         """As the owner: the tables (init-db), then the role's grants (psql, the real file)."""
         config = self.config(name)
-        r = run_cli("init-db", "--config", config,
+        r = cli_here("init-db", "--config", config,
                     env={**self.env, "PIPELINE__DATABASE__URL": TEST_DB_URL})
         assert r.returncode == 0, r.stderr[-2000:]
         subprocess.run(["psql", TEST_DB_URL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v",
