@@ -25,6 +25,7 @@ from pipeline.driver.routing import (
 from pipeline.driver.schema_probe import with_schema_columns
 from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.driver.transaction_cut import NeedsUncapped, check_transaction_topic, decide_cut
+from pipeline.driver.transaction_prefetch import TransactionPrefetch
 from pipeline.errors import DataError
 from pipeline.plan.offsets import (
     OffsetRange,
@@ -276,40 +277,50 @@ def _read_and_publish(settings: Settings, store: Store, routes: RunRoutes, meta:
     """execute_ranges' read, stage and publishing transaction: (Published, the offset
     updates committed)."""
     run_id = run.id
-    with Publisher(store, tables, run, ranges,
-                   whole_transactions=transactions is not None) as publisher:
-        if sc is not None:
-            overlapped(lambda: publisher.expect_readers(
-                stage(sc, settings, routes, run, ranges, publisher.choose_wire)),
-                publisher.take, signals)
-            timer.lap("read_and_stage")
-        # What one attempt of each task staged: a retried task is not counted twice.
-        staged = publisher.staged()
-        staged_dead = sum(v["dead"] for v in staged.values())
-        if sc is not None:
-            records = publisher.records_read(staged)
-            log.info("read and staged %d records of %s in %.1f s", records,
-                     describe(ranges), timer.stages["read_and_stage"],
-                     extra={"event": "read.done", "records": records,
-                            "dead_letters": staged_dead, "tasks": len(publisher.parts),
-                            "ranges": [r.as_dict() for r in ranges],
-                            "duration": timer.stages["read_and_stage"]})
-        for t in tables:
-            _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
-        faults.inject("after_stage")
-        if topic_ids and ranges:
-            # A topic recreated after the plan: what was read may be either topic's.
-            check_topic_ids({t: {i} for t, i in topic_ids.items()},
-                            meta.topic_ids(list(topic_ids)), "the planned ranges")
-        cut = None
-        if transactions is not None:
-            cut = decide_cut(settings, store, meta, publisher.segments(),
-                             transactions.partitions, run_id, transactions.capped)
-            offset_updates = cut.offset_updates(offset_updates)
-        with signals.shielded():
-            published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,
-                                         cut=cut)
-    return published, offset_updates
+    prefetch = None
+    if transactions is not None and sc is not None:
+        # The transaction topic's ENDs are read during the data's read (from where they
+        # stand now), not after it: the cut keeps them (driver/transaction_prefetch.py).
+        prefetch = TransactionPrefetch.start(
+            settings, meta, lambda: store.offsets.load([settings.sink.transactions]))
+    try:
+        with Publisher(store, tables, run, ranges,
+                       whole_transactions=transactions is not None) as publisher:
+            if sc is not None:
+                overlapped(lambda: publisher.expect_readers(
+                    stage(sc, settings, routes, run, ranges, publisher.choose_wire)),
+                    publisher.take, signals)
+                timer.lap("read_and_stage")
+            # What one attempt of each task staged: a retried task is not counted twice.
+            staged = publisher.staged()
+            staged_dead = sum(v["dead"] for v in staged.values())
+            if sc is not None:
+                records = publisher.records_read(staged)
+                log.info("read and staged %d records of %s in %.1f s", records,
+                         describe(ranges), timer.stages["read_and_stage"],
+                         extra={"event": "read.done", "records": records,
+                                "dead_letters": staged_dead, "tasks": len(publisher.parts),
+                                "ranges": [r.as_dict() for r in ranges],
+                                "duration": timer.stages["read_and_stage"]})
+            for t in tables:
+                _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
+            faults.inject("after_stage")
+            if topic_ids and ranges:
+                # A topic recreated after the plan: what was read may be either topic's.
+                check_topic_ids({t: {i} for t, i in topic_ids.items()},
+                                meta.topic_ids(list(topic_ids)), "the planned ranges")
+            cut = None
+            if transactions is not None:
+                cut = decide_cut(settings, store, meta, publisher.segments(),
+                                 transactions.partitions, run_id, transactions.capped, prefetch)
+                offset_updates = cut.offset_updates(offset_updates)
+            with signals.shielded():
+                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,
+                                             cut=cut)
+        return published, offset_updates
+    finally:
+        if prefetch is not None:
+            prefetch.close()
 
 
 def _check_bad_records(run_id: int, table: RunTable, ranges: Sequence[OffsetRange],

@@ -28,8 +28,8 @@ What goes wrong, decided here once:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, DataError
@@ -84,21 +84,65 @@ def check_position(settings: Settings, meta, stored: Mapping[TopicPartition, int
 
 
 def read_transaction_ends(settings: Settings, meta, stored: Mapping[TopicPartition, int],
-                          data_topics=()) -> TransactionTopicRead:
+                          data_topics=(), earlier: TransactionTopicRead | None = None
+                          ) -> TransactionTopicRead:
     """The END events of ``[sink] transactions`` from ``stored`` (store.offsets.load of the
     topic; its earliest offset when none) to its latest. ``meta``: the run's KafkaMeta;
-    ``data_topics``: the topics the run reads (the transaction topic must not be one)."""
+    ``data_topics``: the topics the run reads (the transaction topic must not be one);
+    ``earlier``: what this run read of the topic while Spark read the data
+    (driver/transaction_prefetch.py), whose ENDs are kept where it read the same start
+    (``continued``): then only the offsets after it are read."""
     topic = settings.sink.transactions
     if topic in data_topics:
         raise ConfigError(f"'sink.transactions' = {topic!r} is also one of the topics the "
                           "pipeline reads: it holds BEGIN/END events, not changes; take it out "
                           "of the pipeline's topics")
     topic_id, current, start, latest, lost = _position(settings, meta, stored)
-    ends = tuple(_ends(settings, topic, start, latest))
-    log.info("transaction topic %s[%d] [%d, %d): %d END events", topic, PARTITION, start,
-             latest, len(ends), extra={"event": "transactions.read", "topic": topic,
-                                       "from": start, "until": latest, "ends": len(ends)})
+    ends, resumed = continued(earlier, current, start, latest,
+                              lambda a, b: _ends(settings, topic, a, b))
+    log.info("transaction topic %s[%d] [%d, %d): %d END events%s", topic, PARTITION, start,
+             latest, len(ends), f" ([{start}, {resumed}) read during the data's read)"
+             if resumed > start else "",
+             extra={"event": "transactions.read", "topic": topic, "from": start,
+                    "until": latest, "ends": len(ends), "read_before": resumed - start})
     return TransactionTopicRead(topic, current, start, latest, ends, lost, topic_id)
+
+
+def planned_read(settings: Settings, meta, stored: Mapping[TopicPartition, int]
+                 ) -> TransactionTopicRead:
+    """The read read_transaction_ends would do now, its ENDs not read yet (``ends`` empty):
+    for the read ahead of driver/transaction_prefetch.py. Raises as read_transaction_ends
+    does (a data loss skipped is not logged here: the run's own read logs it)."""
+    topic_id, current, start, latest, lost = _position(settings, meta, stored, quiet=True)
+    return TransactionTopicRead(settings.sink.transactions, current, start, latest, (), lost,
+                                topic_id)
+
+
+def read_planned(settings: Settings, planned: TransactionTopicRead, stop=None
+                 ) -> TransactionTopicRead:
+    """``planned`` (planned_read) with its ENDs read; ``stop()`` true between two batches
+    gives up (raises Abandoned)."""
+    return replace(planned, ends=tuple(_ends(settings, planned.topic, planned.start,
+                                             planned.latest, stop)))
+
+
+class Abandoned(Exception):
+    """A read ahead given up (read_planned's ``stop``)."""
+
+
+def continued(earlier: TransactionTopicRead | None, stored: int | None, start: int,
+              latest: int, read: Callable[[int, int], Iterable[TransactionEnd]]
+              ) -> tuple[tuple[TransactionEnd, ...], int]:
+    """(the END events of ``[start, latest)``, the offset up to which ``earlier`` gave
+    them): ``earlier``'s ENDs and ``read(earlier.latest, latest)`` where ``earlier`` read
+    from the same stored offset and start and ``latest`` is not below its end; else
+    ``read(start, latest)`` alone, as if there were no earlier read (a start that moved: an
+    offset stored meanwhile, ENDs lost to retention and skipped; a topic whose end went
+    back). ``read``: the ENDs of ``[a, b)`` in offset order. Pure but for ``read``."""
+    if (earlier is None or earlier.stored != stored or earlier.start != start
+            or not earlier.start <= earlier.latest <= latest):
+        return tuple(read(start, latest)), start
+    return earlier.ends + tuple(read(earlier.latest, latest)), earlier.latest
 
 
 def _position(settings: Settings, meta, stored: Mapping[TopicPartition, int],
@@ -154,8 +198,9 @@ def _position(settings: Settings, meta, stored: Mapping[TopicPartition, int],
     return topic_id, current, start, held.latest, lost
 
 
-def _ends(settings: Settings, topic: str, start: int, until: int):
-    """The END events of ``[start, until)``, in offset order."""
+def _ends(settings: Settings, topic: str, start: int, until: int, stop=None):
+    """The END events of ``[start, until)``, in offset order; ``stop()`` true between two
+    batches raises Abandoned."""
     if until <= start:
         return
     from pipeline.driver.kafka_records import batches
@@ -166,6 +211,8 @@ def _ends(settings: Settings, topic: str, start: int, until: int):
     decode = _decoder(settings)
     for batch in batches(reader, OffsetRange(topic, PARTITION, start, until),
                          k.timeout_seconds, "transaction topic"):
+        if stop is not None and stop():
+            raise Abandoned(f"the read of {topic}[{PARTITION}] [{start}, {until}) given up")
         for m in batch:
             if m.value() is None:
                 continue  # a tombstone: no transaction event
