@@ -208,30 +208,48 @@ def _ends(settings: Settings, topic: str, start: int, until: int, stop=None):
 
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-transactions")
-    decode = _decoder(settings)
+    payload = _payloads(settings)
     for batch in batches(reader, OffsetRange(topic, PARTITION, start, until),
                          k.timeout_seconds, "transaction topic"):
         if stop is not None and stop():
             raise Abandoned(f"the read of {topic}[{PARTITION}] [{start}, {until}) given up")
         for m in batch:
-            if m.value() is None:
+            value = m.value()
+            if value is None:
                 continue  # a tombstone: no transaction event
             try:
-                doc = decode(m.value())
+                doc = payload(value)
             except ValueError as e:  # not JSON (orjson's error is one), not Avro
                 raise decode_error(topic, m.offset(), str(e) or type(e).__name__) from None
-            end = parse_event(doc, topic, m.offset())
+            end = _event(doc, topic, m.offset())
             if end is not None:
                 yield end
 
 
-def _decoder(settings: Settings):
-    """The transaction topic's values -> dicts: Avro in the Confluent wire format by the
-    registry (sink.format = "avro", the connector's converter), else JSON."""
+def _payloads(settings: Settings):
+    """The transaction topic's values -> their events (``payload`` of Kafka Connect's JSON
+    with schemas): Avro in the Confluent wire format by the registry (sink.format =
+    "avro", the connector's converter), else JSON. With the schema envelope only the
+    payload is parsed, where the schema before it (the same for every event) parses alone
+    (formats/debezium/plans.py: the split is exact, anything else the whole value's parse):
+    the schema is most of an event's bytes."""
     if settings.sink.format != "avro":
         import orjson
 
-        return orjson.loads
+        from pipeline.formats.debezium.plans import UNPLANNABLE, Plans
+
+        loads = orjson.loads
+        schemas = Plans(loads, lambda schema: True)
+
+        def json(value: bytes):
+            plan, payload = schemas.of(value)
+            if plan is not UNPLANNABLE:
+                try:
+                    return loads(payload)
+                except ValueError:  # the whole value's parse says why
+                    pass
+            return _unwrapped(loads(value))
+        return json
     from fastavro import schemaless_reader
 
     from pipeline.formats.avro.format import decode_wire
@@ -239,7 +257,8 @@ def _decoder(settings: Settings):
 
     def avro(value: bytes):
         try:
-            return decode_wire(settings.schema_registry, value, schemaless_reader, "value")[0]
+            return _unwrapped(decode_wire(settings.schema_registry, value, schemaless_reader,
+                                          "value")[0])
         except Refused as e:
             raise _NotAnEvent(e.message) from None
     return avro
@@ -249,12 +268,22 @@ class _NotAnEvent(ValueError):
     pass
 
 
+def _unwrapped(doc):
+    """Kafka Connect's JSON with schemas: the payload; anything else as it is."""
+    if type(doc) is dict and "payload" in doc and "schema" in doc and len(doc) == 2:
+        return doc["payload"]
+    return doc
+
+
 def parse_event(doc, topic: str, offset: int) -> TransactionEnd | None:
     """A transaction event's value (parsed JSON, with or without the schema envelope, or a
     decoded Avro record) -> its TransactionEnd, None for a BEGIN. Raises DataError naming
     the offset for anything else."""
-    if type(doc) is dict and "payload" in doc and "schema" in doc and len(doc) == 2:
-        doc = doc["payload"]  # Kafka Connect's JSON with schemas
+    return _event(_unwrapped(doc), topic, offset)
+
+
+def _event(doc, topic: str, offset: int) -> TransactionEnd | None:
+    """parse_event of an event without the schema envelope."""
     status = doc.get("status") if type(doc) is dict else None
     if status == "BEGIN":
         return None

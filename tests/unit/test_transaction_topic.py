@@ -113,3 +113,40 @@ def test_the_cut_keeps_the_ends_read_ahead_only_where_its_read_starts_where_thei
     assert continued(first, None, 0, 4, read) == ((end(1), end(3)), 2)
     assert continued(first, 0, 0, 4, read)[1] == 0  # stored meanwhile: read again
 
+
+def test_a_transaction_events_payload_is_parsed_alone_as_the_whole_value_would_read_it():
+    """The schema envelope's schema (most of an event's bytes, the same for every event)
+    is parsed once, only the payload of each event: what the whole value's parse gives,
+    and garbage fails as it did (the payload of a value that is not one JSON text is not
+    taken alone, an envelope inside the payload is not unwrapped)."""
+    import json
+
+    import orjson
+
+    from pipeline.driver.transaction_topic import _payloads, _unwrapped
+
+    schema = {"type": "struct", "fields": [{"field": "status", "type": "string"}],
+              "name": "io.debezium.connector.common.TransactionMetadataValue"}
+    begin = {"status": "BEGIN", "id": "742:1", "event_count": None, "data_collections": None}
+    end = {"status": "END", "id": "742:2", "event_count": 1, "data_collections": [
+        {"data_collection": "public.orders", "event_count": 1}]}
+    good = [json.dumps({"schema": schema, "payload": p}, separators=(",", ":")).encode()
+            for p in (begin, end)] + [json.dumps({"schema": schema, "payload": end}).encode(),
+                                      json.dumps(end).encode()]
+    nested = json.dumps({"schema": schema, "payload": {"schema": {}, "payload": end}},
+                        separators=(",", ":")).encode()
+    bad = [b'{"schema":{"type":"struct"},"payload":{"status":"END",}}',  # payload broken
+           b'{"schema":{"type":"struct","payload":1},"payload":{}}',  # split inside S
+           b'{"schema":{"type":"struct"},"payload":{}}}',  # a brace too many
+           b'{"schema":[1,],"payload":{"status":"BEGIN"}}',  # the schema broken
+           b'{"schema":1,"payload":2,"payload":3}']  # a payload that is no JSON alone
+    decode = _payloads(settings(**DEBEZIUM, transactions="shop.transaction"))
+    for value in [*good, nested, *bad] * 2:  # the second time by the schemas kept
+        try:
+            want = _unwrapped(orjson.loads(value))
+        except ValueError:
+            with pytest.raises(ValueError):
+                decode(value)
+        else:
+            assert decode(value) == want, value
+    assert decode(nested) == {"schema": {}, "payload": end}
