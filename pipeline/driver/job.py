@@ -200,6 +200,7 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
     signals = signals or StopSignals()
     run_id, kind = run.id, str(run.kind)
     tables = routes.reading(ranges)
+    prefetch = None
     try:
         if ranges and additions:
             # sink.evolve: before anything is read, in short transactions of their own, so
@@ -208,6 +209,12 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
             store.evolution.add_columns(run_id, additions)
         store.staging.create(run)
         sc = None
+        if ranges and transactions is not None:
+            # The transaction topic's ENDs are read while Spark starts and reads the data
+            # (from where they stand now), not after the read: the cut keeps them
+            # (driver/transaction_prefetch.py).
+            prefetch = TransactionPrefetch.start(
+                settings, meta, lambda: store.offsets.load([settings.sink.transactions]))
         if ranges:
             sc = start_spark(settings, sum(r.count for r in ranges))
             signals.sc = sc
@@ -218,7 +225,7 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
             try:
                 published, offset_updates = _read_and_publish(
                     settings, store, routes, meta, run, sc, tables, ranges, offset_updates,
-                    timer, signals, topic_ids, transactions)
+                    timer, signals, topic_ids, transactions, prefetch)
                 break
             except NeedsUncapped as blocked:
                 # A source transaction larger than the run's budget: read to the latest
@@ -250,6 +257,8 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
                         "offsets": [u.range.as_dict(count=False) for u in offset_updates],
                         "duration": timer.stages["publish"]})
     except BaseException as caught:
+        if prefetch is not None:
+            prefetch.close()
         with signals.held():
             e = signals.stop_error(caught)
             try:
@@ -273,54 +282,45 @@ def _read_and_publish(settings: Settings, store: Store, routes: RunRoutes, meta:
                       run: Run, sc, tables: Sequence[RunTable], ranges: Sequence[OffsetRange],
                       offset_updates: Sequence[PlannedPartition], timer: Timer,
                       signals: StopSignals, topic_ids: dict[str, str] | None,
-                      transactions: TransactionPlan | None):
+                      transactions: TransactionPlan | None,
+                      prefetch: TransactionPrefetch | None = None):
     """execute_ranges' read, stage and publishing transaction: (Published, the offset
-    updates committed)."""
+    updates committed); ``prefetch``: the transaction topic's ENDs being read meanwhile."""
     run_id = run.id
-    prefetch = None
-    if transactions is not None and sc is not None:
-        # The transaction topic's ENDs are read during the data's read (from where they
-        # stand now), not after it: the cut keeps them (driver/transaction_prefetch.py).
-        prefetch = TransactionPrefetch.start(
-            settings, meta, lambda: store.offsets.load([settings.sink.transactions]))
-    try:
-        with Publisher(store, tables, run, ranges,
-                       whole_transactions=transactions is not None) as publisher:
-            if sc is not None:
-                overlapped(lambda: publisher.expect_readers(
-                    stage(sc, settings, routes, run, ranges, publisher.choose_wire)),
-                    publisher.take, signals)
-                timer.lap("read_and_stage")
-            # What one attempt of each task staged: a retried task is not counted twice.
-            staged = publisher.staged()
-            staged_dead = sum(v["dead"] for v in staged.values())
-            if sc is not None:
-                records = publisher.records_read(staged)
-                log.info("read and staged %d records of %s in %.1f s", records,
-                         describe(ranges), timer.stages["read_and_stage"],
-                         extra={"event": "read.done", "records": records,
-                                "dead_letters": staged_dead, "tasks": len(publisher.parts),
-                                "ranges": [r.as_dict() for r in ranges],
-                                "duration": timer.stages["read_and_stage"]})
-            for t in tables:
-                _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
-            faults.inject("after_stage")
-            if topic_ids and ranges:
-                # A topic recreated after the plan: what was read may be either topic's.
-                check_topic_ids({t: {i} for t, i in topic_ids.items()},
-                                meta.topic_ids(list(topic_ids)), "the planned ranges")
-            cut = None
-            if transactions is not None:
-                cut = decide_cut(settings, store, meta, publisher.segments(),
-                                 transactions.partitions, run_id, transactions.capped, prefetch)
-                offset_updates = cut.offset_updates(offset_updates)
-            with signals.shielded():
-                published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,
-                                             cut=cut)
-        return published, offset_updates
-    finally:
-        if prefetch is not None:
-            prefetch.close()
+    with Publisher(store, tables, run, ranges,
+                   whole_transactions=transactions is not None) as publisher:
+        if sc is not None:
+            overlapped(lambda: publisher.expect_readers(
+                stage(sc, settings, routes, run, ranges, publisher.choose_wire)),
+                publisher.take, signals)
+            timer.lap("read_and_stage")
+        # What one attempt of each task staged: a retried task is not counted twice.
+        staged = publisher.staged()
+        staged_dead = sum(v["dead"] for v in staged.values())
+        if sc is not None:
+            records = publisher.records_read(staged)
+            log.info("read and staged %d records of %s in %.1f s", records,
+                     describe(ranges), timer.stages["read_and_stage"],
+                     extra={"event": "read.done", "records": records,
+                            "dead_letters": staged_dead, "tasks": len(publisher.parts),
+                            "ranges": [r.as_dict() for r in ranges],
+                            "duration": timer.stages["read_and_stage"]})
+        for t in tables:
+            _check_bad_records(run_id, t, ranges, staged, several=len(tables) > 1)
+        faults.inject("after_stage")
+        if topic_ids and ranges:
+            # A topic recreated after the plan: what was read may be either topic's.
+            check_topic_ids({t: {i} for t, i in topic_ids.items()},
+                            meta.topic_ids(list(topic_ids)), "the planned ranges")
+        cut = None
+        if transactions is not None:
+            cut = decide_cut(settings, store, meta, publisher.segments(),
+                             transactions.partitions, run_id, transactions.capped, prefetch)
+            offset_updates = cut.offset_updates(offset_updates)
+        with signals.shielded():
+            published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,
+                                         cut=cut)
+    return published, offset_updates
 
 
 def _check_bad_records(run_id: int, table: RunTable, ranges: Sequence[OffsetRange],
