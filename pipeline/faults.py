@@ -40,6 +40,12 @@ VERIFY_POINTS = (
     "verify_chunk",  # before a partition's (next) offsets are verified
     "verify_read",  # Kafka's offsets of the partition known, before its records are read
 )
+# [sink] transactions' point (driver/transaction_prefetch.py; tests/integration/
+# test_debezium.py): in the thread that reads the transaction topic during the data's read,
+# after its read, before it hands the ENDs over.
+TRANSACTION_POINTS = (
+    "transactions_read_ahead",
+)
 WAIT_SECONDS = 300
 
 _SPEC = os.environ.get("PIPELINE_FAULT", "")

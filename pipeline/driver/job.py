@@ -25,6 +25,7 @@ from pipeline.driver.routing import (
 from pipeline.driver.schema_probe import with_schema_columns
 from pipeline.driver.signals import StopSignals, overlapped
 from pipeline.driver.transaction_cut import NeedsUncapped, check_transaction_topic, decide_cut
+from pipeline.driver.transaction_prefetch import TransactionPrefetch
 from pipeline.errors import DataError
 from pipeline.plan.offsets import (
     OffsetRange,
@@ -199,6 +200,7 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
     signals = signals or StopSignals()
     run_id, kind = run.id, str(run.kind)
     tables = routes.reading(ranges)
+    prefetch = None
     try:
         if ranges and additions:
             # sink.evolve: before anything is read, in short transactions of their own, so
@@ -207,6 +209,12 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
             store.evolution.add_columns(run_id, additions)
         store.staging.create(run)
         sc = None
+        if ranges and transactions is not None:
+            # The transaction topic's ENDs are read while Spark starts and reads the data
+            # (from where they stand now), not after the read: the cut keeps them
+            # (driver/transaction_prefetch.py).
+            prefetch = TransactionPrefetch.start(
+                settings, meta, lambda: store.offsets.load([settings.sink.transactions]))
         if ranges:
             sc = start_spark(settings, sum(r.count for r in ranges))
             signals.sc = sc
@@ -217,7 +225,7 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
             try:
                 published, offset_updates = _read_and_publish(
                     settings, store, routes, meta, run, sc, tables, ranges, offset_updates,
-                    timer, signals, topic_ids, transactions)
+                    timer, signals, topic_ids, transactions, prefetch)
                 break
             except NeedsUncapped as blocked:
                 # A source transaction larger than the run's budget: read to the latest
@@ -249,6 +257,8 @@ def execute_ranges(settings: Settings, store: Store, routes: RunRoutes, meta: Ka
                         "offsets": [u.range.as_dict(count=False) for u in offset_updates],
                         "duration": timer.stages["publish"]})
     except BaseException as caught:
+        if prefetch is not None:
+            prefetch.close()
         with signals.held():
             e = signals.stop_error(caught)
             try:
@@ -272,9 +282,10 @@ def _read_and_publish(settings: Settings, store: Store, routes: RunRoutes, meta:
                       run: Run, sc, tables: Sequence[RunTable], ranges: Sequence[OffsetRange],
                       offset_updates: Sequence[PlannedPartition], timer: Timer,
                       signals: StopSignals, topic_ids: dict[str, str] | None,
-                      transactions: TransactionPlan | None):
+                      transactions: TransactionPlan | None,
+                      prefetch: TransactionPrefetch | None = None):
     """execute_ranges' read, stage and publishing transaction: (Published, the offset
-    updates committed)."""
+    updates committed); ``prefetch``: the transaction topic's ENDs being read meanwhile."""
     run_id = run.id
     with Publisher(store, tables, run, ranges,
                    whole_transactions=transactions is not None) as publisher:
@@ -304,7 +315,7 @@ def _read_and_publish(settings: Settings, store: Store, routes: RunRoutes, meta:
         cut = None
         if transactions is not None:
             cut = decide_cut(settings, store, meta, publisher.segments(),
-                             transactions.partitions, run_id, transactions.capped)
+                             transactions.partitions, run_id, transactions.capped, prefetch)
             offset_updates = cut.offset_updates(offset_updates)
         with signals.shielded():
             published = publisher.finish(offset_updates, timer.as_dict(), topic_ids,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeline.config import Settings
+from pipeline.driver.transaction_prefetch import TransactionPrefetch
 from pipeline.driver.transaction_topic import (
     PARTITION,
     TransactionTopicRead,
@@ -100,16 +101,18 @@ class RunCut:
 
 def decide_cut(settings: Settings, store, meta, staged: Mapping[TopicPartition, StagedRange],
                partitions: Sequence[PlannedPartition], run_id: int,
-               capped: bool) -> RunCut:
+               capped: bool, prefetch: TransactionPrefetch | None = None) -> RunCut:
     """The run's cut: the staged summaries of the chosen attempts (``staged``,
     Publisher.segments), the END events, the published transactions. ``partitions``:
-    every planned partition (empty ranges too); ``capped``: the plan capped a range.
+    every planned partition (empty ranges too); ``capped``: the plan capped a range;
+    ``prefetch``: the END events read during the data's read, kept where they still hold.
     Raises NeedsUncapped when nothing would be published while ``capped``."""
     planned = [p.range for p in partitions]
     topics = sorted({r.topic for r in planned})
     topic = settings.sink.transactions
+    earlier = prefetch.result() if prefetch is not None else None
     stored = store.offsets.load([topic])
-    metadata = read_transaction_ends(settings, meta, stored, topics)
+    metadata = read_transaction_ends(settings, meta, stored, topics, earlier)
     read = read_partitions(staged, planned)
     keys = {e.tx for e in metadata.ends} | {
         tx for p in read for tx in p.events}

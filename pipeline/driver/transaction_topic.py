@@ -28,8 +28,8 @@ What goes wrong, decided here once:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, DataError
@@ -84,21 +84,65 @@ def check_position(settings: Settings, meta, stored: Mapping[TopicPartition, int
 
 
 def read_transaction_ends(settings: Settings, meta, stored: Mapping[TopicPartition, int],
-                          data_topics=()) -> TransactionTopicRead:
+                          data_topics=(), earlier: TransactionTopicRead | None = None
+                          ) -> TransactionTopicRead:
     """The END events of ``[sink] transactions`` from ``stored`` (store.offsets.load of the
     topic; its earliest offset when none) to its latest. ``meta``: the run's KafkaMeta;
-    ``data_topics``: the topics the run reads (the transaction topic must not be one)."""
+    ``data_topics``: the topics the run reads (the transaction topic must not be one);
+    ``earlier``: what this run read of the topic while Spark read the data
+    (driver/transaction_prefetch.py), whose ENDs are kept where it read the same start
+    (``continued``): then only the offsets after it are read."""
     topic = settings.sink.transactions
     if topic in data_topics:
         raise ConfigError(f"'sink.transactions' = {topic!r} is also one of the topics the "
                           "pipeline reads: it holds BEGIN/END events, not changes; take it out "
                           "of the pipeline's topics")
     topic_id, current, start, latest, lost = _position(settings, meta, stored)
-    ends = tuple(_ends(settings, topic, start, latest))
-    log.info("transaction topic %s[%d] [%d, %d): %d END events", topic, PARTITION, start,
-             latest, len(ends), extra={"event": "transactions.read", "topic": topic,
-                                       "from": start, "until": latest, "ends": len(ends)})
+    ends, resumed = continued(earlier, current, start, latest,
+                              lambda a, b: _ends(settings, topic, a, b))
+    log.info("transaction topic %s[%d] [%d, %d): %d END events%s", topic, PARTITION, start,
+             latest, len(ends), f" ([{start}, {resumed}) read during the data's read)"
+             if resumed > start else "",
+             extra={"event": "transactions.read", "topic": topic, "from": start,
+                    "until": latest, "ends": len(ends), "read_before": resumed - start})
     return TransactionTopicRead(topic, current, start, latest, ends, lost, topic_id)
+
+
+def planned_read(settings: Settings, meta, stored: Mapping[TopicPartition, int]
+                 ) -> TransactionTopicRead:
+    """The read read_transaction_ends would do now, its ENDs not read yet (``ends`` empty):
+    for the read ahead of driver/transaction_prefetch.py. Raises as read_transaction_ends
+    does (a data loss skipped is not logged here: the run's own read logs it)."""
+    topic_id, current, start, latest, lost = _position(settings, meta, stored, quiet=True)
+    return TransactionTopicRead(settings.sink.transactions, current, start, latest, (), lost,
+                                topic_id)
+
+
+def read_planned(settings: Settings, planned: TransactionTopicRead, stop=None
+                 ) -> TransactionTopicRead:
+    """``planned`` (planned_read) with its ENDs read; ``stop()`` true between two batches
+    gives up (raises Abandoned)."""
+    return replace(planned, ends=tuple(_ends(settings, planned.topic, planned.start,
+                                             planned.latest, stop)))
+
+
+class Abandoned(Exception):
+    """A read ahead given up (read_planned's ``stop``)."""
+
+
+def continued(earlier: TransactionTopicRead | None, stored: int | None, start: int,
+              latest: int, read: Callable[[int, int], Iterable[TransactionEnd]]
+              ) -> tuple[tuple[TransactionEnd, ...], int]:
+    """(the END events of ``[start, latest)``, the offset up to which ``earlier`` gave
+    them): ``earlier``'s ENDs and ``read(earlier.latest, latest)`` where ``earlier`` read
+    from the same stored offset and start and ``latest`` is not below its end; else
+    ``read(start, latest)`` alone, as if there were no earlier read (a start that moved: an
+    offset stored meanwhile, ENDs lost to retention and skipped; a topic whose end went
+    back). ``read``: the ENDs of ``[a, b)`` in offset order. Pure but for ``read``."""
+    if (earlier is None or earlier.stored != stored or earlier.start != start
+            or not earlier.start <= earlier.latest <= latest):
+        return tuple(read(start, latest)), start
+    return earlier.ends + tuple(read(earlier.latest, latest)), earlier.latest
 
 
 def _position(settings: Settings, meta, stored: Mapping[TopicPartition, int],
@@ -154,8 +198,9 @@ def _position(settings: Settings, meta, stored: Mapping[TopicPartition, int],
     return topic_id, current, start, held.latest, lost
 
 
-def _ends(settings: Settings, topic: str, start: int, until: int):
-    """The END events of ``[start, until)``, in offset order."""
+def _ends(settings: Settings, topic: str, start: int, until: int, stop=None):
+    """The END events of ``[start, until)``, in offset order; ``stop()`` true between two
+    batches raises Abandoned."""
     if until <= start:
         return
     from pipeline.driver.kafka_records import batches
@@ -163,28 +208,48 @@ def _ends(settings: Settings, topic: str, start: int, until: int):
 
     k = settings.kafka
     reader = reader_config(k.client_config(), k.isolation_level, f"{settings.name}-transactions")
-    decode = _decoder(settings)
+    payload = _payloads(settings)
     for batch in batches(reader, OffsetRange(topic, PARTITION, start, until),
                          k.timeout_seconds, "transaction topic"):
+        if stop is not None and stop():
+            raise Abandoned(f"the read of {topic}[{PARTITION}] [{start}, {until}) given up")
         for m in batch:
-            if m.value() is None:
+            value = m.value()
+            if value is None:
                 continue  # a tombstone: no transaction event
             try:
-                doc = decode(m.value())
+                doc = payload(value)
             except ValueError as e:  # not JSON (orjson's error is one), not Avro
                 raise decode_error(topic, m.offset(), str(e) or type(e).__name__) from None
-            end = parse_event(doc, topic, m.offset())
+            end = _event(doc, topic, m.offset())
             if end is not None:
                 yield end
 
 
-def _decoder(settings: Settings):
-    """The transaction topic's values -> dicts: Avro in the Confluent wire format by the
-    registry (sink.format = "avro", the connector's converter), else JSON."""
+def _payloads(settings: Settings):
+    """The transaction topic's values -> their events (``payload`` of Kafka Connect's JSON
+    with schemas): Avro in the Confluent wire format by the registry (sink.format =
+    "avro", the connector's converter), else JSON. With the schema envelope only the
+    payload is parsed, where the schema before it (the same for every event) parses alone
+    (formats/debezium/plans.py: the split is exact, anything else the whole value's parse):
+    the schema is most of an event's bytes."""
     if settings.sink.format != "avro":
         import orjson
 
-        return orjson.loads
+        from pipeline.formats.debezium.plans import UNPLANNABLE, Plans
+
+        loads = orjson.loads
+        schemas = Plans(loads, lambda schema: True)
+
+        def json(value: bytes):
+            plan, payload = schemas.of(value)
+            if plan is not UNPLANNABLE:
+                try:
+                    return loads(payload)
+                except ValueError:  # the whole value's parse says why
+                    pass
+            return _unwrapped(loads(value))
+        return json
     from fastavro import schemaless_reader
 
     from pipeline.formats.avro.format import decode_wire
@@ -192,7 +257,8 @@ def _decoder(settings: Settings):
 
     def avro(value: bytes):
         try:
-            return decode_wire(settings.schema_registry, value, schemaless_reader, "value")[0]
+            return _unwrapped(decode_wire(settings.schema_registry, value, schemaless_reader,
+                                          "value")[0])
         except Refused as e:
             raise _NotAnEvent(e.message) from None
     return avro
@@ -202,12 +268,22 @@ class _NotAnEvent(ValueError):
     pass
 
 
+def _unwrapped(doc):
+    """Kafka Connect's JSON with schemas: the payload; anything else as it is."""
+    if type(doc) is dict and "payload" in doc and "schema" in doc and len(doc) == 2:
+        return doc["payload"]
+    return doc
+
+
 def parse_event(doc, topic: str, offset: int) -> TransactionEnd | None:
     """A transaction event's value (parsed JSON, with or without the schema envelope, or a
     decoded Avro record) -> its TransactionEnd, None for a BEGIN. Raises DataError naming
     the offset for anything else."""
-    if type(doc) is dict and "payload" in doc and "schema" in doc and len(doc) == 2:
-        doc = doc["payload"]  # Kafka Connect's JSON with schemas
+    return _event(_unwrapped(doc), topic, offset)
+
+
+def _event(doc, topic: str, offset: int) -> TransactionEnd | None:
+    """parse_event of an event without the schema envelope."""
     status = doc.get("status") if type(doc) is dict else None
     if status == "BEGIN":
         return None

@@ -22,9 +22,9 @@ last_offset, records_before, digest_before_hex], ...], "events": {tx: distinct e
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from pipeline.executor.content_hash import ContentHash
 from pipeline.plan.replays import Identities, Replays
@@ -68,25 +68,49 @@ class RangeSegments:
             h.add(records[start:])
 
     def blob(self) -> bytes:
+        import orjson
+
         events = Counter(tx for tx, _ in self.replays.seen)
-        return json.dumps({"segments": self.segments, "events": events,
-                           "started": self.started, "replayed": self.replays.runs},
-                          separators=(",", ":")).encode()
+        return orjson.dumps({"segments": self.segments, "events": events,
+                             "started": self.started, "replayed": self.replays.runs})
+
+
+class Summary(NamedTuple):
+    """A SEGMENTS blob read back: ``segments`` [(tx, first_offset, last_offset,
+    records_before, digest_before)], ``events`` {tx: distinct events}, ``started`` {tx:
+    first Kafka ms}, ``replayed`` the offset runs (first, last) of changes read earlier in
+    the range (written again)."""
+
+    segments: list[tuple[str | None, int, int, int, bytes]]
+    events: dict[str, int]
+    started: dict[str, int]
+    replayed: tuple[tuple[int, int], ...]
+
+
+def summary(blob: bytes) -> Summary:
+    """A SEGMENTS blob back, parsed once (a backlog's blob holds a segment per source
+    transaction: tens of thousands)."""
+    import orjson
+
+    doc = orjson.loads(blob)
+    fromhex = bytes.fromhex
+    return Summary([(tx, first, last, before, fromhex(digest))
+                    for tx, first, last, before, digest in doc["segments"]], doc["events"],
+                   doc.get("started", {}), tuple((a, b) for a, b in doc.get("replayed", ())))
 
 
 def parse(blob: bytes) -> tuple[list[tuple[str | None, int, int, int, bytes]], dict[str, int]]:
     """A SEGMENTS blob back: ([(tx, first_offset, last_offset, records_before,
     digest_before)], {tx: distinct events})."""
-    doc = json.loads(blob)
-    return ([(tx, first, last, before, bytes.fromhex(digest))
-             for tx, first, last, before, digest in doc["segments"]], doc["events"])
+    s = summary(blob)
+    return s.segments, s.events
 
 
 def started(blob: bytes) -> dict[str, int]:
     """A SEGMENTS blob's first Kafka timestamp (ms) of each transaction in the range."""
-    return json.loads(blob).get("started", {})
+    return summary(blob).started
 
 
 def replayed(blob: bytes) -> tuple[tuple[int, int], ...]:
     """A SEGMENTS blob's offset runs of changes read earlier in the range (written again)."""
-    return tuple((a, b) for a, b in json.loads(blob).get("replayed", ()))
+    return summary(blob).replayed

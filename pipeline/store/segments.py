@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from pipeline.executor.content_hash import ContentHash
-from pipeline.executor.segments import parse, replayed, started
+from pipeline.executor.segments import summary
 from pipeline.executor.staging import HASH, SEGMENTS
 from pipeline.plan.offsets import OffsetRange, TopicPartition
 from pipeline.plan.transactions import ReadPartition, Segment
@@ -78,13 +78,13 @@ def staged_ranges(conn, staging: sql.Composable, parts: Mapping[int, int]
                              f"({out[r.tp].range}, {r}): a pipeline that keeps source "
                              "transactions whole reads each partition in one task "
                              "(split_ranges(..., whole=True))")
-        segments, events = parse(bytes(blob))
+        segments, events, first_ms, replays = summary(bytes(blob))
         records, digest = hashes[(t, p, lo, hi)]
         out[r.tp] = StagedRange(
             ReadPartition(r, tuple(Segment(tx, first, last) for tx, first, last, _, _
-                                   in segments), events, replayed(bytes(blob))),
+                                   in segments), events, replays),
             {first: (before, d) for _, first, _, before, d in segments}, records, digest,
-            started(bytes(blob)))
+            first_ms)
     return out
 
 

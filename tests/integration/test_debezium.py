@@ -567,3 +567,68 @@ def test_a_run_of_more_source_transactions_than_a_statement_binds_publishes_them
     assert json.loads(r.stdout)["transactions"]["replayed"] == 66_000
     assert query(f'SELECT count(*), sum(v) FROM "{name}".rows') == [
         (n, sum(tx % 7 for tx in range(1, n + 1)))]
+
+
+def row_change(tx: int) -> tuple[bytes, bytes]:
+    """Source transaction ``tx``'s one change: a create of row ``tx`` in table rows."""
+    return json.dumps({"id": tx}).encode(), json.dumps({
+        "before": None, "after": {"id": tx, "v": tx}, "op": "c",
+        "source": {"connector": "postgresql", "table": "rows", "txId": tx},
+        "transaction": {"id": f"{tx}:1", "total_order": 1, "data_collection_order": 1},
+    }).encode()
+
+
+def test_ends_written_after_the_transaction_topic_was_read_ahead_are_read_by_the_cut(
+        spark, tmp_path):
+    """[sink] transactions: the transaction topic is read during the data's read
+    (driver/transaction_prefetch.py), here held at its end until the END of transaction 2
+    is written: the cut keeps the END of 1 read ahead and reads the one of 2 after it, so
+    the run publishes both, whole (either one not read would leave its transaction out),
+    and not 3, whose END is not written."""
+    from tests.integration._reliability import finish, start_cli
+
+    name = unique("dbzahead")
+    rows, metadata = create_topic(f"{name}.public.rows", 1), create_topic(f"{name}.transaction", 1)
+    produce(rows, [row_change(tx) for tx in (1, 2, 3)])
+    produce(metadata, [tx_end("1", rows=1)])
+    config = transactions_config(tmp_path / "ahead.toml", name, [rows], metadata,
+                                 'id = "long not null"\nv = "long"\n')
+    go = tmp_path / "go"
+    run = start_cli("run", "--config", config, "--json",
+                    env={"PIPELINE_FAULT": f"transactions_read_ahead:wait={go}"})
+    for line in run.stderr:
+        if "fault injection: waiting at transactions_read_ahead" in line:
+            break
+    else:
+        raise AssertionError(f"the run ended before its read ahead: {finish(run)}")
+    produce(metadata, [tx_end("2", rows=1)])
+    go.touch()
+    code, out, err = finish(run)
+    assert code == 0, err[-3000:]
+    assert "([0, 1) read during the data's read)" in err
+    assert json.loads(out)["transactions"]["included"] == 2
+    assert query(f'SELECT id FROM "{name}".rows ORDER BY id') == [(1,), (2,)]
+    assert query(f'SELECT topic, next_offset FROM "{name}".pipeline_offsets ORDER BY 1'
+                 ) == sorted([(rows, 2), (metadata, 2)])
+
+
+def test_a_failed_read_ahead_of_the_transaction_topic_is_read_again_by_the_cut(
+        spark, tmp_path):
+    """[sink] transactions: the thread that reads the transaction topic during the data's
+    read fails; the cut reads the topic itself, as if nothing had been read ahead: the run
+    publishes the whole transactions (1 and 2) and leaves out the one whose END is not
+    written yet (3)."""
+    name = unique("dbzaheadfail")
+    rows, metadata = create_topic(f"{name}.public.rows", 1), create_topic(f"{name}.transaction", 1)
+    produce(rows, [row_change(tx) for tx in (1, 2, 3)])
+    produce(metadata, [tx_end("1", rows=1), tx_end("2", rows=1)])
+    config = transactions_config(tmp_path / "fails.toml", name, [rows], metadata,
+                                 'id = "long not null"\nv = "long"\n')
+    r = run_cli("run", "--config", config, "--json",
+                env={"PIPELINE_FAULT": "transactions_read_ahead:raise"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"the read ahead of {metadata}[0] [0, 2) failed (InjectedFault" in r.stderr
+    assert json.loads(r.stdout)["transactions"]["included"] == 2
+    assert query(f'SELECT id FROM "{name}".rows ORDER BY id') == [(1,), (2,)]
+    assert query(f'SELECT topic, next_offset FROM "{name}".pipeline_offsets ORDER BY 1'
+                 ) == sorted([(rows, 2), (metadata, 2)])

@@ -91,3 +91,30 @@ def test_a_number_the_exact_parser_keeps_is_read_as_written():
             "t", 0, [Record(0, v)]).rows for v in (value, full_parse(value))]
         assert lines[0] == lines[1]
         assert fields_of(lines[0][0]) == ["1", balance, "0.5"]
+
+
+def test_a_float_outside_what_is_read_of_a_change_keeps_the_payload_parsed_alone():
+    # An exact column (the standard library's parser decides a float's digits): a float
+    # in the images or the transaction block sends the value to the whole value's parse;
+    # one in the source block (not read) does not, and both parses give the same lines.
+    fields = [{"field": "id", "type": "int64"}, {"field": "balance", "type": "double"}]
+    columns = (("id", "long", True), ("balance", "decimal", False))
+    plain = connect_value(fields, {"id": 1, "balance": 2})
+
+    def with_(old: bytes, new: bytes) -> bytes:
+        assert old in plain
+        return plain.replace(old, new)
+
+    values = {"source": with_(b'"source":{"db":"shop"}', b'"source":{"db":"shop","t":0.5}'),
+              "after": with_(b'"balance":2', b'"balance":0.1000000000000000055511'),
+              "transaction": with_(b'"source":', b'"transaction":{"id":"7:1","total_order":'
+                                   b'1.0,"data_collection_order":1e0},"source":')}
+    for part, value in values.items():
+        enc = Encoder("debezium", columns, 1, tombstone_key=("id",))
+        whole = enc.format.loads
+        parsed_whole = []
+        enc.format.loads = lambda v, whole=whole, seen=parsed_whole: seen.append(v) or whole(v)
+        lines = enc.encode("t", 0, [Record(0, value)]).rows
+        assert lines == Encoder("debezium", columns, 1, tombstone_key=("id",)).encode(
+            "t", 0, [Record(0, full_parse(value))]).rows
+        assert (value in parsed_whole) == (part != "source"), part

@@ -70,6 +70,9 @@ from pipeline.formats.types import column_type
 from pipeline.formats.wire.text import TEXT, Unstorable
 
 _DAY0 = date(1970, 1, 1)
+# What of a change's payload is read (change(), transaction_of): a float elsewhere (the
+# source block's) changes nothing the full parse would read otherwise.
+READ = ("after", "before", "transaction")
 
 
 class NotAChange(ValueError):
@@ -251,7 +254,8 @@ class DebeziumFormat:
         self.plans = {docs: Plans(self.loads, lambda s, d=docs: _image_plans(s, d))
                        for docs in {self.documents, frozenset()}}
         # A payload parsed by orjson where the configured parser keeps numbers exact (wide
-        # decimals, jsonb) is taken only without a float in it (plans.floats).
+        # decimals, jsonb) is taken only without a float in what is read of it
+        # (plans.floats, READ).
         self._exact = self.json.surrogates_possible
         # rows()' deletes and truncates, by id: (the record, op, before image), for
         # delete_key, until the next batch (the record kept: its id is not reused).
@@ -274,7 +278,7 @@ class DebeziumFormat:
             except ValueError:  # the full parse says why
                 doc = None
             if (type(doc) is dict and type(doc.get("op")) is str
-                    and not (self._exact and floats(doc))):
+                    and not (self._exact and floats(doc, READ))):
                 if m is not None and self.sources is not None and (tx := transaction_of(doc)):
                     self.sources[m.offset()] = tx
                 for image, fields in zip(("after", "before"), plan, strict=True):

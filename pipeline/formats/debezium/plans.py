@@ -180,11 +180,22 @@ def decoded(image: dict, plan: tuple[tuple[str, Callable], ...]) -> dict:
     return out
 
 
-def floats(doc: dict) -> bool:
-    """Whether a parsed document holds a float anywhere: orjson reads a number with a
-    fraction or exponent, or an integer beyond 64 bits, as one, where the standard
-    library's parser (exact decimals: json.json_loader) keeps it exact."""
-    stack = [doc]
+def floats(doc: dict, parts: tuple[str, ...] | None = None) -> bool:
+    """Whether a parsed document holds a float anywhere (``parts``: in the values of these
+    keys of it): orjson reads a number with a fraction or exponent, or an integer beyond
+    64 bits, as one, where the standard library's parser (exact decimals:
+    json.json_loader) keeps it exact."""
+    if parts is not None:
+        stack = []
+        for part in parts:
+            v = doc.get(part)
+            t = type(v)
+            if t is float:
+                return True
+            if t is dict or t is list:
+                stack.append(v)
+    else:
+        stack = [doc]
     while stack:
         x = stack.pop()
         for v in x.values() if type(x) is dict else x:
