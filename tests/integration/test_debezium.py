@@ -30,6 +30,7 @@ from tests.helpers import (
     make_settings,
     produce,
     query,
+    run_cli,
     stored_offsets,
     unique,
     watermarks,
