@@ -222,6 +222,17 @@ def start_paused(*args: str, point: str, seconds: float) -> subprocess.Popen:
     raise AssertionError(f"the run ended before {point}: {proc.communicate()}")
 
 
+def start_waiting(*args: str, point: str, go: Path) -> subprocess.Popen:
+    """The real CLI with ``PIPELINE_FAULT=<point>:wait=<go>``, returned once it waits at that
+    point (faults.py says so on stderr) until the file ``go`` exists: a test acts at that
+    moment, however slow the machine, then touches ``go``."""
+    proc = start_cli(*args, env={"PIPELINE_FAULT": f"{point}:wait={go}"})
+    for line in proc.stderr:
+        if f"fault injection: waiting at {point}" in line:
+            return proc
+    raise AssertionError(f"the command ended before {point}: {finish(proc)}")
+
+
 def finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)

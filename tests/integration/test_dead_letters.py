@@ -38,7 +38,7 @@ from tests.helpers import (
     run_cli,
     unique,
 )
-from tests.integration._reliability import finish, init_db, start_cli
+from tests.integration._reliability import finish, init_db, start_waiting
 
 GOOD, DECIMAL, WORDS = 400, 600, 20  # per kind of record, over 2 partitions
 COLUMNS = {"order_id": "long not null", "customer": "string not null", "qty": "long"}
@@ -411,13 +411,7 @@ def test_an_offset_is_a_row_or_a_dead_letter_whichever_path_writes_it(spark, tmp
     # takes turns with it (exit 75), and the backfill's failures, whose offsets have rows,
     # become no dead letters: the rows stay.
     go = tmp_path / "go"
-    paused = start_cli(*backfill, "--config", strict,
-                       env={"PIPELINE_FAULT": f"after_stage:wait={go}"})
-    for line in paused.stderr:
-        if "fault injection: waiting at after_stage" in line:
-            break
-    else:
-        raise AssertionError(f"the backfill ended before publishing: {finish(paused)}")
+    paused = start_waiting(*backfill, "--config", strict, point="after_stage", go=go)
     replay = cli_here("dead-letters", "replay", "--config", double, "--yes")
     go.touch()
     code, out, err = finish(paused)

@@ -586,7 +586,7 @@ def test_ends_written_after_the_transaction_topic_was_read_ahead_are_read_by_the
     is written: the cut keeps the END of 1 read ahead and reads the one of 2 after it, so
     the run publishes both, whole (either one not read would leave its transaction out),
     and not 3, whose END is not written."""
-    from tests.integration._reliability import finish, start_cli
+    from tests.integration._reliability import finish, start_waiting
 
     name = unique("dbzahead")
     rows, metadata = create_topic(f"{name}.public.rows", 1), create_topic(f"{name}.transaction", 1)
@@ -595,13 +595,8 @@ def test_ends_written_after_the_transaction_topic_was_read_ahead_are_read_by_the
     config = transactions_config(tmp_path / "ahead.toml", name, [rows], metadata,
                                  'id = "long not null"\nv = "long"\n')
     go = tmp_path / "go"
-    run = start_cli("run", "--config", config, "--json",
-                    env={"PIPELINE_FAULT": f"transactions_read_ahead:wait={go}"})
-    for line in run.stderr:
-        if "fault injection: waiting at transactions_read_ahead" in line:
-            break
-    else:
-        raise AssertionError(f"the run ended before its read ahead: {finish(run)}")
+    run = start_waiting("run", "--config", config, "--json", point="transactions_read_ahead",
+                        go=go)
     produce(metadata, [tx_end("2", rows=1)])
     go.touch()
     code, out, err = finish(run)

@@ -27,7 +27,7 @@ from tests.helpers import (
     unique,
     wait_until,
 )
-from tests.integration._reliability import finish, init_db, kafka_records, start_cli
+from tests.integration._reliability import finish, init_db, kafka_records, start_waiting
 from tests.integration._verify import execute, ingested_twice, verify
 
 UPSERT_TOML = 'mode = "upsert"\nkey = ["order_id"]'
@@ -162,17 +162,6 @@ def test_records_compacted_away_after_they_were_published_are_not_compared(
     assert verify(config, "--skip-lost", capsys=capsys)[0] == EXIT_OK
 
 
-def start_waiting(config, *args: str, point: str, go) -> object:
-    """``pipeline verify`` in its own process, returned once it waits at ``point`` (until
-    the file ``go`` exists)."""
-    proc = start_cli("verify", "--config", str(config), *args,
-                     env={"PIPELINE_FAULT": f"{point}:wait={go}"})
-    for line in proc.stderr:
-        if f"fault injection: waiting at {point}" in line:
-            return proc
-    raise AssertionError(f"verify ended before {point}: {proc.communicate()}")
-
-
 def test_retention_deleting_while_verify_reads_is_not_compared_not_a_transient_error(
         spark, tmp_path):
     topic = create_topic(unique("vdeleting"), 1)
@@ -182,7 +171,7 @@ def test_retention_deleting_while_verify_reads_is_not_compared_not_a_transient_e
     config = tmp_path / "vdeleting.toml"
     config.write_text(toml_config(s.name, [topic], db_url=s.database_url))
     go = tmp_path / "go"
-    proc = start_waiting(config, "--json", point="verify_read", go=go)
+    proc = start_waiting("verify", "--config", str(config), "--json", point="verify_read", go=go)
     try:
         delete_records(topic, 0, 5)  # after verify asked Kafka where the log starts
     finally:
@@ -204,7 +193,8 @@ def test_verify_holds_no_snapshot_between_partitions_and_sees_a_run_published_me
     config = tmp_path / "vsnap.toml"
     config.write_text(toml_config(s.name, [topic], db_url=s.database_url))
     go = tmp_path / "go"
-    proc = start_waiting(config, "--json", point="verify_chunk", go=go)
+    proc = start_waiting("verify", "--config", str(config), "--json", point="verify_chunk",
+                         go=go)
     try:
         in_transaction = query(
             "SELECT pid, state FROM pg_stat_activity WHERE datname = current_database() "
