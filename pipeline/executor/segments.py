@@ -98,19 +98,3 @@ def summary(blob: bytes) -> Summary:
                     for tx, first, last, before, digest in doc["segments"]], doc["events"],
                    doc.get("started", {}), tuple((a, b) for a, b in doc.get("replayed", ())))
 
-
-def parse(blob: bytes) -> tuple[list[tuple[str | None, int, int, int, bytes]], dict[str, int]]:
-    """A SEGMENTS blob back: ([(tx, first_offset, last_offset, records_before,
-    digest_before)], {tx: distinct events})."""
-    s = summary(blob)
-    return s.segments, s.events
-
-
-def started(blob: bytes) -> dict[str, int]:
-    """A SEGMENTS blob's first Kafka timestamp (ms) of each transaction in the range."""
-    return summary(blob).started
-
-
-def replayed(blob: bytes) -> tuple[tuple[int, int], ...]:
-    """A SEGMENTS blob's offset runs of changes read earlier in the range (written again)."""
-    return summary(blob).replayed

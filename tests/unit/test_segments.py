@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.executor.content_hash import ContentHash
-from pipeline.executor.segments import RangeSegments, parse, replayed, started
+from pipeline.executor.segments import RangeSegments
+from pipeline.executor.segments import summary as read_back
 from pipeline.plan.offsets import OffsetRange
 from pipeline.plan.split import pack_ranges, split_ranges
 from pipeline.plan.transactions import Segment, TransactionEnd, cut_at_transactions
@@ -19,7 +20,7 @@ R = OffsetRange("shop.public.orders", 0, 10, 20)
 
 def staged(summary: RangeSegments, r: OffsetRange = R) -> StagedRange:
     """What store.segments.staged_ranges makes of the range's two staged summaries."""
-    segments, events = parse(summary.blob())
+    segments, events, *_ = read_back(summary.blob())
     from pipeline.plan.transactions import ReadPartition
 
     return StagedRange(ReadPartition(r, tuple(Segment(t, a, b) for t, a, b, _, _ in segments),
@@ -46,8 +47,8 @@ def test_changes_read_again_in_a_range_are_marked_with_the_tombstone_after_their
     summary = RangeSegments()
     summary.add([Record(o, v, k=k) for o, k, v, _ in spec[:4]], [s for *_, s in spec[:4]])
     summary.add([Record(o, v, k=k) for o, k, v, _ in spec[4:]], [s for *_, s in spec[4:]])
-    assert replayed(summary.blob()) == ((23, 25),)
-    segments, events = parse(summary.blob())
+    assert read_back(summary.blob()).replayed == ((23, 25),)
+    segments, events, *_ = read_back(summary.blob())
     # A delete's tombstone is in its segment: published, or left out, with it.
     assert [(t, a, b) for t, a, b, _, _ in segments] == [("5", 20, 25), ("6", 26, 26),
                                                        (None, 27, 27)]
@@ -59,14 +60,14 @@ def test_segments_are_runs_of_one_transaction_with_what_came_before_them():
     summary = RangeSegments()
     summary.add(records[:4], sources[:4])  # two batches: a segment never ends at one
     summary.add(records[4:], sources[4:])
-    segments, events = parse(summary.blob())
+    segments, events, *_ = read_back(summary.blob())
     assert [(t, a, b, n) for t, a, b, n, _ in segments] == [
         (None, 10, 10, 0), ("5", 11, 12, 1), (None, 13, 13, 3), ("6", 14, 14, 4),
         ("5", 15, 15, 5), ("6", 16, 16, 6), ("7", 17, 18, 7), (None, 19, 19, 9)]
     # Distinct events by their order in their table: a change written twice counts once.
     assert events == {"5": 2, "6": 1, "7": 2}
     # Each transaction's first Kafka timestamp: how long one without an END has waited.
-    assert started(summary.blob()) == {"5": records[1].ts, "6": records[4].ts,
+    assert read_back(summary.blob()).started == {"5": records[1].ts, "6": records[4].ts,
                                        "7": records[7].ts}
     for _, first, _, before, digest in segments:
         h = ContentHash()
