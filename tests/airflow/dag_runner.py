@@ -6,7 +6,6 @@ stdout, so that each run's log lines follow its RUN_MARKER.
   dag_runner.py check                      parse the DAGs folder like the dag processor
   dag_runner.py command DAG_ID TASK_ID     the spark-submit command that task would run,
                                            its connections resolved as on a worker
-  dag_runner.py test DAG_ID [CONF_JSON...] dag.test() once per conf (no conf: one run)
   dag_runner.py runs RUNS_JSON             dag.test() once per [DAG_ID, CONF] of the list,
                                            in its order (one Airflow start for them all)
 """
@@ -119,8 +118,6 @@ def main(argv: list[str]) -> None:
         result = check()
     elif argv[:1] == ["command"] and len(argv) == 3:
         result = command(argv[1], argv[2])
-    elif argv[:1] == ["test"] and len(argv) >= 2:
-        result = run_test([(argv[1], json.loads(c)) for c in argv[2:]] or [(argv[1], None)])
     elif argv[:1] == ["runs"] and len(argv) == 2:
         result = run_test([(dag_id, conf) for dag_id, conf in json.loads(argv[1])])
     else:
