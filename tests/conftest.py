@@ -201,12 +201,24 @@ def broker_alive_or_exit() -> None:
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as e:
-        log = STACK_DIR / "kafka" / "kafka.log"
-        tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
-        disk = shutil.disk_usage(STACK_DIR)
-        pytest.exit(f"the suite's broker at {BOOTSTRAP} is gone ({e}); "
-                    f"{disk.free >> 20} MB free under {STACK_DIR}; the end of {log}:\n"
-                    + "\n".join(tail), returncode=3)
+        report = broker_gone_report(e)
+        # scripts/test prints this file last: a long log's end is where CI shows it.
+        run = os.environ.get("PIPELINE_TEST_RUN", "")
+        (STACK_DIR / "broker-gone.txt").write_text(f"run {run}\n{report}\n")
+        pytest.exit(report, returncode=3)
+
+
+def broker_gone_report(error: OSError) -> str:
+    """What a reader needs to tell a full disk, the kernel's OOM killer and a crashed JVM
+    apart, from a CI log alone."""
+    log = STACK_DIR / "kafka" / "kafka.log"
+    tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+    disk = shutil.disk_usage(STACK_DIR)
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    crashes = sorted(str(p) for p in (STACK_DIR / "kafka").glob("hs_err_pid*.log"))
+    return (f"the suite's broker at {BOOTSTRAP} is gone ({error}); {disk.free >> 20} MB free "
+            f"under {STACK_DIR}; MemAvailable {meminfo['MemAvailable'].strip()}; "
+            f"JVM crash reports: {crashes or 'none'}; the end of {log}:\n" + "\n".join(tail))
 
 
 @pytest.fixture(scope="module", autouse=True)
