@@ -43,13 +43,21 @@ class SourceTransactions:
 
     def record(self, run: Run, keys: Collection[str]) -> int:
         """In the open (publishing) transaction: the transactions ``run`` publishes; one
-        published before keeps its first run. Returns how many are new."""
+        published before keeps its first run. Returns how many are new.
+
+        An anti-join, not ON CONFLICT DO NOTHING, whose speculative insertion of every row
+        cost ~1.7x as much (50,000 transactions: ~0.25 CPU-s more of the publishing
+        transaction): only an ingest run records (the cut), and one at a time per pipeline
+        (its run lock), so no other transaction inserts the same keys meanwhile."""
         if not keys:
             return 0
-        rows = select(literal(self.db.pipeline, Text), func.unnest(_keys(keys)),
-                      literal(run.id, BigInteger))
+        c = table.c
+        k = func.unnest(_keys(keys)).table_valued("tx").render_derived(name="k")  # distinct: _keys
+        known = select(c.tx).where(c.pipeline == self.db.pipeline, c.tx == k.c.tx)
+        rows = select(literal(self.db.pipeline, Text), k.c.tx, literal(run.id, BigInteger)
+                      ).where(~known.exists())
         return self.db.run(insert(table).from_select(["pipeline", "tx", "run_id"], rows)
-                           .on_conflict_do_nothing()).rowcount
+                           ).rowcount
 
     def prune(self, keep: timedelta = KEEP) -> int:
         """Forget what was published more than ``keep`` ago; how many."""
