@@ -45,9 +45,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pipeline.errors import DataError
 from pipeline.plan.offsets import OffsetRange, TopicPartition
+
+_UNASKED = object()
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,11 @@ class TransactionEnd:
     events: Mapping[str, int]
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """Consecutive records of one read range that belong to one source transaction;
-    ``tx`` None: records of none (a snapshot's reads, a tombstone)."""
+    ``tx`` None: records of none (a snapshot's reads, a tombstone). A named tuple: a
+    backlog's summaries hold one per source transaction (tens of thousands), made on the
+    driver between the read and the publish."""
 
     tx: str | None
     first_offset: int
@@ -156,6 +160,7 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
     for end in sorted(ends, key=lambda e: e.offset):
         first_end.setdefault(end.tx, end.offset)
     by_topic: dict[str, list[ReadPartition]] = {}
+    topics: dict[str, str | None] = {}  # topic_of's answers: a run's ENDs name a few
     for p in read:
         by_topic.setdefault(p.range.topic, []).append(p)
     order = _commit_order(first_end, published)
@@ -171,7 +176,9 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
         missing = {}
         behind = True
         for collection, want in end.events.items():
-            topic = topic_of(collection)
+            topic = topics.get(collection, _UNASKED)
+            if topic is _UNASKED:
+                topic = topics[collection] = topic_of(collection)
             if topic is None:
                 continue
             have = events.get((end.tx, topic), 0)
