@@ -156,8 +156,9 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
     for p in read:
         for tx, n in p.events.items():
             events[(tx, p.range.topic)] = events.get((tx, p.range.topic), 0) + n
+    ends = sorted(ends, key=lambda e: e.offset)  # commit order (usually as read: cheap)
     first_end: dict[str, int] = {}
-    for end in sorted(ends, key=lambda e: e.offset):
+    for end in ends:
         first_end.setdefault(end.tx, end.offset)
     by_topic: dict[str, list[ReadPartition]] = {}
     topics: dict[str, str | None] = {}  # topic_of's answers: a run's ENDs name a few
@@ -169,7 +170,7 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
     passed: list[str] = []
     metadata_next = None
     blocked = None
-    for end in sorted(ends, key=lambda e: e.offset):
+    for end in ends:
         if end.tx in done:  # again after a connector's restart, or published before
             metadata_next = end.offset + 1
             continue
