@@ -49,7 +49,7 @@ def start(settings: Settings):
 
     try:
         return get_context(settings.spark.master, settings.spark.conf,
-                           app_name=f"{settings.name}-verify")
+                           app_name=f"{settings.name}-verify", arrow=False)
     except Exception as e:  # noqa: BLE001 - a JVM that will not start is sorted here
         raise spark_start_error(e, settings) from None
 

@@ -26,6 +26,10 @@ def blob_spans(ends: Sequence[int], max_bytes: int, start: int = 0) -> list[tupl
 def line_chunks(lines: Sequence[str | bytes], max_bytes: int = BLOB_BYTES) -> Iterator[Sequence]:
     """Python lines (str or bytes) -> consecutive slices of at most ``max_bytes`` of UTF-8;
     nothing for no lines."""
+    if sum(map(len, lines)) * 4 <= max_bytes:  # UTF-8 takes at most 4 bytes a character:
+        if lines:                              # one blob, without measuring each line
+            yield lines
+        return
     ends = list(accumulate(len(x) if isinstance(x, bytes) or x.isascii() else
                            len(x.encode()) for x in lines))
     for i, j in blob_spans(ends, max_bytes):

@@ -5,8 +5,9 @@ Spark forks each Python worker from its daemon, so a module the daemon has impor
 every worker already, its pages shared until written: each worker no longer spends
 ~0.1-0.25 CPU-s importing pyarrow, confluent-kafka (its schema registry client alone
 0.10-0.13 s), psycopg and our formats (measured: docs/benchmarks.md). But every page the
-daemon holds at a fork counts again in each worker's RSS, so it holds no more than the
-workers need: no registry client for a run without one, no directory of spark-core's
+daemon holds at a fork counts again in each worker's RSS, and the first read task waits
+for its imports, so it holds no more than the workers need: no pyarrow for a built-in
+sink's run, no registry client for a run without one, no directory of spark-core's
 jar, and pyspark compiled once (its installed .pyc) rather than from pyspark.zip.
 
 Every step here is optional: a module missing from an environment (fastavro, the
@@ -28,8 +29,6 @@ import sys
 # tasks: executor/transform/) and their dependencies. Module paths: a unit test holds each
 # to a module that exists (a rename must not drop one silently).
 PREIMPORTS = (
-    "pyarrow",
-    "pyarrow.compute",
     "confluent_kafka",
     "psycopg",
     "orjson",
@@ -38,6 +37,13 @@ PREIMPORTS = (
     "pipeline.executor.task",
     "pipeline.formats.encode",
     "pipeline.formats.registry",
+)
+# What only a transform's tasks import (its Arrow feed and writers): pyarrow alone is
+# ~0.2 CPU-s, paid before the daemon forks its first worker, which the first read task
+# waits for; a built-in run's workers never import it.
+ARROW_PREIMPORTS = (
+    "pyarrow",
+    "pyarrow.compute",
     "pipeline.executor.transform.feed",
     "pipeline.executor.transform.writer",
     "pipeline.executor.transform.arrow_copy",
@@ -46,6 +52,9 @@ PREIMPORTS = (
     "pipeline.executor.transform.arrow_rows",
     "pipeline.executor.transform.arrow_columns",
 )
+# Set by the driver like REGISTRY_ENV: "0" when the run's workers read no Arrow (a built-in
+# sink's run); unset (a session of someone else's making) or anything else: preimported.
+ARROW_ENV = "PIPELINE_WORKERS_ARROW"
 
 
 # Only a run with a [schema_registry] (avro, protobuf) reads writer schemas by id: its
@@ -59,9 +68,11 @@ REGISTRY_ENV = "PIPELINE_WORKERS_SCHEMA_REGISTRY"
 
 
 def preimports(env=os.environ) -> tuple[str, ...]:
-    """What the daemon imports for this run: PREIMPORTS, and the registry client when the
-    driver said the workers will need it."""
-    return PREIMPORTS + (REGISTRY_PREIMPORTS if env.get(REGISTRY_ENV) == "1" else ())
+    """What the daemon imports for this run: PREIMPORTS, pyarrow and the transform's
+    modules unless the driver said the workers read no Arrow, and the registry client when
+    it said the workers will need it."""
+    return (PREIMPORTS + (ARROW_PREIMPORTS if env.get(ARROW_ENV) != "0" else ())
+            + (REGISTRY_PREIMPORTS if env.get(REGISTRY_ENV) == "1" else ()))
 
 
 def preimport(names: tuple[str, ...] | None = None) -> list[str]:

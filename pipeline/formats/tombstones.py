@@ -31,8 +31,8 @@ def key_fields(key: bytes | dict | None, columns: Sequence[tuple]) -> list[str]:
     JSON value (``42``, ``"A-17"``), or, for a string column, any UTF-8 text (``A-17``).
     Whitespace around the key is insignificant in every form, as JSON has it around a
     value: ``"42"\\n``, ``42\\n`` and ``42`` all name the row whose key is '42'."""
-    if type(key) is dict and _flat(key):  # as its JSON text would read back
-        return _fields(key, columns)
+    if type(key) is dict and (_flat_keys(key, columns) or _flat(key)):
+        return _fields(key, columns)  # as its JSON text would read back
     if type(key) is dict:  # a key document a format found (debezium's before image)
         key = json.dumps(key, default=str).encode()
     if key is None:
@@ -63,6 +63,19 @@ def _flat(doc: dict) -> bool:
 
 
 _SCALARS = (str, int, bool, type(None))
+
+
+def _flat_keys(doc: dict, columns: Sequence[tuple]) -> bool:
+    """Every key column is a top-level field of ``doc`` holding one of JSON's own scalars:
+    all that ``_fields`` reads reads back the same from its JSON text, whatever the other
+    fields hold (a Debezium delete's before image: its decimals, its timestamps), so no
+    JSON round trip is needed. (The documents here are parsed JSON: their keys are str.)"""
+    for name, _, _, *source in columns:
+        if source and tuple(source[0]) != (name,):
+            return False
+        if type(doc.get(name)) not in _SCALARS:
+            return False
+    return True
 
 
 def _fields(doc: dict, columns: Sequence[tuple]) -> list[str]:

@@ -45,9 +45,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pipeline.errors import DataError
 from pipeline.plan.offsets import OffsetRange, TopicPartition
+
+_UNASKED = object()
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,11 @@ class TransactionEnd:
     events: Mapping[str, int]
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """Consecutive records of one read range that belong to one source transaction;
-    ``tx`` None: records of none (a snapshot's reads, a tombstone)."""
+    ``tx`` None: records of none (a snapshot's reads, a tombstone). A named tuple: a
+    backlog's summaries hold one per source transaction (tens of thousands), made on the
+    driver between the read and the publish."""
 
     tx: str | None
     first_offset: int
@@ -152,10 +156,12 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
     for p in read:
         for tx, n in p.events.items():
             events[(tx, p.range.topic)] = events.get((tx, p.range.topic), 0) + n
+    ends = sorted(ends, key=lambda e: e.offset)  # commit order (usually as read: cheap)
     first_end: dict[str, int] = {}
-    for end in sorted(ends, key=lambda e: e.offset):
+    for end in ends:
         first_end.setdefault(end.tx, end.offset)
     by_topic: dict[str, list[ReadPartition]] = {}
+    topics: dict[str, str | None] = {}  # topic_of's answers: a run's ENDs name a few
     for p in read:
         by_topic.setdefault(p.range.topic, []).append(p)
     order = _commit_order(first_end, published)
@@ -164,14 +170,16 @@ def cut_at_transactions(ends: Sequence[TransactionEnd], read: Sequence[ReadParti
     passed: list[str] = []
     metadata_next = None
     blocked = None
-    for end in sorted(ends, key=lambda e: e.offset):
+    for end in ends:
         if end.tx in done:  # again after a connector's restart, or published before
             metadata_next = end.offset + 1
             continue
         missing = {}
         behind = True
         for collection, want in end.events.items():
-            topic = topic_of(collection)
+            topic = topics.get(collection, _UNASKED)
+            if topic is _UNASKED:
+                topic = topics[collection] = topic_of(collection)
             if topic is None:
                 continue
             have = events.get((end.tx, topic), 0)

@@ -386,7 +386,9 @@ class Upsert(Sink):
                                           sql.SQL("({})").format(key), latest=latest)
                                   ).fetchone()
         # Temp tables get no autovacuum: without statistics the joins below are planned blind.
-        conn.execute(sql.SQL("ANALYZE {}").format(latest))
+        # Only the columns they join and filter on: a statistic of every column (a wide
+        # text's too) cost ~3x as much (148 against ~45 ms for 42k rows).
+        conn.execute(sql.SQL("ANALYZE {} ({})").format(latest, identifiers(self._analyzed)))
         o = sql.Identifier(ORDER_TIME)
         if rows != keys:  # their order times compared with each other: carried on first
             several = sql.SQL("({lk}) IN (SELECT {key} FROM {latest} GROUP BY {key} HAVING "
@@ -480,6 +482,14 @@ class Upsert(Sink):
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
             latest, sql.Identifier(_CANDIDATES)))
         return Merged(written, deleted)
+
+    @property
+    def _analyzed(self) -> list[str]:
+        """The columns of the run's newest records the merge's statements join and filter
+        on (``_LATEST``'s statistics)."""
+        sink = self.settings
+        return [*sink.key, *_COORDINATES, *(["_tombstone"] if sink.deletes else []),
+                *([UNAVAILABLE] if self._debezium else [])]
 
     def _fill_rekeyed(self, conn: psycopg.Connection, src: sql.Identifier,
                       res: sql.Composable) -> None:

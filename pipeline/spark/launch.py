@@ -41,7 +41,8 @@ def start_spark(settings: Settings, records: int = 0):
             conf = {**conf, "spark.driver.extraJavaOptions":
                     f"{JVM_FLAGS[jvm]} {archive.options}"}
         sc = get_context(settings.spark.master, conf, jvm=jvm,
-                         schema_registry=settings.schema_registry is not None)
+                         schema_registry=settings.schema_registry is not None,
+                         arrow=transform)
         if archive is not None and archive.dump is not None and sc is not None:
             # None yet: this run goes without, and a detached process writes one after it
             # exits (spark/class_archive.py): neither the run nor its exit waits for it.

@@ -48,14 +48,15 @@ DAEMON_MODULE = "pipeline.executor.daemon"
 
 def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
                app_name: str = "kafka-offset-pipeline", jvm: str = "light",
-               schema_registry: bool = False):
+               schema_registry: bool = False, arrow: bool = True):
     """The job's SparkConf: our defaults where nothing set the key (spark-submit's --conf and
     spark-defaults.conf win, so a cluster can turn the UI back on), then the user's
     ``[spark.conf]`` over it. ``schema_registry``: the workers read writer schemas from a
-    registry (avro, protobuf), so the daemon preimports its client (executor/daemon.py)."""
+    registry (avro, protobuf), so the daemon preimports its client; ``arrow``: the workers
+    may read Arrow (a transform), so it preimports pyarrow (executor/daemon.py)."""
     from pyspark import SparkConf
 
-    from pipeline.executor.daemon import REGISTRY_ENV
+    from pipeline.executor.daemon import ARROW_ENV, REGISTRY_ENV
 
     conf = dict(conf or {})
     master = os.environ.get("PIPELINE_SPARK_MASTER", master)
@@ -109,7 +110,9 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         defaults[f"spark.executorEnv.{key}"] = os.environ[key]
     # Read by the daemon when it starts (after the JVM, whose environment it inherits).
     os.environ[REGISTRY_ENV] = "1" if schema_registry else "0"
-    defaults[f"spark.executorEnv.{REGISTRY_ENV}"] = os.environ[REGISTRY_ENV]
+    os.environ[ARROW_ENV] = "1" if arrow else "0"
+    for key in (REGISTRY_ENV, ARROW_ENV):
+        defaults[f"spark.executorEnv.{key}"] = os.environ[key]
     if jvm == "transform":
         defaults.update(TRANSFORM_PAGE_SIZE)
     for key, value in defaults.items():
@@ -123,14 +126,15 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
 
 def get_context(master: str = "local[2]", conf: dict[str, str] | None = None,
                 app_name: str = "kafka-offset-pipeline", jvm: str = "light",
-                schema_registry: bool = False):
+                schema_registry: bool = False, arrow: bool = True):
     """Get or create the process's SparkContext, without Spark SQL: the built-in sinks
     only schedule Python tasks, and a SparkSession's SQL state costs ~2 s more to start
     (docs/benchmarks.md). A session created later on this context inherits its conf."""
     from pyspark import SparkContext
 
     numpy_converter.install()  # before the first JVM call: no pandas on the driver
-    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, schema_registry))
+    sc = SparkContext.getOrCreate(spark_conf(master, conf, app_name, jvm, schema_registry,
+                                             arrow))
     sc.setLogLevel("WARN")
     return sc
 

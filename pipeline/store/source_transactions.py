@@ -11,11 +11,12 @@ runs of publishing the first; and Postgres reuses a transaction id after 2^32 tr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from datetime import timedelta
 
-from sqlalchemy import BigInteger, Text, any_, bindparam, delete, func, literal, select
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy import BigInteger, Text, bindparam, cast, delete, func, literal, select
+from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from pipeline.store.run import Run
 from pipeline.store.session import Session
@@ -31,25 +32,34 @@ class SourceTransactions:
     def __init__(self, db: Session):
         self.db = db
 
-    # Both statements bind the keys as ONE array parameter: a run's backlog may hold more
+    # Both statements bind the keys as ONE parameter: a run's backlog may hold more
     # transactions than the 65,535 parameters Postgres takes in a statement.
     def published(self, keys: Collection[str]) -> set[str]:
         """Which of ``keys`` this pipeline published (and has not pruned)."""
         if not keys:
             return set()
         c = table.c
+        k = _keys(keys)
         return set(self.db.run(select(c.tx).where(
-            c.pipeline == self.db.pipeline, c.tx == any_(_keys(keys)))).scalars())
+            c.pipeline == self.db.pipeline, c.tx.in_(select(k.c.tx)))).scalars())
 
     def record(self, run: Run, keys: Collection[str]) -> int:
         """In the open (publishing) transaction: the transactions ``run`` publishes; one
-        published before keeps its first run. Returns how many are new."""
+        published before keeps its first run. Returns how many are new.
+
+        An anti-join, not ON CONFLICT DO NOTHING, whose speculative insertion of every row
+        cost ~1.7x as much (50,000 transactions: ~0.25 CPU-s more of the publishing
+        transaction): only an ingest run records (the cut), and one at a time per pipeline
+        (its run lock), so no other transaction inserts the same keys meanwhile."""
         if not keys:
             return 0
-        rows = select(literal(self.db.pipeline, Text), func.unnest(_keys(keys)),
-                      literal(run.id, BigInteger))
+        c = table.c
+        k = _keys(keys)  # distinct
+        known = select(c.tx).where(c.pipeline == self.db.pipeline, c.tx == k.c.tx)
+        rows = select(literal(self.db.pipeline, Text), k.c.tx, literal(run.id, BigInteger)
+                      ).where(~known.exists())
         return self.db.run(insert(table).from_select(["pipeline", "tx", "run_id"], rows)
-                           .on_conflict_do_nothing()).rowcount
+                           ).rowcount
 
     def prune(self, keep: timedelta = KEEP) -> int:
         """Forget what was published more than ``keep`` ago; how many."""
@@ -60,4 +70,9 @@ class SourceTransactions:
 
 
 def _keys(keys: Collection[str]):
-    return bindparam("keys", list(dict.fromkeys(keys)), type_=ARRAY(Text))
+    """``keys``, distinct, as the rows ``k(tx)`` of ONE parameter: a JSON array's text (a
+    list bound as text[] is dumped element by element on the driver, ~55 ms for 50,000,
+    between the read and the publish; this ~10)."""
+    text = json.dumps(list(dict.fromkeys(keys)))
+    return func.jsonb_array_elements_text(cast(bindparam("keys", text, type_=Text), JSONB)
+                                          ).table_valued("tx").render_derived(name="k")

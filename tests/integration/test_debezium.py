@@ -526,6 +526,25 @@ def test_changes_kafka_connect_wrote_again_are_never_applied_again_nor_verified(
     assert sorted(t["replayed"] for t in json.loads(r.stdout)["tables"].values()) == [2, 8]
 
 
+def test_a_source_transaction_recorded_again_keeps_the_run_that_published_it_first(
+        stack, tmp_path):
+    """pipeline_source_transactions (store/source_transactions.py): a transaction recorded
+    again (its END read again after Kafka Connect's restart) keeps its first run, and only
+    the new ones count."""
+    from pipeline.settings.load import load_settings
+    from pipeline.store import Store
+
+    name = unique("dbzrec")
+    config = transactions_config(tmp_path / "rec.toml", name, [f"{name}.public.rows"],
+                                 f"{name}.transaction", 'id = "long not null"\n')
+    with Store(load_settings(config)) as store:
+        first, second = store.runs.start("ingest"), store.runs.start("ingest")
+        assert store.source_transactions.record(first, ["741", "742"]) == 2
+        assert store.source_transactions.record(second, ["742", "743", "743"]) == 1
+    assert query(f'SELECT tx, run_id FROM "{name}".pipeline_source_transactions ORDER BY 1'
+                 ) == [("741", first.id), ("742", first.id), ("743", second.id)]
+
+
 def test_a_run_of_more_source_transactions_than_a_statement_binds_publishes_them_whole(
         spark, tmp_path):
     """[sink] transactions: a run's backlog of 70,000 source transactions (a first run after

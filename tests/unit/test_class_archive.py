@@ -214,8 +214,9 @@ def test_a_first_run_starts_without_dump_options_and_leaves_the_dump_to_after_it
     from pipeline.spark.session import JVM_FLAGS
 
     started, at_exit = [], []
-    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
-                        started.append(conf.get("spark.driver.extraJavaOptions")) or object())
+    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry,
+                        arrow: started.append(conf.get("spark.driver.extraJavaOptions"))
+                        or object())
     monkeypatch.setattr(launch.atexit, "register", lambda f, *args: at_exit.append(
         (f.__name__, args)))
     base = settings()

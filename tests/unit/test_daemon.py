@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.executor.daemon import (
+    ARROW_ENV,
+    ARROW_PREIMPORTS,
     PREIMPORTS,
     REGISTRY_ENV,
     REGISTRY_PREIMPORTS,
@@ -38,7 +40,8 @@ def test_every_preimport_names_a_module_that_exists():
     # leave every worker to import it again.
     from importlib.util import find_spec
 
-    missing = [name for name in PREIMPORTS + REGISTRY_PREIMPORTS if find_spec(name) is None]
+    missing = [name for name in PREIMPORTS + ARROW_PREIMPORTS + REGISTRY_PREIMPORTS
+               if find_spec(name) is None]
     assert missing == []
 
 
@@ -145,10 +148,11 @@ def test_preimports_leave_faults_to_each_worker():
     # value would be the daemon's, not each worker's. A fresh interpreter, as the daemon is.
     code = ("import sys; from pipeline.executor.daemon import preimport; "
             "done = preimport(); print(len(done), 'pipeline.faults' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k not in (ARROW_ENV, REGISTRY_ENV)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
-    assert out == [str(len(PREIMPORTS)), "False"]
+                         env={**env, "PYTHONPATH": str(ROOT)}).stdout.split()
+    assert out == [str(len(PREIMPORTS + ARROW_PREIMPORTS)), "False"]
 
 
 @pytest.mark.parametrize("flag, loaded", [(None, False), ("0", False), ("1", True)])
@@ -165,6 +169,34 @@ def test_the_registry_client_is_preimported_only_for_a_run_that_reads_with_one(f
                          check=True, cwd=ROOT,
                          env={**env, "PYTHONPATH": str(ROOT)}).stdout.split()
     assert out == [str(loaded), "True"]
+
+
+@pytest.mark.parametrize("flag, loaded", [(None, True), ("1", True), ("0", False)])
+def test_pyarrow_is_preimported_unless_the_run_reads_no_arrow(flag, loaded):
+    # A built-in sink's workers never import pyarrow (~0.2 CPU-s): its daemon, which the
+    # first read task waits for, must not either. A session the driver did not configure
+    # (no flag) keeps it, as a transform's workers need it.
+    env = {k: v for k, v in os.environ.items() if k != ARROW_ENV}
+    if flag is not None:
+        env[ARROW_ENV] = flag
+    code = ("import sys; from pipeline.executor.daemon import preimport; preimport(); "
+            "print('pyarrow' in sys.modules, 'pipeline.executor.consume' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT,
+                         env={**env, "PYTHONPATH": str(ROOT)}).stdout.split()
+    assert out == [str(loaded), "True"]
+
+
+def test_the_driver_tells_the_daemon_whether_the_run_reads_arrow(monkeypatch):
+    from pipeline.spark import session
+
+    monkeypatch.setenv("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
+    monkeypatch.setenv(ARROW_ENV, "1")  # an earlier run's value is not kept
+    conf = session.spark_conf("local[2]", {}, arrow=False)
+    assert os.environ[ARROW_ENV] == "0"
+    assert conf.get(f"spark.executorEnv.{ARROW_ENV}") == "0"  # a cluster's daemon
+    session.spark_conf("local[2]", {})
+    assert os.environ[ARROW_ENV] == "1"
 
 
 def test_the_driver_tells_the_daemon_whether_the_run_reads_a_registry(monkeypatch):

@@ -118,3 +118,61 @@ def test_a_float_outside_what_is_read_of_a_change_keeps_the_payload_parsed_alone
         assert lines == Encoder("debezium", columns, 1, tombstone_key=("id",)).encode(
             "t", 0, [Record(0, full_parse(value))]).rows
         assert (value in parsed_whole) == (part != "source"), part
+
+
+def connect_key(fields: list[dict], payload: dict) -> bytes:
+    """A Kafka key as JsonConverter writes it (compact)."""
+    return json.dumps({"schema": {"type": "struct", "fields": fields}, "payload": payload},
+                      separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_keys_payload_read_alone_names_the_row_the_whole_key_names(exact):
+    # A tombstone's Kafka key (and a delete's without a before image) by its schema's plan:
+    # the same key fields as the whole key's parse; a float in it (an exact column beside:
+    # the standard library's parser decides its digits) goes to the whole parse.
+    fields = [{"field": "order_id", "type": "int64"},
+              {"field": "placed", "type": "int32", "name": "io.debezium.time.Date"}]
+    columns = (("order_id", "long", True), ("placed", "date", True),
+               ("total", "decimal" if exact else "decimal(10,2)", False))
+    keys = [connect_key(fields, {"order_id": 7, "placed": 19_000}),
+            connect_key(fields, {"order_id": 8, "placed": 19_001.0}),
+            connect_key(fields, {"order_id": 9}), b'{"order_id": 10, "placed": "2022-01-01"}']
+    delete = connect_value(fields, None, op="d").replace(b'"before":null', b'"before":{}')
+
+    def encoded(wrap):
+        enc = Encoder("debezium", columns, 1, tombstone_key=("order_id", "placed"))
+        return enc.encode("t", 0, [Record(i, v, k=wrap(k)) for i, k in enumerate(keys)
+                                   for v in (None, delete)])
+
+    planned, whole = encoded(lambda k: k), encoded(full_parse)
+    assert (planned.rows, planned.tombstones) == (whole.rows, whole.tombstones)
+    # A dead letter holds the key's bytes as they are: the same errors.
+    assert [d.split("\t")[-2:] for d in planned.dead] == [
+        d.split("\t")[-2:] for d in whole.dead]
+    assert [line.split("\t")[4:6] for line in planned.tombstones] == [
+        ["7", "2022-01-08"]] * 2 + [["10", "2022-01-01"]] * 2
+    assert len(planned.dead) == 4 and "placed" in planned.dead[2]
+
+
+def test_a_deletes_before_image_names_the_key_its_json_text_names():
+    # A delete's before image (REPLICA IDENTITY DEFAULT: every column, decoded: decimals,
+    # dates) names its key by the key columns alone, as its JSON text read back does.
+    from decimal import Decimal
+
+    from pipeline.formats.tombstones import key_fields
+    from pipeline.formats.types import column_type
+
+    columns = [(n, column_type(t).from_json, t, (n,))
+               for n, t in (("id", "long"), ("sku", "string"))]
+    for before in ({"id": 3, "sku": "A-1", "total": Decimal("1.50"), "on": "2022-01-08"},
+                   {"id": 3, "sku": "\u00e9\\n\t", "total": None},
+                   {"id": True, "sku": "x"}, {"id": 3, "sku": 5}, {"id": 3}):
+        as_text = json.dumps(before, default=str).encode()
+        try:
+            want = key_fields(as_text, columns)
+        except ValueError as e:
+            with pytest.raises(type(e), match=str(e)):
+                key_fields(before, columns)
+            continue
+        assert key_fields(before, columns) == want

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -180,3 +181,24 @@ def test_verify_compares_a_decimals_scale_and_a_sums_but_not_a_maxs():
         "total": "sum(amount)", "top": "max(amount)"}, columns={"k": "long",
                                                                  "amount": "decimal"}))
     assert aggregate.state_scaled() == {"total"}
+
+
+@pytest.mark.parametrize("declared, value", [
+    ("decimal(10,2)", "123.45"), ("decimal(10,2)", "-0.00"), ("decimal(2,2)", "0.05"),
+    ("decimal(2,2)", "-0.99"), ("decimal(4,2)", "123.45"), ("decimal(4,2)", "99.99"),
+    ("decimal(10,2)", "12345678.90"), ("decimal(10,2)", "123456789.00"),
+    ("decimal(10,2)", "1.5"), ("decimal(10,2)", "1.505"), ("decimal(10,2)", "1E+2"),
+    ("decimal(12,8)", "0.00000001"), ("decimal(38,10)", "1234567890123456789.0123456789")])
+def test_a_decimal_of_the_columns_scale_is_written_as_its_text_is(declared, value):
+    # Debezium's decimals arrive as Decimals of the column's scale: written as they are,
+    # with the same size check, the same text and error as the value written as text.
+    from pipeline.formats.json.values import OutOfRange
+
+    convert = column_type(declared).from_json
+    try:
+        want = convert(value)
+    except OutOfRange as e:
+        with pytest.raises(OutOfRange, match=re.escape(str(e).split(" is too")[1])):
+            convert(Decimal(value))
+        return
+    assert convert(Decimal(value)) == want

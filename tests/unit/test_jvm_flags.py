@@ -28,16 +28,18 @@ def no_running_jvm(monkeypatch, tmp_path):
 @pytest.mark.parametrize("transform, jvm", [(None, "light"), ("m:f", "transform")])
 def test_every_run_starts_its_jvm_with_the_light_flags(monkeypatch, transform, jvm):
     seen = {}
-    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
-                        seen.update(jvm=jvm, conf=conf, registry=schema_registry))
+    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry,
+                        arrow: seen.update(jvm=jvm, conf=conf, registry=schema_registry,
+                                           arrow=arrow))
     settings = parse_settings({
         "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "k:9092", "topics": ["t"]},
         "database": {"url": "postgresql://h/db"},
         "sink": {"format": "json", "table": "t", "columns": {"id": "long"},
                  **({"transform": transform} if transform else {})}}, environ={})
     launch.start_spark(settings, 2_000_000)
-    # A json run's daemon leaves the schema registry client out (executor/daemon.py).
-    assert (seen["jvm"], seen["registry"]) == (jvm, False)
+    # A json run's daemon leaves the schema registry client out, and pyarrow unless a
+    # transform's workers read Arrow (executor/daemon.py).
+    assert (seen["jvm"], seen["registry"], seen["arrow"]) == (jvm, False, bool(transform))
     for kind in ("light", "transform"):
         assert "-XX:TieredStopAtLevel=1" in JVM_FLAGS[kind]
         assert "-XX:+UseSerialGC" in JVM_FLAGS[kind]
@@ -60,8 +62,8 @@ def test_no_jvm_runs_without_arrows_bounds_and_null_checks(monkeypatch):
 
 def test_an_avro_runs_daemon_preimports_the_schema_registry_client(monkeypatch):
     seen = {}
-    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry:
-                        seen.update(registry=schema_registry))
+    monkeypatch.setattr(session, "get_context", lambda master, conf, jvm, schema_registry,
+                        arrow: seen.update(registry=schema_registry))
     launch.start_spark(parse_settings({
         "pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "k:9092", "topics": ["t"]},
         "database": {"url": "postgresql://h/db"},

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+from binascii import a2b_base64
 from collections.abc import Sequence
 from decimal import Decimal
 
@@ -70,7 +71,10 @@ def variable_scale(x) -> Decimal:
     KeyError, TypeError."""
     value = x["value"]
     if type(value) is str:
-        value = base64.b64decode(value, validate=True)
+        try:  # what strict mode takes, b64decode(validate=True) reads the same, faster
+            value = a2b_base64(value, strict_mode=True)
+        except ValueError:  # it decides (and raises) for anything else
+            value = base64.b64decode(value, validate=True)
     if type(value) is not bytes or type(x["scale"]) is not int:
         raise TypeError("not a VariableScaleDecimal")
     return scaled(int.from_bytes(value, "big", signed=True), x["scale"])

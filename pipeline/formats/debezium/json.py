@@ -159,6 +159,10 @@ def variable_scale_by_shape(image: dict, columns: Sequence[tuple]) -> dict:
     (exactly those keys) decoded as a VariableScaleDecimal."""
     out = image
     for _, path in columns:
+        if len(path) == 1:  # a top-level field: the usual, and no lookup's cost
+            x = image.get(path[0])
+            if type(x) is not dict:
+                continue
         try:
             x = paths.lookup(image, path)
         except paths.NotAnObject:
@@ -253,6 +257,8 @@ class DebeziumFormat:
         # decoded for jsonb columns) and delete_key's (as change() without them).
         self.plans = {docs: Plans(self.loads, lambda s, d=docs: _image_plans(s, d))
                        for docs in {self.documents, frozenset()}}
+        # A Kafka key's: its fields' decoders (decode(doc, _struct_fields(schema))).
+        self.key_plans = Plans(self.loads, lambda s: decoders(_struct_fields(s), (), _decoded))
         # A payload parsed by orjson where the configured parser keeps numbers exact (wide
         # decimals, jsonb) is taken only without a float in what is read of it
         # (plans.floats, READ).
@@ -382,18 +388,22 @@ class DebeziumFormat:
         key = m.key()
         if key is None:
             return before
-        try:
-            doc, schema = unwrap(self.loads(key))
-        except Exception:  # noqa: BLE001 - a bare text key (A-17): key_fields' rules
-            return key
-        if type(doc) is not dict:
-            return key
-        return decode(doc, _struct_fields(schema)) if schema else doc
+        return self.key_document(key)
 
     def key_document(self, key: bytes):
         """A Kafka key's bytes (a primary-key change's old key: old_key.py) -> the key as
         ``delete_key`` reads one: its payload decoded by its own schema, else the bytes (a
-        bare text key: tombstones.key_fields' rules)."""
+        bare text key: tombstones.key_fields' rules). JsonConverter's keys by their
+        schema's plan, only their payload parsed, as the values (a tombstone's key: ~40%
+        of a table's records where rows are deleted)."""
+        plan, payload = self.key_plans.of(key)
+        if plan is not UNPLANNABLE:
+            try:
+                doc = self._payload_loads(payload)
+            except ValueError:  # the full parse says why
+                doc = None
+            if type(doc) is dict and not (self._exact and floats(doc)):
+                return decoded(doc, plan)
         try:
             doc, schema = unwrap(self.loads(key))
         except Exception:  # noqa: BLE001 - not JSON: key_fields says why it names no key

@@ -84,9 +84,17 @@ def decimal(precision: int, scale: int) -> Callable:
     quantum = Decimal(1).scaleb(-scale)
     wide = Context(prec=100)  # the default 28 digits would refuse a valid decimal(38, s)
     whole = precision - scale  # digits allowed before the point
+    plain = 0 < scale and precision <= wide.prec  # exact's fast path: its quantize is a no-op
 
     def exact(x):
         t = type(x)
+        if t is Decimal and plain:  # already of the column's scale (Debezium's decimals):
+            text_ = str(x)          # its text is the quantized one; only its size to check
+            dot = text_.find(".")
+            if dot >= 0 and len(text_) - dot - 1 == scale and "E" not in text_:
+                before = text_[:dot].lstrip("-")
+                if (0 if before == "0" else len(before)) <= whole:
+                    return text_
         try:
             if t is int or t is Decimal:
                 v = Decimal(x)
