@@ -57,8 +57,6 @@ def wheel_venv(base: Path, requirement: str = "", check: bool = False) -> Path:
     install = pip_install(env_dir, f"{wheel}{requirement}",
                           "-c", str(ROOT / "constraints" / "spark-4.0.txt"))
     assert install.returncode == 0, install.stderr[-4000:]
-    if UV.exists():  # as scripts/stack does after each install: uv's builds nothing uses
-        subprocess.run([str(UV), "cache", "prune", "-q"], capture_output=True)
     if check:
         cmd = ([str(UV), "pip", "check", "-p", str(env_dir / "bin" / "python")] if UV.exists()
                else [str(env_dir / "bin" / "pip"), "check"])
