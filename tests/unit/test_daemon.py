@@ -155,19 +155,25 @@ def test_preimports_leave_faults_to_each_worker():
     assert out == [str(len(PREIMPORTS + ARROW_PREIMPORTS)), "False"]
 
 
+def loaded_after_preimport(variable: str, flag: str | None, *modules: str) -> list[str]:
+    """preimport() in a fresh Python with ``variable`` unset or set to ``flag``: whether each
+    of ``modules`` is then loaded ("True"/"False")."""
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    if flag is not None:
+        env[variable] = flag
+    code = ("import sys; from pipeline.executor.daemon import preimport; preimport(); "
+            f"print(*(m in sys.modules for m in {modules!r}))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=ROOT,
+                          env={**env, "PYTHONPATH": str(ROOT)}).stdout.split()
+
+
 @pytest.mark.parametrize("flag, loaded", [(None, False), ("0", False), ("1", True)])
 def test_the_registry_client_is_preimported_only_for_a_run_that_reads_with_one(flag, loaded):
     # Every page the daemon holds counts again in each forked worker's RSS: a json run's
     # daemon must not carry the schema registry client (httpx, authlib, fastavro).
-    env = {k: v for k, v in os.environ.items() if k != REGISTRY_ENV}
-    if flag is not None:
-        env[REGISTRY_ENV] = flag
-    code = ("import sys; from pipeline.executor.daemon import preimport; preimport(); "
-            "print('confluent_kafka.schema_registry' in sys.modules, "
-            "'confluent_kafka' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT,
-                         env={**env, "PYTHONPATH": str(ROOT)}).stdout.split()
+    out = loaded_after_preimport(REGISTRY_ENV, flag, "confluent_kafka.schema_registry",
+                                 "confluent_kafka")
     assert out == [str(loaded), "True"]
 
 
@@ -176,14 +182,7 @@ def test_pyarrow_is_preimported_unless_the_run_reads_no_arrow(flag, loaded):
     # A built-in sink's workers never import pyarrow (~0.2 CPU-s): its daemon, which the
     # first read task waits for, must not either. A session the driver did not configure
     # (no flag) keeps it, as a transform's workers need it.
-    env = {k: v for k, v in os.environ.items() if k != ARROW_ENV}
-    if flag is not None:
-        env[ARROW_ENV] = flag
-    code = ("import sys; from pipeline.executor.daemon import preimport; preimport(); "
-            "print('pyarrow' in sys.modules, 'pipeline.executor.consume' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT,
-                         env={**env, "PYTHONPATH": str(ROOT)}).stdout.split()
+    out = loaded_after_preimport(ARROW_ENV, flag, "pyarrow", "pipeline.executor.consume")
     assert out == [str(loaded), "True"]
 
 
