@@ -25,14 +25,19 @@ from pipeline.errors import TransientError
 
 ROOT = Path(__file__).resolve().parent.parent
 UV = ROOT / ".tools" / "bin" / "uv"  # scripts/stack installs it, pinned
+WHEELS = ROOT / ".tools" / "wheels"  # and builds pyspark's wheel here once
 
 
 def pip_install(env_dir: Path, *args: str) -> subprocess.CompletedProcess:
     """``pip install ARGS`` into the venv ``env_dir`` as scripts/stack installs: by uv (its
-    cache already holds what the stack's venvs resolved), or pip where uv is absent."""
+    cache already holds what the stack's venvs resolved), or pip where uv is absent; the
+    stack's pyspark wheel found first, not built again from its sdist (scripts/stack
+    pyspark_wheel)."""
     cmd = ([str(UV), "pip", "install", "-q", "-p", str(env_dir / "bin" / "python")]
            if UV.exists() else
            [str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"])
+    if WHEELS.is_dir():
+        cmd += ["--find-links", str(WHEELS)]
     return subprocess.run([*cmd, *args], capture_output=True, text=True)
 
 
