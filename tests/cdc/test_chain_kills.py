@@ -93,8 +93,9 @@ def test_replica_stays_whole_and_equal_under_kills(cdc_chain, shop_run, tmp_path
         if connect_killed_at is None and time.monotonic() - t0 > TRANSACTIONS / RATE / 2:
             kill_connect()
             connect_killed_at = time.monotonic() - t0
-            subprocess.run([str(ROOT / "scripts" / "cdc"), "up"], check=True, timeout=600,
-                           capture_output=True)
+            up = subprocess.run([str(ROOT / "scripts" / "cdc"), "up"], timeout=600,
+                                capture_output=True, text=True)
+            assert up.returncode == 0, f"scripts/cdc up after the kill failed:\n{up.stderr}"
         runs.log.append(runs.run_once(runs.kill_at()))
     writer.join()
     assert workload["transactions"] == TRANSACTIONS and connect_killed_at is not None
