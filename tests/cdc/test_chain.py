@@ -54,6 +54,23 @@ def test_the_chain_is_up_and_up_is_idempotent(cdc_chain):
     assert config["database.password"].startswith("${dir:")  # the secret stays in a file
 
 
+def test_up_beside_a_source_transaction_that_altered_a_table_neither_waits_nor_fails(
+        cdc_chain):
+    """A Connect worker restarted mid-workload (test_chain_kills) is an up while the source
+    runs DDL, as the workload's ADD COLUMN: up touches none of the shop's catalog rows, so
+    it does not queue behind that transaction (its GRANT ... ON ALL TABLES did, then failed
+    with "tuple concurrently updated" when it committed)."""
+    with psycopg.connect(SOURCE_URL) as conn:
+        conn.execute("ALTER TABLE carts ADD COLUMN up_probe integer")  # open until rollback
+        try:
+            r = subprocess.run([str(ROOT / "scripts" / "cdc"), "up"], capture_output=True,
+                               text=True, timeout=120)
+        finally:
+            conn.rollback()
+    assert r.returncode == 0, r.stderr
+    assert "connect already up" in r.stderr
+
+
 def test_the_workload_keeps_its_invariants_on_the_source(shop_run):
     with psycopg.connect(SOURCE_URL, autocommit=True) as conn:
         assert check(fetch(conn, "public")) == []
