@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 
-from pipeline.spark import numpy_converter
+from pipeline.spark import numpy_converter, scratch
 
 # The driver JVM's flags when we start it (a user's spark.driver.extraJavaOptions replaces
 # them; under spark-submit the JVM is up already), for every kind of run ("light": the
@@ -115,10 +115,16 @@ def spark_conf(master: str = "local[2]", conf: dict[str, str] | None = None,
         defaults[f"spark.executorEnv.{key}"] = os.environ[key]
     if jvm == "transform":
         defaults.update(TRANSFORM_PAGE_SIZE)
+    if not submitted():
+        # The driver JVM's scratch in a directory of this run's, which the next start of
+        # Spark removes once the run is gone, killed or not (spark/scratch.py).
+        local_dir, options = scratch.spark_settings(
+            conf, conf.get("spark.driver.extraJavaOptions", JVM_FLAGS[jvm]),
+            scratch.run_scratch(), local)
+        defaults.update(local_dir)
+        conf["spark.driver.extraJavaOptions"] = options
     for key, value in defaults.items():
         spark_conf.setIfMissing(key, value)
-    if not submitted():
-        conf.setdefault("spark.driver.extraJavaOptions", JVM_FLAGS[jvm])
     for key, value in conf.items():
         spark_conf.set(key, value)
     return spark_conf

@@ -138,6 +138,37 @@ def test_sigkill_at_each_point_then_rerun_loses_and_duplicates_nothing(spark, tm
     assert [r[1] for r in runs(settings.name, settings.database_url)] == statuses
 
 
+def test_a_killed_runs_spark_scratch_is_removed_by_the_next_run(spark, tmp_path):
+    # A scheduler's timeout or the OOM killer leaves no JVM to remove its scratch: each run
+    # keeps it in a directory of its own, and the next start of Spark removes it
+    # (spark/scratch.py), instead of /tmp gaining four entries a killed run.
+    settings, topic, config = new_pipeline(tmp_path, "kill_scratch")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start_cli("run", "--config", config,
+                     env={**cli_env(settings, "during_read:kill"), "TMPDIR": str(tmp)})
+    code, _, err = finish(proc)
+    assert code == -signal.SIGKILL, err[-3000:]
+    wait_for_processes_gone(proc.pid)
+    [root] = tmp.iterdir()
+    [killed] = root.iterdir()
+    assert killed.name.split("-")[-2] == str(proc.pid)
+    assert {p.name.split("-")[0] for p in killed.iterdir()} >= {"blockmgr", "spark"}
+
+    rerun = run_cli("run", "--config", config, env={**cli_env(settings), "TMPDIR": str(tmp)})
+
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert (f"removed the Spark scratch 1 killed run(s) left in {root}: {killed.name}"
+            in rerun.stderr)
+    assert not killed.exists()
+    # The rerun's own directory is all that is left, emptied by Spark as its JVM exited
+    # (the run after it removes the directory itself).
+    wait_for(lambda: [list(p.iterdir()) for p in root.iterdir()] == [[]], 60,
+             "the rerun's JVM to empty its scratch")
+    assert [p for p in tmp.iterdir()] == [root]
+    assert_exactly_once(settings, topic, good=is_good, bad=True)
+
+
 # ---- 3. SIGTERM ----------------------------------------------------------------------------------
 @pytest.mark.spark_line
 def test_sigterm_while_spark_stages_cancels_the_jobs_rolls_back_and_exits_143(spark, tmp_path):

@@ -6,6 +6,7 @@ built-in read (executor/transform/feed.py), and C2 with the parallel collector c
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -18,11 +19,13 @@ from pipeline.spark.session import JVM_FLAGS, spark_conf
 def no_running_jvm(monkeypatch, tmp_path):
     """spark_conf's SparkConf() reads the spark.* system properties of a JVM this process
     already runs (another test's SparkContext): these tests are about our defaults alone.
-    A class archive would go to a directory of the test's (test_class_archive.py)."""
+    A class archive would go to a directory of the test's (test_class_archive.py), and so
+    does the run's scratch directory (spark/scratch.py: under the temporary directory)."""
     from pyspark import SparkContext
 
     monkeypatch.setattr(SparkContext, "_jvm", None)
     monkeypatch.setenv("PIPELINE_CLASS_ARCHIVE_DIR", str(tmp_path / "archives"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 @pytest.mark.parametrize("transform, jvm", [(None, "light"), ("m:f", "transform")])
@@ -56,8 +59,9 @@ def test_no_jvm_runs_without_arrows_bounds_and_null_checks(monkeypatch):
         conf = spark_conf(master, {}, jvm="transform")
         options = " ".join(conf.get(key) or "" for key in (
             "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"))
-        assert "arrow" not in options and options.split()[:2] == ["-XX:+UseSerialGC",
-                                                                  "-XX:TieredStopAtLevel=1"]
+        flags = [o for o in options.split() if not o.startswith("-Djava.io.tmpdir=")]
+        assert "arrow" not in " ".join(flags) and flags[:2] == ["-XX:+UseSerialGC",
+                                                                "-XX:TieredStopAtLevel=1"]
 
 
 def test_an_avro_runs_daemon_preimports_the_schema_registry_client(monkeypatch):
@@ -72,12 +76,13 @@ def test_an_avro_runs_daemon_preimports_the_schema_registry_client(monkeypatch):
     assert seen == {"registry": True}
 
 
-def test_the_chosen_flags_reach_the_driver_jvm_unless_the_user_set_their_own():
+def test_the_chosen_flags_reach_the_driver_jvm_unless_the_user_set_their_own(tmp_path):
     flags = spark_conf("local[2]", {}, jvm="light").get("spark.driver.extraJavaOptions")
-    assert flags == JVM_FLAGS["light"]
+    scratch, rest = flags.split(" ", 1)  # the run's scratch directory first
+    assert scratch.startswith(f"-Djava.io.tmpdir={tmp_path}/") and rest == JVM_FLAGS["light"]
     mine = {"spark.driver.extraJavaOptions": "-Xmx1g"}
     assert spark_conf("local[2]", mine, jvm="light").get(
-        "spark.driver.extraJavaOptions") == "-Xmx1g"
+        "spark.driver.extraJavaOptions") == f"{scratch} -Xmx1g"
 
 
 def test_the_light_jvm_starts_with_a_small_heap():
