@@ -108,8 +108,8 @@ def in_use() -> set[str]:
 
 def sweep(directory: Path, host: str | None = None) -> list[str]:
     """Remove the run directories in ``directory`` whose process (on this host) is gone,
-    and no JVM still uses (in_use); the names of those that held anything (a finished
-    run's is empty: Spark emptied it)."""
+    and no JVM still uses (in_use); the names of those that held anything. A finished
+    run's is empty (Spark emptied it): rmdir takes it, /proc is only read for the rest."""
     host = host or _host()
     left, used = [], None
     try:
@@ -123,17 +123,18 @@ def sweep(directory: Path, host: str | None = None) -> list[str]:
             continue
         if not entry.is_dir(follow_symlinks=False) or process_start(int(pid)) == start:
             continue  # not ours, or its run is still going
+        try:
+            os.rmdir(entry.path)  # empty: a finished run's
+            continue
+        except FileNotFoundError:
+            continue  # another run's sweep was first
+        except OSError:
+            pass  # it holds something
         used = in_use() if used is None else used
         if entry.path in used:
             continue  # its run is gone, its JVM not yet
-        try:
-            with os.scandir(entry.path) as inside:
-                held = next(inside, None) is not None
-        except OSError:
-            held = False
         shutil.rmtree(entry.path, ignore_errors=True)
-        if held:
-            left.append(entry.name)
+        left.append(entry.name)
     return left
 
 
