@@ -101,8 +101,8 @@ def in_use() -> set[str]:
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        used.update(a[len(_TMPDIR_OPTION):].decode(errors="replace") for a in args
-                    if a.startswith(_TMPDIR_OPTION))
+        used.update(os.path.realpath(a[len(_TMPDIR_OPTION):].decode(errors="replace"))
+                    for a in args if a.startswith(_TMPDIR_OPTION))
     return used
 
 
@@ -131,7 +131,7 @@ def sweep(directory: Path, host: str | None = None) -> list[str]:
         except OSError:
             pass  # it holds something
         used = in_use() if used is None else used
-        if entry.path in used:
+        if os.path.realpath(entry.path) in used:  # however TMPDIR was spelled
             continue  # its run is gone, its JVM not yet
         shutil.rmtree(entry.path, ignore_errors=True)
         left.append(entry.name)

@@ -95,8 +95,10 @@ def test_a_gone_runs_directory_its_jvm_still_uses_is_left_to_the_jvm(tmp_path):
     # The JVM exits a moment after its run's process and removes its files meanwhile.
     root = scratch.root(str(tmp_path))
     exiting = run_dir(root, "h1", gone_pid(), "9")
+    alias = tmp_path / "alias"  # its TMPDIR spelled another way
+    alias.symlink_to(tmp_path)
     jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
-                            f"-Djava.io.tmpdir={exiting}"])
+                            f"-Djava.io.tmpdir={alias / root.name / exiting.name}"])
     try:
         deadline = time.monotonic() + 10  # until it has exec'd
         while str(exiting) not in scratch.in_use() and time.monotonic() < deadline:
