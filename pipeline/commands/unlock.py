@@ -11,7 +11,6 @@ defaults on a connection opened by something else), and every run meanwhile exit
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import sys
 from dataclasses import asdict, dataclass
@@ -22,6 +21,7 @@ from pipeline.commands.args import add_command
 from pipeline.commands.output import print_json
 from pipeline.config import Settings
 from pipeline.errors import EXIT_OK, ConfigError, ConflictError
+from pipeline.processes import process_alive
 
 
 @dataclass
@@ -62,16 +62,6 @@ def lock_holders(store) -> list[LockHolder]:
                                   kind=run.get("kind"), host=run.get("host"),
                                   pid=run.get("pid"), run_started=run.get("started_at")))
     return holders
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: it exists
-        return True
-    return True
 
 
 def verdict(holder: LockHolder, this_host: str, force: bool) -> tuple[bool, str]:

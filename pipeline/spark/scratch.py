@@ -30,6 +30,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from pipeline.processes import process_alive
+
 log = logging.getLogger(__name__)
 
 ROOT_PREFIX = "kafka-offset-pipeline-spark-"
@@ -51,13 +53,8 @@ def process_start(pid: int) -> str | None:
             return None
     except (OSError, IndexError):
         return None
-    try:  # no /proc (macOS): whether the pid exists, not which process has it
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except OSError:
-        pass  # another user's process: it exists
-    return "0"
+    # No /proc (macOS): whether the pid exists, not which process has it.
+    return "0" if process_alive(pid) else None
 
 
 def root(tmp: str | None = None) -> Path | None:
