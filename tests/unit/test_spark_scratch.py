@@ -95,8 +95,9 @@ def test_a_gone_runs_directory_its_jvm_still_uses_is_left_to_the_jvm(tmp_path):
     # The JVM exits a moment after its run's process and removes its files meanwhile.
     root = scratch.root(str(tmp_path))
     exiting = run_dir(root, "h1", gone_pid(), "9")
-    alias = tmp_path / "alias"  # its TMPDIR spelled another way
+    alias, other = tmp_path / "alias", tmp_path / "other"  # TMPDIR spelled other ways
     alias.symlink_to(tmp_path)
+    other.symlink_to(tmp_path)
     jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
                             f"-Djava.io.tmpdir={alias / root.name / exiting.name}"])
     try:
@@ -104,7 +105,7 @@ def test_a_gone_runs_directory_its_jvm_still_uses_is_left_to_the_jvm(tmp_path):
         while str(exiting) not in scratch.in_use() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert str(exiting) in scratch.in_use()
-        assert scratch.sweep(root, host="h1") == [] and exiting.exists()
+        assert scratch.sweep(other / root.name, host="h1") == [] and exiting.exists()
     finally:
         jvm.kill()
         jvm.wait()
